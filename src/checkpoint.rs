@@ -1,0 +1,217 @@
+//! The ack frontier: which WAL position may be confirmed to PostgreSQL (design.md I2, I3, I7).
+//!
+//! Every record sent to Kafka takes the next sequence number. A transaction's Commit is a mark
+//! "after sequence N, the WAL up to `end_lsn` is done". Acks arrive out of order across
+//! partitions; the frontier only moves over the oldest run of acknowledged records, and a commit
+//! mark becomes confirmable once every record before it is acknowledged. Records acknowledged
+//! behind an unacknowledged one stay counted as in flight, because a restart would read them
+//! again: that is the memory the limits bound.
+
+use std::collections::VecDeque;
+
+use crate::pgoutput::Lsn;
+
+/// Sequence number of one record sent to Kafka.
+pub type Seq = u64;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    bytes: u32,
+    acked: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Frontier {
+    /// Sequence number of `slots[0]`.
+    base: Seq,
+    /// One per record not yet behind the frontier.
+    slots: VecDeque<Slot>,
+    /// Commit marks: (sequence number after the transaction's last record, its end_lsn).
+    commits: VecDeque<(Seq, Lsn)>,
+    bytes: usize,
+    /// The highest position that is safe to confirm.
+    confirmed: Lsn,
+}
+
+impl Frontier {
+    /// A frontier that resumes at the slot's confirmed position.
+    pub fn new(confirmed: Lsn) -> Frontier {
+        Frontier { confirmed, ..Frontier::default() }
+    }
+
+    /// Registers a record handed to the producer; returns its sequence number.
+    pub fn sent(&mut self, bytes: usize) -> Seq {
+        let seq = self.base + self.slots.len() as Seq;
+        // A record can't exceed u32 in Kafka anyway (message.max.bytes ≤ 1 GB).
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        self.slots.push_back(Slot { bytes, acked: false });
+        self.bytes += bytes as usize;
+        seq
+    }
+
+    /// Marks the end of a transaction whose records were all `sent` before this call.
+    pub fn commit(&mut self, end_lsn: Lsn) {
+        let after = self.base + self.slots.len() as Seq;
+        self.commits.push_back((after, end_lsn));
+        self.advance();
+    }
+
+    /// Records a broker acknowledgement. Unknown or repeated sequence numbers are ignored.
+    pub fn ack(&mut self, seq: Seq) {
+        if let Some(slot) = seq
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| self.slots.get_mut(i))
+        {
+            slot.acked = true;
+        }
+        self.advance();
+    }
+
+    /// A primary keepalive's `wal_end` may be confirmed when nothing is in flight and no
+    /// transaction is open (I3): everything before it on the socket has been handled.
+    pub fn idle(&mut self, wal_end: Lsn) {
+        if self.slots.is_empty() && self.commits.is_empty() {
+            self.confirmed = self.confirmed.max(wal_end);
+        }
+    }
+
+    fn advance(&mut self) {
+        while let Some(front) = self.slots.front() {
+            if !front.acked {
+                break;
+            }
+            self.bytes -= front.bytes as usize;
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        while let Some(&(after, end_lsn)) = self.commits.front() {
+            if after > self.base {
+                break;
+            }
+            self.confirmed = self.confirmed.max(end_lsn);
+            self.commits.pop_front();
+        }
+    }
+
+    pub fn confirmed(&self) -> Lsn {
+        self.confirmed
+    }
+
+    /// Records read from the WAL whose position is not yet confirmable.
+    pub fn inflight_records(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn inflight_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Nothing sent is waiting for an ack and no commit is waiting to be confirmed.
+    pub fn is_drained(&self) -> bool {
+        self.slots.is_empty() && self.commits.is_empty()
+    }
+
+    /// Records not yet acknowledged by the broker.
+    pub fn unacked(&self) -> usize {
+        self.slots.iter().filter(|s| !s.acked).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_is_confirmed_only_after_all_its_records_are_acked() {
+        let mut f = Frontier::new(100);
+        let a = f.sent(10);
+        let b = f.sent(10);
+        f.commit(200);
+        assert_eq!(f.confirmed(), 100);
+        f.ack(b);
+        assert_eq!(f.confirmed(), 100, "one record of the transaction is still unacked");
+        f.ack(a);
+        assert_eq!(f.confirmed(), 200);
+        assert!(f.is_drained());
+        assert_eq!(f.inflight_bytes(), 0);
+    }
+
+    #[test]
+    fn later_transaction_acked_first_does_not_move_the_frontier_past_an_earlier_one() {
+        let mut f = Frontier::new(0);
+        let t1 = f.sent(1);
+        f.commit(10);
+        let t2 = f.sent(1);
+        f.commit(20);
+        f.ack(t2);
+        assert_eq!(f.confirmed(), 0);
+        assert_eq!(f.inflight_records(), 2, "the acked record behind an unacked one still counts");
+        f.ack(t1);
+        assert_eq!(f.confirmed(), 20);
+    }
+
+    #[test]
+    fn transaction_without_records_is_confirmed_once_earlier_ones_are() {
+        let mut f = Frontier::new(0);
+        f.commit(5);
+        assert_eq!(f.confirmed(), 5);
+        let r = f.sent(1);
+        f.commit(10);
+        f.commit(15);
+        assert_eq!(f.confirmed(), 5);
+        f.ack(r);
+        assert_eq!(f.confirmed(), 15);
+    }
+
+    #[test]
+    fn open_transaction_records_are_not_confirmed_before_its_commit() {
+        let mut f = Frontier::new(0);
+        let r = f.sent(1);
+        f.ack(r);
+        assert_eq!(f.confirmed(), 0);
+        f.commit(50);
+        assert_eq!(f.confirmed(), 50);
+    }
+
+    #[test]
+    fn keepalive_is_confirmed_only_when_idle() {
+        let mut f = Frontier::new(0);
+        let r = f.sent(1);
+        f.idle(1000);
+        assert_eq!(f.confirmed(), 0, "a record is in flight");
+        f.ack(r);
+        f.idle(1000);
+        assert_eq!(f.confirmed(), 0, "its transaction is still open");
+        f.commit(20);
+        f.idle(1000);
+        assert_eq!(f.confirmed(), 1000);
+        f.idle(500);
+        assert_eq!(f.confirmed(), 1000, "never moves backwards");
+    }
+
+    #[test]
+    fn repeated_and_unknown_acks_are_ignored() {
+        let mut f = Frontier::new(0);
+        let r = f.sent(3);
+        f.ack(r + 7);
+        assert_eq!(f.inflight_records(), 1);
+        f.ack(r);
+        f.ack(r);
+        assert_eq!(f.inflight_records(), 0);
+        assert_eq!(f.inflight_bytes(), 0);
+    }
+
+    #[test]
+    fn huge_transaction_keeps_only_unacked_records_in_memory() {
+        let mut f = Frontier::new(0);
+        for _ in 0..1_000_000u32 {
+            let s = f.sent(300);
+            f.ack(s);
+        }
+        assert_eq!(f.inflight_records(), 0);
+        assert_eq!(f.confirmed(), 0, "not committed yet");
+        f.commit(77);
+        assert_eq!(f.confirmed(), 77);
+    }
+}

@@ -1,0 +1,510 @@
+//! The configuration file: one TOML document, validated whole at start-up.
+//!
+//! `[router]`, `[debezium]` and `[kafka]` take other projects' option names verbatim (Debezium's,
+//! librdkafka's), so their keys contain dots. TOML reads `a.b = 1` as nested tables and
+//! `"a.b" = 1` as one key; both spellings are flattened to the same dotted name here, and every
+//! scalar (string, integer, float, boolean) becomes its text, so `"linger.ms" = 5` and
+//! `"linger.ms" = "5"` mean the same.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use crate::config_error::ConfigError;
+use crate::router::RouterConfig;
+
+/// Flattened `dotted.key -> value text` options of one section.
+pub type Options = BTreeMap<String, String>;
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub source: SourceConfig,
+    pub outbox: OutboxConfig,
+    pub router: RouterConfig,
+    pub kafka: KafkaConfig,
+    pub limits: Limits,
+    pub http: Option<HttpConfig>,
+}
+
+/// `[source]`: where the WAL comes from.
+#[derive(Clone)]
+pub struct SourceConfig {
+    /// libpq-style URL or key=value string, password included (never printed).
+    pub url: String,
+    pub conn: tokio_postgres::Config,
+    pub slot: String,
+    pub publication: String,
+    /// How often the confirmed position is reported to PostgreSQL at most; also the idle
+    /// wake-up. Below half of any sane `wal_sender_timeout`.
+    pub status_interval: Duration,
+}
+
+impl fmt::Debug for SourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceConfig")
+            .field("url", &redact_url(&self.url))
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("status_interval", &self.status_interval)
+            .finish()
+    }
+}
+
+/// `[outbox]`: the table whose INSERTs become records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxConfig {
+    pub schema: String,
+    pub table: String,
+}
+
+/// `[kafka]`: librdkafka producer properties, relay-owned ones already applied.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaConfig {
+    pub properties: Options,
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                let secret = k.contains("password") || k.contains("secret");
+                (k.as_str(), if secret { "****" } else { v.as_str() })
+            })
+            .collect();
+        f.debug_struct("KafkaConfig").field("properties", &shown).finish()
+    }
+}
+
+/// `[limits]`: the bounds on what is read from the WAL but not yet acknowledged (I7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub inflight_records: usize,
+    pub inflight_bytes: usize,
+    /// How long a graceful stop waits for outstanding acknowledgements.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            inflight_records: 20_000,
+            inflight_bytes: 16 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[http]`: the operational endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+}
+
+/// Producer properties walrelay sets itself, because I2 and I5 depend on them.
+pub const RELAY_OWNED_KAFKA: &[(&str, &[&str], &str)] = &[
+    ("enable.idempotence", &["true"], "true"),
+    ("acks", &["all", "-1"], "all"),
+    ("partitioner", &["murmur2_random"], "murmur2_random"),
+];
+
+const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Config::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let mut doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
+        const SECTIONS: &[&str] = &[
+            "source", "outbox", "router", "debezium", "kafka", "limits", "http",
+        ];
+        if let Some(key) = doc.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
+            return Err(ConfigError::UnknownKey {
+                section: "top level",
+                key: key.clone(),
+                hint: format!("the sections are [{}]", SECTIONS.join("], [")),
+            });
+        }
+        let source = flatten_section(&mut doc, "source")?;
+        let outbox = flatten_section(&mut doc, "outbox")?;
+        let router = flatten_section(&mut doc, "router")?;
+        let debezium = flatten_section(&mut doc, "debezium")?;
+        let kafka = flatten_section(&mut doc, "kafka")?;
+        let limits = flatten_section(&mut doc, "limits")?;
+        let http = doc.contains_key("http").then(|| flatten_section(&mut doc, "http")).transpose()?;
+        Ok(Config {
+            source: parse_source(source)?,
+            outbox: parse_outbox(outbox)?,
+            router: RouterConfig::parse(&router, &debezium)?,
+            kafka: parse_kafka(kafka)?,
+            limits: parse_limits(limits)?,
+            http: http.map(parse_http).transpose()?,
+        })
+    }
+}
+
+fn flatten_section(doc: &mut toml::Table, section: &'static str) -> Result<Options, ConfigError> {
+    let mut out = Options::new();
+    match doc.remove(section) {
+        None => {}
+        Some(toml::Value::Table(table)) => flatten(section, "", &table, &mut out)?,
+        Some(other) => {
+            return Err(invalid(section, section, &other.to_string(), "must be a [section] table"))
+        }
+    }
+    Ok(out)
+}
+
+fn flatten(
+    section: &'static str,
+    prefix: &str,
+    table: &toml::Table,
+    out: &mut Options,
+) -> Result<(), ConfigError> {
+    for (key, value) in table {
+        let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        let text = match value {
+            toml::Value::Table(inner) => {
+                flatten(section, &name, inner, out)?;
+                continue;
+            }
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(invalid(
+                    section,
+                    &name,
+                    &other.to_string(),
+                    "values must be strings, numbers or booleans",
+                ))
+            }
+        };
+        if out.insert(name.clone(), text).is_some() {
+            return Err(invalid(section, &name, "", "is set twice (quoted and dotted spellings)"));
+        }
+    }
+    Ok(())
+}
+
+fn invalid(section: &'static str, key: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::InvalidValue {
+        section,
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn reject_unknown(
+    section: &'static str,
+    opts: &Options,
+    known: &[&str],
+) -> Result<(), ConfigError> {
+    match opts.keys().find(|k| !known.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(key) => Err(ConfigError::UnknownKey {
+            section,
+            key: key.clone(),
+            hint: format!("known keys: {}", known.join(", ")),
+        }),
+    }
+}
+
+fn required(section: &'static str, opts: &mut Options, key: &str, hint: &str) -> Result<String, ConfigError> {
+    opts.remove(key).ok_or_else(|| ConfigError::Missing {
+        section,
+        key: key.to_string(),
+        hint: hint.to_string(),
+    })
+}
+
+fn parse_number<T: std::str::FromStr>(section: &'static str, key: &str, value: &str) -> Result<T, ConfigError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(section, key, value, "must be a non-negative whole number"))
+}
+
+/// PostgreSQL identifiers walrelay puts into SQL and into the replication command. pgwire-replication
+/// sends the slot name unquoted, so only plain lower-case identifiers are accepted.
+pub fn check_identifier(section: &'static str, key: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            section,
+            key,
+            value,
+            "must be a plain PostgreSQL identifier: lower-case letters, digits and _, starting with a letter or _, at most 63 bytes",
+        ))
+    }
+}
+
+fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
+    const S: &str = "source";
+    reject_unknown(S, &opts, &["url", "slot", "publication", "status_interval_ms"])?;
+    let url = required(S, &mut opts, "url", "set url = \"postgres://user@host:5432/dbname\"")?;
+    let mut conn: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| invalid(S, "url", &redact_url(&url), &format!("not a libpq URL or connection string: {e}")))?;
+    if conn.get_dbname().is_none() {
+        return Err(invalid(S, "url", &redact_url(&url), "names no database: add /dbname to the URL"));
+    }
+    if conn.get_password().is_none() {
+        if let Ok(pw) = std::env::var("PGPASSWORD") {
+            conn.password(pw);
+        }
+    }
+    if conn.get_user().is_none() {
+        let user = std::env::var("PGUSER").unwrap_or_else(|_| "postgres".to_string());
+        conn.user(&user);
+    }
+    let slot = opts.remove("slot").unwrap_or_else(|| "walrelay".to_string());
+    check_identifier(S, "slot", &slot)?;
+    let publication = opts.remove("publication").unwrap_or_else(|| "walrelay".to_string());
+    check_identifier(S, "publication", &publication)?;
+    let status_ms: u64 = match opts.remove("status_interval_ms") {
+        Some(v) => parse_number(S, "status_interval_ms", &v)?,
+        None => 1000,
+    };
+    if !(10..=10_000).contains(&status_ms) {
+        return Err(invalid(S, "status_interval_ms", &status_ms.to_string(), "must be between 10 and 10000"));
+    }
+    Ok(SourceConfig { url, conn, slot, publication, status_interval: Duration::from_millis(status_ms) })
+}
+
+fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
+    const S: &str = "outbox";
+    reject_unknown(S, &opts, &["table"])?;
+    let table = opts.remove("table").unwrap_or_else(|| "public.outbox".to_string());
+    let (schema, name) = match table.split_once('.') {
+        Some((s, t)) => (s.to_string(), t.to_string()),
+        None => ("public".to_string(), table.clone()),
+    };
+    check_identifier(S, "table", &schema)?;
+    check_identifier(S, "table", &name)?;
+    Ok(OutboxConfig { schema, table: name })
+}
+
+fn parse_kafka(mut properties: Options) -> Result<KafkaConfig, ConfigError> {
+    const S: &str = "kafka";
+    if !properties.contains_key("bootstrap.servers") && !properties.contains_key("metadata.broker.list") {
+        return Err(ConfigError::Missing {
+            section: S,
+            key: "bootstrap.servers".into(),
+            hint: "set \"bootstrap.servers\" = \"host:9092\"".into(),
+        });
+    }
+    for (key, allowed, default) in RELAY_OWNED_KAFKA {
+        match properties.get(*key) {
+            Some(v) if !allowed.contains(&v.to_ascii_lowercase().as_str()) => {
+                return Err(invalid(
+                    S,
+                    key,
+                    v,
+                    &format!("walrelay needs {key}={default} for its ordering and delivery guarantees; remove the key"),
+                ));
+            }
+            _ => {
+                properties.insert(key.to_string(), default.to_string());
+            }
+        }
+    }
+    for unsafe_key in ["transactional.id", "enable.gapless.guarantee"] {
+        if properties.contains_key(unsafe_key) {
+            return Err(ConfigError::UnknownKey {
+                section: S,
+                key: unsafe_key.into(),
+                hint: "walrelay manages delivery itself; remove the key".into(),
+            });
+        }
+    }
+    properties
+        .entry("message.timeout.ms".into())
+        .or_insert_with(|| DEFAULT_MESSAGE_TIMEOUT_MS.into());
+    Ok(KafkaConfig { properties })
+}
+
+fn parse_limits(mut opts: Options) -> Result<Limits, ConfigError> {
+    const S: &str = "limits";
+    reject_unknown(S, &opts, &["inflight_records", "inflight_bytes", "shutdown_grace_ms"])?;
+    let mut limits = Limits::default();
+    if let Some(v) = opts.remove("inflight_records") {
+        limits.inflight_records = parse_number(S, "inflight_records", &v)?;
+    }
+    if let Some(v) = opts.remove("inflight_bytes") {
+        limits.inflight_bytes = parse_number(S, "inflight_bytes", &v)?;
+    }
+    if let Some(v) = opts.remove("shutdown_grace_ms") {
+        limits.shutdown_grace = Duration::from_millis(parse_number(S, "shutdown_grace_ms", &v)?);
+    }
+    if limits.inflight_records == 0 || limits.inflight_bytes < 1024 {
+        return Err(invalid(
+            S,
+            "inflight_records/inflight_bytes",
+            "",
+            "must allow at least one record and 1024 bytes",
+        ));
+    }
+    Ok(limits)
+}
+
+fn parse_http(mut opts: Options) -> Result<HttpConfig, ConfigError> {
+    const S: &str = "http";
+    reject_unknown(S, &opts, &["listen"])?;
+    let listen = required(S, &mut opts, "listen", "set listen = \"127.0.0.1:9187\"")?;
+    let listen = listen
+        .parse()
+        .map_err(|_| invalid(S, "listen", &listen, "must be an address like 127.0.0.1:9187"))?;
+    Ok(HttpConfig { listen })
+}
+
+/// The URL with any password replaced by `****`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    // URL form: scheme://user:password@host...
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                return format!("{}{}:****{}", &url[..scheme_end + 3], &rest[..colon], &rest[at..]);
+            }
+        }
+        return url.to_string();
+    }
+    // key=value form
+    url.split_whitespace()
+        .map(|kv| if kv.starts_with("password=") { "password=****" } else { kv })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [source]
+        url = "postgres://walrelay:s3cret@127.0.0.1:5432/app"
+        [kafka]
+        "bootstrap.servers" = "127.0.0.1:9092"
+    "#;
+
+    #[test]
+    fn minimal_config_gets_defaults_and_relay_owned_producer_settings() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.source.slot, "walrelay");
+        assert_eq!(c.source.publication, "walrelay");
+        assert_eq!(c.outbox, OutboxConfig { schema: "public".into(), table: "outbox".into() });
+        assert_eq!(c.kafka.properties["enable.idempotence"], "true");
+        assert_eq!(c.kafka.properties["acks"], "all");
+        assert_eq!(c.kafka.properties["partitioner"], "murmur2_random");
+        assert_eq!(c.kafka.properties["message.timeout.ms"], "30000");
+        assert!(c.http.is_none());
+    }
+
+    #[test]
+    fn dotted_and_quoted_keys_and_numbers_mean_the_same() {
+        let dotted = format!("{MINIMAL}\nlinger.ms = 5\n");
+        let quoted = format!("{MINIMAL}\n\"linger.ms\" = \"5\"\n");
+        let a = Config::parse(&dotted).unwrap();
+        let b = Config::parse(&quoted).unwrap();
+        assert_eq!(a.kafka.properties["linger.ms"], "5");
+        assert_eq!(a.kafka.properties, b.kafka.properties);
+    }
+
+    #[test]
+    fn both_spellings_of_one_key_are_rejected_as_duplicate() {
+        let text = format!("{MINIMAL}\n\"linger.ms\" = 5\nlinger.ms = 6\n");
+        let err = Config::parse(&text);
+        // TOML itself or our flattening must refuse it; either way the key is named.
+        let msg = err.unwrap_err().to_string();
+        assert!(msg.contains("linger"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_section_and_key_are_named_in_the_error() {
+        let e = Config::parse(&format!("{MINIMAL}\n[sorce]\nx=1\n")).unwrap_err().to_string();
+        assert!(e.contains("sorce") && e.contains("[source]"), "{e}");
+        let e = Config::parse(&MINIMAL.replace("[kafka]", "slott = \"x\"\n[kafka]")).unwrap_err().to_string();
+        assert!(e.contains("[source] unknown key `slott`"), "{e}");
+    }
+
+    #[test]
+    fn unsafe_relay_owned_kafka_setting_is_an_error_not_an_override() {
+        let e = Config::parse(&format!("{MINIMAL}\nacks = 1\n")).unwrap_err().to_string();
+        assert!(e.contains("acks") && e.contains("remove the key"), "{e}");
+        let e = Config::parse(&format!("{MINIMAL}\n\"enable.idempotence\" = false\n")).unwrap_err().to_string();
+        assert!(e.contains("enable.idempotence"), "{e}");
+        assert!(Config::parse(&format!("{MINIMAL}\nacks = \"all\"\n")).is_ok());
+    }
+
+    #[test]
+    fn missing_url_and_bootstrap_servers_say_what_to_set() {
+        let e = Config::parse("[kafka]\n\"bootstrap.servers\"=\"x:1\"\n").unwrap_err().to_string();
+        assert!(e.contains("missing required key `url`"), "{e}");
+        let e = Config::parse("[source]\nurl=\"postgres://a@b/c\"\n").unwrap_err().to_string();
+        assert!(e.contains("bootstrap.servers"), "{e}");
+    }
+
+    #[test]
+    fn names_that_could_inject_sql_are_rejected() {
+        for bad in ["walrelay; drop table x", "Walrelay", "a-b", "", "x\"y"] {
+            let text = MINIMAL.replace("[kafka]", &format!("slot = {bad:?}\n[kafka]"));
+            let e = Config::parse(&text).unwrap_err().to_string();
+            assert!(e.contains("slot"), "{bad}: {e}");
+        }
+        let text = format!("{MINIMAL}\n[outbox]\ntable = \"public.outbox; select 1\"\n");
+        assert!(Config::parse(&text).is_err());
+    }
+
+    #[test]
+    fn password_never_appears_in_debug_or_errors() {
+        let c = Config::parse(MINIMAL).unwrap();
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("s3cret"), "{dbg}");
+        assert!(dbg.contains("walrelay:****@127.0.0.1"), "{dbg}");
+        let bad = MINIMAL.replace("postgres://walrelay:s3cret@127.0.0.1:5432/app", "postgres://u:s3cret@h:notaport/app");
+        let e = Config::parse(&bad).unwrap_err().to_string();
+        assert!(!e.contains("s3cret"), "{e}");
+        assert_eq!(redact_url("host=h password=s3cret user=u"), "host=h password=**** user=u");
+    }
+
+    #[test]
+    fn kafka_secrets_are_hidden_in_debug() {
+        let c = Config::parse(&format!("{MINIMAL}\n\"sasl.password\" = \"hunter2\"\n")).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn limits_and_http_parse_and_validate() {
+        let c = Config::parse(&format!(
+            "{MINIMAL}\n[limits]\ninflight_records = 10\ninflight_bytes = 4096\n[http]\nlisten = \"127.0.0.1:9187\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.limits.inflight_records, 10);
+        assert_eq!(c.http.unwrap().listen.port(), 9187);
+        let e = Config::parse(&format!("{MINIMAL}\n[limits]\ninflight_records = \"many\"\n")).unwrap_err().to_string();
+        assert!(e.contains("inflight_records"), "{e}");
+        let e = Config::parse(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n")).unwrap_err().to_string();
+        assert!(e.contains("listen"), "{e}");
+    }
+}

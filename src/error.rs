@@ -1,0 +1,77 @@
+//! Errors split by what happens next: retry after a backoff, or stop and tell the operator.
+//!
+//! Shutdown is not an error: see [`crate::relay::Outcome`].
+
+use std::error::Error as StdError;
+
+type Source = Box<dyn StdError + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The relay can carry on from the slot's confirmed position after a backoff: a connection
+    /// dropped, the broker timed out, the replication stream ended.
+    #[error("{what}")]
+    Transient {
+        what: String,
+        #[source]
+        source: Option<Source>,
+    },
+    /// Retrying cannot help; an operator has to act. `hint` says what to do.
+    #[error("{what}")]
+    Definite {
+        what: String,
+        hint: String,
+        #[source]
+        source: Option<Source>,
+    },
+}
+
+impl Error {
+    pub fn transient(what: impl Into<String>, source: impl Into<Source>) -> Error {
+        Error::Transient { what: what.into(), source: Some(source.into()) }
+    }
+
+    pub fn transient_msg(what: impl Into<String>) -> Error {
+        Error::Transient { what: what.into(), source: None }
+    }
+
+    pub fn definite(what: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::Definite { what: what.into(), hint: hint.into(), source: None }
+    }
+
+    pub fn definite_with(
+        what: impl Into<String>,
+        hint: impl Into<String>,
+        source: impl Into<Source>,
+    ) -> Error {
+        Error::Definite { what: what.into(), hint: hint.into(), source: Some(source.into()) }
+    }
+
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Transient { .. })
+    }
+
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::Definite { hint, .. } => Some(hint),
+            Error::Transient { .. } => None,
+        }
+    }
+
+    /// The message followed by every cause, `: `-separated, for one log line.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut cur = self.source();
+        while let Some(e) = cur {
+            let text = e.to_string();
+            if !out.contains(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            cur = e.source();
+        }
+        out
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,16 @@
+//! walrelay relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL.
+//!
+//! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
+//! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
+//! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file.
+
+pub mod checkpoint;
+pub mod config;
+pub mod config_error;
+pub mod error;
+pub mod http;
+pub mod pgoutput;
+pub mod publish;
+pub mod relay;
+pub mod router;
+pub mod source;

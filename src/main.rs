@@ -1,0 +1,102 @@
+//! The `walrelay` command: parses arguments, sets up logging and signals, runs the relay.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use walrelay::config::Config;
+use walrelay::relay::{self, Outcome, Shutdown};
+
+#[derive(Parser)]
+#[command(name = "walrelay", version, about = "Relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL")]
+struct Cli {
+    /// Log format: human-readable lines or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Human, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Stream the slot and publish outbox rows to Kafka until SIGTERM/SIGINT.
+    Run {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Run { config } => run(config),
+    }
+}
+
+fn run(path: PathBuf) -> ExitCode {
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("configuration error in {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let (stop, shutdown) = Shutdown::new();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("stop requested; flushing and confirming what Kafka acknowledged");
+            let _ = stop.send(true);
+        });
+        if let Some(http) = &config.http {
+            if let Err(e) = walrelay::http::serve(http.listen).await {
+                tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "cannot start");
+                return ExitCode::FAILURE;
+            }
+        }
+        match relay::run(config, shutdown).await {
+            Ok(Outcome::Stopped { .. }) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "walrelay stopped");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,143 @@
+//! Kafka: the librdkafka producer and its delivery reports.
+//!
+//! Delivery reports come back on librdkafka's polling thread; each one is forwarded, with the
+//! record's sequence number, to the relay loop over a channel. The loop owns the frontier, so
+//! nothing here decides what is confirmed.
+
+use std::time::Duration;
+
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
+};
+use rdkafka::{ClientContext, Message};
+use tokio::sync::mpsc;
+
+use crate::checkpoint::Seq;
+use crate::config::KafkaConfig;
+use crate::error::{Error, Result};
+use crate::router::Record;
+
+/// What librdkafka tells the relay loop.
+#[derive(Debug)]
+pub enum Report {
+    Delivered { seq: Seq, partition: i32, offset: i64 },
+    Failed { seq: Seq, error: KafkaError },
+    /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
+    Fatal(String),
+}
+
+pub struct RelayContext {
+    reports: mpsc::UnboundedSender<Report>,
+}
+
+impl ClientContext for RelayContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => tracing::error!(target: "librdkafka", fac, "{message}"),
+            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", fac, "{message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            let _ = self.reports.send(Report::Fatal(format!("{error}: {reason}")));
+        } else {
+            // Transport errors (broker down, all brokers down) are retried by librdkafka; the
+            // relay only acts on delivery reports.
+            tracing::warn!(%error, reason, "kafka client error");
+        }
+    }
+}
+
+impl ProducerContext for RelayContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
+        let seq = seq as Seq;
+        let report = match result {
+            Ok(m) => Report::Delivered { seq, partition: m.partition(), offset: m.offset() },
+            Err((error, _)) => Report::Failed { seq, error: error.clone() },
+        };
+        // The receiver is gone only when the session ended; its reports no longer matter.
+        let _ = self.reports.send(report);
+    }
+}
+
+pub struct Publisher {
+    producer: ThreadedProducer<RelayContext>,
+}
+
+/// Why a record was not handed to librdkafka.
+pub enum SendError {
+    /// librdkafka's queue is full: wait for delivery reports and try again.
+    QueueFull,
+    /// The record itself can't be produced (too large, unknown partition…).
+    Rejected(KafkaError),
+}
+
+impl Publisher {
+    pub fn new(kafka: &KafkaConfig) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in &kafka.properties {
+            cfg.set(k, v);
+        }
+        cfg.set_log_level(RDKafkaLogLevel::Warning);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let producer = cfg.create_with_context(RelayContext { reports: tx }).map_err(|e| {
+            Error::definite_with(
+                "librdkafka rejected the [kafka] configuration",
+                "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
+                e,
+            )
+        })?;
+        Ok((Publisher { producer }, rx))
+    }
+
+    pub fn send(&self, record: &Record, seq: Seq) -> Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (key, value) in &record.headers {
+            headers = headers.insert(Header { key: key.as_ref(), value: Some(value.as_ref()) });
+        }
+        let mut base: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&record.topic, seq as usize).headers(headers);
+        if let Some(key) = &record.key {
+            base = base.key(key.as_ref());
+        }
+        if let Some(value) = &record.value {
+            base = base.payload(value.as_ref());
+        }
+        if let Some(p) = record.partition {
+            base = base.partition(p);
+        }
+        if let Some(ts) = record.timestamp_ms {
+            base = base.timestamp(ts);
+        }
+        match self.producer.send(base) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SendError::QueueFull)
+            }
+            Err((e, _)) => Err(SendError::Rejected(e)),
+        }
+    }
+
+    /// Waits up to `timeout` for every queued record's delivery report.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.producer.flush(timeout).is_ok()
+    }
+
+    /// Records queued or in flight inside librdkafka.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+}

@@ -1,0 +1,395 @@
+//! The relay loop: one task owns the replication stream, the ack frontier and the confirmed
+//! position, so the order of events, acks and confirmations is the order of this code.
+//!
+//! ```text
+//!  PostgreSQL ──XLogData/keepalive──▶ pgoutput::decode ──▶ Router ──▶ Publisher ──▶ Kafka
+//!      ▲                                                      │            │
+//!      │                                         Frontier::sent│            │delivery report
+//!      └──── update_applied_lsn(confirmed) ◀── Frontier ◀─────┴────────────┘
+//! ```
+//!
+//! A session is one replication connection plus one producer. Anything that breaks either
+//! (connection lost, delivery failed, producer fenced) ends the session; the next session starts
+//! from the slot's confirmed position, so records are replayed, never skipped (I6).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{Lsn as WireLsn, ReplicationClient, ReplicationEvent};
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::Client;
+
+use crate::checkpoint::Frontier;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::pgoutput::{self, Lsn, Message};
+use crate::publish::{Publisher, Report, SendError};
+use crate::router::{Binding, InvalidOpBehavior, Record, Router};
+use crate::source::{self, fmt_lsn};
+
+/// How a relay that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stopped on request after confirming everything acknowledged.
+    Stopped { confirmed: Lsn },
+}
+
+/// A shutdown request: a watch that turns `true` once.
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    pub fn new() -> (watch::Sender<bool>, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Shutdown(rx))
+    }
+
+    pub fn requested(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once shutdown is requested (or every sender is gone).
+    pub async fn wait(&mut self) {
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Runs sessions until shutdown or a definite error, retrying transient failures with capped
+/// exponential backoff.
+pub async fn run(config: Config, mut shutdown: Shutdown) -> Result<Outcome> {
+    let mut router = Router::new(config.router.clone());
+    let mut delay = Duration::from_millis(250);
+    loop {
+        if shutdown.requested() {
+            return Ok(Outcome::Stopped { confirmed: 0 });
+        }
+        let started = Instant::now();
+        let result = match Session::open(&config).await {
+            Ok(mut session) => session.run(&mut router, &mut shutdown).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(outcome) => return Ok(outcome),
+            Err(e) if e.is_transient() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    delay = Duration::from_millis(250);
+                }
+                tracing::warn!(error = %e.chain(), retry_in_ms = delay.as_millis() as u64,
+                    "relay session ended; resuming from the slot's confirmed position");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.wait() => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+enum RelationState {
+    Outbox(Binding),
+    Other,
+}
+
+struct Session<'c> {
+    config: &'c Config,
+    control: Client,
+    stream: ReplicationClient,
+    publisher: Publisher,
+    reports: mpsc::UnboundedReceiver<Report>,
+    frontier: Frontier,
+    relations: HashMap<u32, RelationState>,
+    /// Between Begin and Commit; keepalives are not confirmable then (I3).
+    in_txn: bool,
+    /// Position of the current change, for messages that name a row.
+    change_lsn: Lsn,
+    /// Last position handed to the replication client.
+    reported: Lsn,
+}
+
+impl<'c> Session<'c> {
+    async fn open(config: &'c Config) -> Result<Session<'c>> {
+        let control = source::connect_control(&config.source).await?;
+        let slot = source::prepare(&control, &config.source, &config.outbox).await?;
+        let (publisher, reports) = Publisher::new(&config.kafka)?;
+        let stream = source::start_stream(&config.source, slot.confirmed_flush).await?;
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            slot = %config.source.slot,
+            publication = %config.source.publication,
+            table = %format!("{}.{}", config.outbox.schema, config.outbox.table),
+            resume_lsn = %fmt_lsn(slot.confirmed_flush),
+            "streaming"
+        );
+        Ok(Session {
+            config,
+            control,
+            stream,
+            publisher,
+            reports,
+            frontier: Frontier::new(slot.confirmed_flush),
+            relations: HashMap::new(),
+            in_txn: false,
+            change_lsn: 0,
+            reported: slot.confirmed_flush,
+        })
+    }
+
+    async fn run(&mut self, router: &mut Router, shutdown: &mut Shutdown) -> Result<Outcome> {
+        let limits = self.config.limits;
+        loop {
+            // Backpressure (I7): stop reading WAL while too much is unconfirmed. The replication
+            // worker keeps answering keepalives meanwhile, and PostgreSQL buffers the WAL.
+            let room = self.frontier.inflight_records() < limits.inflight_records
+                && self.frontier.inflight_bytes() < limits.inflight_bytes;
+            tokio::select! {
+                biased;
+                _ = shutdown.wait() => return self.stop().await,
+                report = self.reports.recv() => {
+                    self.on_report(report)?;
+                    while let Ok(report) = self.reports.try_recv() {
+                        self.on_report(Some(report))?;
+                    }
+                }
+                event = self.stream.recv(), if room => {
+                    match event.map_err(source::classify_wire)? {
+                        Some(event) => self.on_event(event, router).await?,
+                        None => return Err(Error::transient_msg("the replication stream ended")),
+                    }
+                }
+            }
+            self.report_progress();
+        }
+    }
+
+    fn report_progress(&mut self) {
+        let confirmed = self.frontier.confirmed();
+        if confirmed > self.reported {
+            self.stream.update_applied_lsn(WireLsn(confirmed));
+            self.reported = confirmed;
+        }
+    }
+
+    fn on_report(&mut self, report: Option<Report>) -> Result<()> {
+        match report {
+            Some(Report::Delivered { seq, .. }) => {
+                self.frontier.ack(seq);
+                Ok(())
+            }
+            // Never skipped: the session ends, confirming only the acked prefix, and the next one
+            // replays from there.
+            Some(Report::Failed { seq, error }) => Err(Error::transient(
+                format!("kafka did not acknowledge record #{seq}"),
+                error,
+            )),
+            Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
+                "the kafka producer hit a fatal error and must be rebuilt: {reason}"
+            ))),
+            None => Err(Error::transient_msg("the kafka producer went away")),
+        }
+    }
+
+    async fn on_event(&mut self, event: ReplicationEvent, router: &mut Router) -> Result<()> {
+        match event {
+            ReplicationEvent::Begin { final_lsn, .. } => {
+                self.in_txn = true;
+                self.change_lsn = final_lsn.0;
+            }
+            ReplicationEvent::XLogData { wal_start, data, .. } => {
+                if wal_start.0 != 0 {
+                    self.change_lsn = wal_start.0;
+                }
+                let message = pgoutput::decode(&data).map_err(|e| {
+                    Error::transient(format!("undecodable pgoutput message near LSN {}", fmt_lsn(self.change_lsn)), e)
+                })?;
+                self.on_message(message, router).await?;
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                self.in_txn = false;
+                self.frontier.commit(end_lsn.0);
+                tracing::debug!(end_lsn = %fmt_lsn(end_lsn.0), inflight = self.frontier.inflight_records(), "transaction read");
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                if !self.in_txn {
+                    self.frontier.idle(wal_end.0);
+                }
+            }
+            // Logical decoding messages are not outbox rows; nothing to publish.
+            ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn on_message(&mut self, message: Message, router: &mut Router) -> Result<()> {
+        match message {
+            Message::Relation(rel) => {
+                let outbox = &self.config.outbox;
+                let state = if rel.namespace == outbox.schema && rel.name == outbox.table {
+                    let columns = source::not_null_columns(&self.control, rel.id).await?;
+                    let not_null: Vec<bool> = rel
+                        .columns
+                        .iter()
+                        .map(|c| columns.iter().any(|(name, nn)| *nn && name == &c.name))
+                        .collect();
+                    let binding = router.bind(&rel, &not_null).map_err(|e| {
+                        Error::definite_with(
+                            format!("the outbox table {}.{} no longer has the columns the router needs", outbox.schema, outbox.table),
+                            "restore the columns, or change the [router] column options to match the table",
+                            e,
+                        )
+                    })?;
+                    RelationState::Outbox(binding)
+                } else {
+                    RelationState::Other
+                };
+                self.relations.insert(rel.id, state);
+            }
+            Message::Insert(insert) => {
+                let binding = match self.relations.get(&insert.relation_id) {
+                    Some(RelationState::Outbox(b)) => b,
+                    Some(RelationState::Other) => return Ok(()),
+                    None => {
+                        return Err(Error::transient_msg(format!(
+                            "INSERT for relation {} arrived before its Relation message", insert.relation_id
+                        )))
+                    }
+                };
+                let record = router.route(binding, &insert.new).map_err(|e| {
+                    Error::definite_with(
+                        format!("outbox row at LSN {} cannot be turned into a record", fmt_lsn(self.change_lsn)),
+                        "fix or remove the row's cause (see the reason) and restart; nothing after it was confirmed",
+                        e,
+                    )
+                })?;
+                self.publish(record).await?;
+            }
+            Message::Update(update) => {
+                if matches!(self.relations.get(&update.relation_id), Some(RelationState::Outbox(_))) {
+                    self.on_update()?;
+                }
+            }
+            // DELETEs of outbox rows are the usual clean-up and are dropped, as Debezium does.
+            Message::Delete(_) | Message::Truncate(_) | Message::Type(_) | Message::Origin(_) => {}
+            Message::Begin(_) | Message::Commit(_) | Message::LogicalMessage(_) => {}
+        }
+        Ok(())
+    }
+
+    fn on_update(&self) -> Result<()> {
+        let lsn = fmt_lsn(self.change_lsn);
+        match self.config.router.invalid_op_behavior() {
+            InvalidOpBehavior::Warn => {
+                tracing::warn!(%lsn, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = warn)")
+            }
+            InvalidOpBehavior::Error => {
+                tracing::error!(%lsn, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = error)")
+            }
+            InvalidOpBehavior::Fatal => {
+                return Err(Error::definite(
+                    format!("UPDATE of an outbox row at LSN {lsn} (table.op.invalid.behavior = fatal)"),
+                    "outbox rows must only be inserted; find the writer that updates them",
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    async fn publish(&mut self, record: Record) -> Result<()> {
+        let bytes = record.key.as_ref().map_or(0, |k| k.len())
+            + record.value.as_ref().map_or(0, |v| v.len())
+            + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let seq = self.frontier.sent(bytes);
+        loop {
+            match self.publisher.send(&record, seq) {
+                Ok(()) => return Ok(()),
+                // librdkafka's own queue is full: wait for a delivery report, then retry.
+                Err(SendError::QueueFull) => {
+                    let report = self.reports.recv().await;
+                    self.on_report(report)?;
+                }
+                Err(SendError::Rejected(e)) => {
+                    return Err(Error::definite_with(
+                        format!(
+                            "kafka refused the record of outbox row {} at LSN {} (topic {})",
+                            record.event_id,
+                            fmt_lsn(self.change_lsn),
+                            record.topic
+                        ),
+                        "check the topic exists and the record fits the producer's message.max.bytes; nothing after this row was confirmed",
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix.
+    async fn stop(&mut self) -> Result<Outcome> {
+        let grace = self.config.limits.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.frontier.unacked() > 0 {
+            tokio::select! {
+                report = self.reports.recv() => {
+                    if let Err(e) = self.on_report(report) {
+                        tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed");
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(unacked = self.frontier.unacked(), "shutdown grace period over; unacknowledged records will be replayed");
+                    break;
+                }
+            }
+        }
+        self.report_progress();
+        let target = self.frontier.confirmed();
+        self.confirm_on_server(target).await;
+        tracing::info!(confirmed_lsn = %fmt_lsn(target), "stopped");
+        Ok(Outcome::Stopped { confirmed: target })
+    }
+
+    /// Makes sure the server holds `target` before the process exits: the replication client
+    /// sends it within one status interval; if the stream closes first, advance the slot.
+    async fn confirm_on_server(&mut self, target: Lsn) {
+        let slot = self.config.source.slot.as_str();
+        let control = &self.control;
+        let wait = self.config.source.status_interval * 2 + Duration::from_millis(500);
+        let reached = poll_until(wait, || async move {
+            matches!(source::slot_confirmed(control, slot).await, Ok(Some((lsn, _))) if lsn >= target)
+        })
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.stream.shutdown()).await;
+        if reached {
+            return;
+        }
+        let control = &self.control;
+        let inactive = poll_until(Duration::from_secs(5), || async move {
+            matches!(source::slot_confirmed(control, slot).await, Ok(Some((_, false))))
+        })
+        .await;
+        if inactive {
+            if let Err(e) = source::advance_slot(control, slot, target).await {
+                tracing::warn!(error = %e.chain(), "could not confirm the final position; a restart will replay from the previous one");
+            }
+        }
+    }
+}
+
+/// Polls `check` every 50 ms until it holds or `within` has passed.
+async fn poll_until<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,42 @@
+//! The command line: bad configuration is refused at start-up, naming the key and the fix.
+
+use std::process::Command;
+
+fn run_with_config(text: &str) -> (Option<i32>, String) {
+    let dir = crate::support::scratch_dir("cli");
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(crate::support::relay::walrelay_bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+const BASE: &str = "[source]\nurl = \"postgres://walrelay:hunter2@127.0.0.1:1/app\"\n[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n";
+
+#[test]
+fn unknown_router_key_is_refused_with_its_name() {
+    let (code, err) = run_with_config(&format!("{BASE}[router]\n\"route.topic.replacment\" = \"x\"\n"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("route.topic.replacment"), "{err}");
+}
+
+#[test]
+fn unsafe_acks_setting_is_refused_and_the_password_is_not_printed() {
+    let (code, err) = run_with_config(&format!("{BASE}acks = 1\n"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("acks") && err.contains("remove the key"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn missing_config_file_is_reported_with_its_path() {
+    let out = Command::new(crate::support::relay::walrelay_bin())
+        .args(["run", "--config", "/nonexistent/walrelay.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/walrelay.toml"));
+}

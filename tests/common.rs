@@ -1,0 +1,114 @@
+//! What most relay tests share: a database with an outbox table, unique slot, publication and
+//! topic names, and the walrelay.toml that ties them to the shared broker.
+
+use std::time::Duration;
+
+use crate::support::kafka::{self, Consumed};
+use crate::support::postgres::TestDb;
+use crate::support::relay::RelayProcess;
+use crate::support::{services, unique};
+
+pub struct Setup {
+    pub db: TestDb,
+    pub slot: String,
+    pub publication: String,
+    /// Prepended to every topic this test's relay writes, so tests never share a topic.
+    pub topic_prefix: String,
+}
+
+impl Setup {
+    pub async fn new(name: &str) -> Setup {
+        let db = services().pg.create_database(name).await;
+        db.create_outbox("outbox").await;
+        Setup {
+            db,
+            slot: unique(&format!("{name}_slot")),
+            publication: unique(&format!("{name}_pub")),
+            topic_prefix: unique(name),
+        }
+    }
+
+    /// The topic that rows of `aggregate_type` go to under the default replacement.
+    pub fn topic(&self, aggregate_type: &str) -> String {
+        format!("{}.outbox.event.{aggregate_type}", self.topic_prefix)
+    }
+
+    /// A relay configuration; `router` and `kafka` are extra lines for those sections,
+    /// `extra` whole extra sections.
+    pub fn config_with(&self, router: &str, kafka: &str, extra: &str) -> String {
+        self.config_for_bootstrap(services().broker.bootstrap(), router, kafka, extra)
+    }
+
+    pub fn config(&self) -> String {
+        self.config_with("", "", "")
+    }
+
+    pub fn config_for_bootstrap(&self, bootstrap: &str, router: &str, kafka: &str, extra: &str) -> String {
+        let router = if router.contains("route.topic.replacement") {
+            router.to_string()
+        } else {
+            format!(
+                "\"route.topic.replacement\" = \"{}.outbox.event.${{routedByValue}}\"\n{router}",
+                self.topic_prefix
+            )
+        };
+        format!(
+            r#"
+[source]
+url = "{url}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval_ms = 200
+
+[outbox]
+table = "public.outbox"
+
+[router]
+{router}
+
+[kafka]
+"bootstrap.servers" = "{bootstrap}"
+"linger.ms" = 5
+{kafka}
+
+{extra}
+"#,
+            url = self.db.url,
+            slot = self.slot,
+            publication = self.publication,
+        )
+    }
+
+    pub fn start_relay(&self) -> RelayProcess {
+        RelayProcess::start(&self.config())
+    }
+
+    /// Waits until the relay's walsender streams from the slot.
+    pub async fn wait_streaming(&self, relay: &mut RelayProcess) {
+        let (db, slot) = (&self.db, self.slot.as_str());
+        let ok = crate::support::wait_until("relay streams from its slot", Duration::from_secs(30), || async move {
+            db.slot_active(slot).await == Some(true)
+        })
+        .await;
+        assert!(ok, "relay never started streaming; its log:\n{}", relay.log());
+    }
+
+    /// Inserts `n` rows of `aggregate_type`, one transaction each; returns their ids in order.
+    pub async fn insert_events(&self, aggregate_type: &str, aggregate_id: &str, n: usize) -> Vec<String> {
+        let mut ids = Vec::with_capacity(n);
+        for i in 0..n {
+            let payload = format!("{{\"n\": {i}}}");
+            ids.push(self.db.insert_outbox("outbox", aggregate_type, aggregate_id, "Tested", Some(&payload)).await);
+        }
+        ids
+    }
+
+    pub async fn read(&self, aggregate_type: &str, expected: usize) -> Vec<Consumed> {
+        kafka::consume(services().broker.bootstrap(), &self.topic(aggregate_type), expected, Duration::from_secs(60)).await
+    }
+}
+
+/// The `id` header of each record, in order.
+pub fn ids(records: &[Consumed]) -> Vec<String> {
+    records.iter().map(|r| r.header_str("id").unwrap_or("<no id header>").to_string()).collect()
+}

@@ -1,0 +1,228 @@
+//! Smoke tests of the test harness itself (tests/support).
+
+use crate::support::{
+    self, consume, consume_topics, create_topic, produce, services, unique, wait_until,
+};
+use std::collections::HashSet;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_starts_with_logical_wal_level() {
+    let pg = &services().pg;
+    let db = pg.create_database("smoke").await;
+    assert_eq!(db.url, format!("postgres://postgres@127.0.0.1:{}/{}", pg.port(), db.name));
+    let client = db.connect().await;
+    for (setting, want) in [
+        ("wal_level", "logical"),
+        ("max_replication_slots", "40"),
+        ("max_wal_senders", "40"),
+        ("wal_sender_timeout", "10s"),
+        ("fsync", "off"),
+        ("max_connections", "200"),
+        ("shared_preload_libraries", "pg_stat_statements"),
+    ] {
+        let row = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), want, "setting {setting}");
+    }
+
+    db.create_outbox("outbox").await;
+    let slot = unique("smoke_slot");
+    let publication = unique("smoke_pub");
+    db.execute(&format!("CREATE PUBLICATION {publication} FOR TABLE outbox")).await;
+    client
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    assert_eq!(db.slot_active(&slot).await, Some(false));
+    assert!(db.confirmed_flush_lsn(&slot).await.is_some());
+    assert_eq!(db.slot_lag_bytes("no_such_slot").await, None);
+    assert_eq!(db.confirmed_flush_lsn("no_such_slot").await, None);
+
+    let id =
+        db.insert_outbox("outbox", "order", "42", "OrderCreated", Some(r#"{"total": 1}"#)).await;
+    // synchronous_commit=off: the commit reaches pg_current_wal_lsn() once the WAL writer
+    // has written it (wal_writer_delay), so poll.
+    assert!(
+        wait_until("slot lag > 0 after an insert", Duration::from_secs(10), || async {
+            db.slot_lag_bytes(&slot).await.expect("slot lag") > 0
+        })
+        .await
+    );
+
+    // pgoutput decodes the insert (begin, relation, insert, commit).
+    let changes: i64 = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
+                 'proto_version', '1', 'publication_names', '{publication}')"
+            ),
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(changes >= 3, "pgoutput messages: {changes}");
+    let row = client
+        .query_one(
+            "SELECT aggregateid, payload::text FROM outbox WHERE id = $1::text::uuid",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "42");
+    assert_eq!(row.get::<_, String>(1), r#"{"total": 1}"#);
+    client.execute("SELECT pg_drop_replication_slot($1)", &[&slot]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_round_trips_a_record_with_headers() {
+    let bootstrap = services().broker.bootstrap();
+    let topic = unique("smoke_topic");
+    create_topic(bootstrap, &topic, 1).await;
+    create_topic(bootstrap, &topic, 1).await; // "already exists" is tolerated
+    let headers: [(&str, Option<&[u8]>); 4] = [
+        ("id", Some(b"7f0c".as_slice())),
+        ("empty", Some(b"".as_slice())),
+        ("null", None),
+        ("id", Some(b"second".as_slice())),
+    ];
+    let (partition, offset) =
+        produce(bootstrap, &topic, None, Some(b"order-42"), Some(br#"{"a":1}"#), &headers).await;
+    assert_eq!((partition, offset), (0, 0));
+    produce(bootstrap, &topic, None, Some(b"tomb"), None, &[]).await;
+
+    let got = consume(bootstrap, &topic, 2, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let r = &got[0];
+    assert_eq!((r.topic.as_str(), r.partition, r.offset), (topic.as_str(), 0, 0));
+    assert_eq!(r.key.as_deref(), Some(b"order-42".as_slice()));
+    assert_eq!(r.value_json(), Some(serde_json::json!({"a": 1})));
+    let want: Vec<(String, Option<Vec<u8>>)> =
+        headers.iter().map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec))).collect();
+    assert_eq!(r.headers, want);
+    assert_eq!(r.header("id"), Some(b"7f0c".as_slice()));
+    assert_eq!(r.header("empty"), Some(b"".as_slice()));
+    assert_eq!(r.header("null"), None);
+    assert_eq!(r.header("missing"), None);
+    assert!(r.timestamp_ms.is_some_and(|t| t > 1_600_000_000_000), "{:?}", r.timestamp_ms);
+    let t = &got[1];
+    assert_eq!((t.offset, t.key_str(), t.value.as_deref()), (1, Some("tomb"), None));
+    assert!(t.headers.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_counts_records_across_partitions_and_topics() {
+    let bootstrap = services().broker.bootstrap();
+    let a = unique("smoke_multi_a");
+    let b = unique("smoke_multi_b");
+    create_topic(bootstrap, &a, 4).await;
+    create_topic(bootstrap, &b, 2).await;
+    for i in 0..40 {
+        let key = format!("key-{}", i % 7);
+        let value = format!("{i}");
+        produce(bootstrap, &a, None, Some(key.as_bytes()), Some(value.as_bytes()), &[]).await;
+    }
+    for i in 0..5 {
+        produce(bootstrap, &b, Some(i % 2), None, Some(b"x"), &[]).await;
+    }
+    let got = consume(bootstrap, &a, 40, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 40);
+    let partitions: HashSet<i32> = got.iter().map(|r| r.partition).collect();
+    assert!(
+        partitions.len() > 1 && partitions.iter().all(|p| (0..4).contains(p)),
+        "{partitions:?}"
+    );
+    // ordered by (partition, offset), offsets 0.. without gaps per partition, key order kept
+    for p in &partitions {
+        let offsets: Vec<i64> =
+            got.iter().filter(|r| r.partition == *p).map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..offsets.len() as i64).collect::<Vec<_>>(), "partition {p}");
+    }
+    for k in 0..7 {
+        let key = format!("key-{k}");
+        let values: Vec<i32> = got
+            .iter()
+            .filter(|r| r.key_str() == Some(key.as_str()))
+            .map(|r| r.value_str().unwrap().parse().unwrap())
+            .collect();
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "{key}: {values:?}");
+    }
+
+    let both = consume_topics(bootstrap, &[&b, &a], 45, Duration::from_secs(30)).await;
+    assert_eq!(both.len(), 45);
+    assert!(both[..5].iter().all(|r| r.topic == b) && both[5..].iter().all(|r| r.topic == a));
+
+    // Asking for more than there is returns what there is once the deadline passes.
+    let extra = consume(bootstrap, &b, 6, Duration::from_secs(2)).await;
+    assert_eq!(extra.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_names_and_wait_until() {
+    let names: Vec<String> = (0..100).map(|_| unique("Smoke-Name.X")).collect();
+    assert_eq!(names.iter().collect::<HashSet<_>>().len(), 100);
+    let pid = std::process::id().to_string();
+    for n in &names {
+        assert!(n.starts_with("smoke_name_x_"), "{n}");
+        assert!(n.contains(&pid), "{n}");
+        assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{n}");
+    }
+    let mut calls = 0;
+    assert!(
+        wait_until("third call", Duration::from_secs(5), || {
+            calls += 1;
+            let done = calls >= 3;
+            async move { done }
+        })
+        .await
+    );
+    let start = std::time::Instant::now();
+    assert!(!wait_until("never", Duration::from_millis(200), || async { false }).await);
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    assert!(support::scratch_root().is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_process_controls_a_stand_in_child() {
+    // The real binary is tested elsewhere; this checks the process plumbing only.
+    let dir = support::scratch_dir("fake_relay");
+    let fake = dir.join("fake-walrelay");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n\
+         echo \"args: $*\"; echo \"log=$RUST_LOG\" >&2; cat \"$3\"\n\
+         [ \"$4\" = exit7 ] && exit 7\n\
+         trap 'echo got TERM; exit 3' TERM\n\
+         while :; do sleep 0.05; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let mut relay = support::RelayProcess::start_program(&fake, "[source]\nx = 1\n", &[], &[]);
+    assert!(relay.wait_for_log("x = 1", Duration::from_secs(10)).await, "{}", relay.log());
+    assert!(relay.is_running());
+    let log = relay.log();
+    assert!(log.contains("args: run --config /"), "{log}");
+    assert!(log.contains("log=walrelay=debug,info"), "{log}");
+    assert_eq!(relay.terminate(), Some(3));
+    assert!(!relay.is_running());
+    assert!(relay.log().contains("got TERM"));
+
+    let mut relay = support::RelayProcess::start_program(&fake, "", &[], &[]);
+    relay.kill();
+    assert!(!relay.is_running());
+    assert_eq!(relay.wait_exit(Duration::ZERO), Some(128 + 9));
+
+    let mut relay = support::RelayProcess::start_program(&fake, "", &["exit7"], &[]);
+    assert_eq!(relay.wait_exit(Duration::from_secs(10)), Some(7));
+    drop(relay);
+
+    let mut relay = support::RelayProcess::start_program(&fake, "", &[], &[]);
+    assert_eq!(relay.wait_exit(Duration::from_millis(200)), None);
+    let pid = relay.pid();
+    drop(relay); // SIGKILLs it
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}

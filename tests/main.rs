@@ -1,0 +1,13 @@
+//! The single integration-test binary: one PostgreSQL + one broker per process, shared by all
+//! test modules (see tests/support). Add test modules below.
+
+mod support;
+
+mod harness_smoke;
+mod common;
+
+mod cli;
+mod database;
+mod delivery;
+mod durability;
+mod goldens;

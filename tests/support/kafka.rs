@@ -1,0 +1,261 @@
+//! Kafka client helpers for tests (rdkafka / librdkafka).
+//!
+//! Reading uses `assign()` from offset 0 on every partition, never consumer groups (a classic
+//! JoinGroup on tansu waits session.timeout.ms/2), and counts records instead of trusting the
+//! memory engine's (wrong) high watermarks.
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One record read back from the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    /// In record order; a name may repeat; `None` is a null header value.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Consumed {
+    /// The value of the first header called `name` (None if absent or null).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(k, _)| k == name).and_then(|(_, v)| v.as_deref())
+    }
+
+    /// The first header called `name` as UTF-8 text.
+    pub fn header_str(&self, name: &str) -> Option<&str> {
+        self.header(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    pub fn key_str(&self) -> Option<&str> {
+        self.key.as_deref().and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    pub fn value_str(&self) -> Option<&str> {
+        self.value.as_deref().and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The value parsed as JSON (panics if it is not JSON; None for a null value/tombstone).
+    pub fn value_json(&self) -> Option<serde_json::Value> {
+        self.value.as_deref().map(|v| {
+            serde_json::from_slice(v).unwrap_or_else(|e| {
+                panic!(
+                    "value of {}/{}@{} is not JSON ({e}): {}",
+                    self.topic,
+                    self.partition,
+                    self.offset,
+                    String::from_utf8_lossy(v)
+                )
+            })
+        })
+    }
+}
+
+fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap).set("broker.address.family", "v4").set("log_level", "4");
+    c
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1). "Already exists" is fine
+/// (on tansu's memory engine any metadata request naming a topic creates it with 4
+/// partitions, so create topics before anything else touches them).
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap)
+        .create()
+        .unwrap_or_else(|e| panic!("create admin client for {bootstrap}: {e}"));
+    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .create_topics([&new_topic], &opts)
+        .await
+        .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => panic!("create topic {name}: {code}"),
+        }
+    }
+}
+
+/// One idempotent acks=all producer per bootstrap address, shared by the whole process
+/// (creating one costs a broker round trip for the producer id).
+pub fn producer_for(bootstrap: &str) -> FutureProducer {
+    static PRODUCERS: OnceLock<Mutex<HashMap<String, FutureProducer>>> = OnceLock::new();
+    let mut map = PRODUCERS.get_or_init(Default::default).lock().unwrap();
+    map.entry(bootstrap.to_string())
+        .or_insert_with(|| {
+            client_config(bootstrap)
+                .set("acks", "all")
+                .set("enable.idempotence", "true")
+                .set("linger.ms", "0")
+                .set("message.timeout.ms", "15000")
+                .create()
+                .unwrap_or_else(|e| panic!("create producer for {bootstrap}: {e}"))
+        })
+        .clone()
+}
+
+/// Produces one record (acks=all, idempotent) and returns its (partition, offset).
+/// `partition: None` lets the partitioner choose (by key).
+pub async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partition: Option<i32>,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, Option<&[u8]>)],
+) -> (i32, i64) {
+    let producer = producer_for(bootstrap);
+    let mut hs = OwnedHeaders::new_with_capacity(headers.len());
+    for (k, v) in headers {
+        hs = hs.insert(Header { key: k, value: *v });
+    }
+    let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(hs);
+    if let Some(p) = partition {
+        record = record.partition(p);
+    }
+    if let Some(k) = key {
+        record = record.key(k);
+    }
+    if let Some(v) = value {
+        record = record.payload(v);
+    }
+    match producer.send(record, Duration::from_secs(15)).await {
+        Ok(d) => (d.partition, d.offset),
+        Err((e, _)) => panic!("produce to {topic}: {e}"),
+    }
+}
+
+/// Reads `topic` from offset 0 on every partition with assign() until `expected` records
+/// arrived or `deadline` passed; returns what it got, ordered by (partition, offset).
+pub async fn consume(
+    bootstrap: &str,
+    topic: &str,
+    expected: usize,
+    deadline: Duration,
+) -> Vec<Consumed> {
+    consume_topics(bootstrap, &[topic], expected, deadline).await
+}
+
+/// Like [`consume`] for several topics together: stops at `expected` records in all;
+/// ordered by (position of the topic in `topics`, partition, offset).
+///
+/// Waits (within the deadline) for the topics to appear in the broker's metadata rather than
+/// naming them in a metadata request, which would create them on tansu's memory engine.
+pub async fn consume_topics(
+    bootstrap: &str,
+    topics: &[&str],
+    expected: usize,
+    deadline: Duration,
+) -> Vec<Consumed> {
+    let start = Instant::now();
+    let consumer: Arc<StreamConsumer> = client_config(bootstrap)
+        .set("group.id", super::unique("walrelay_test_reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .map(Arc::new)
+        .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"));
+
+    // Partitions per topic, from all-topics metadata.
+    let mut partitions: HashMap<String, Vec<i32>> = HashMap::new();
+    loop {
+        let remaining = deadline.saturating_sub(start.elapsed());
+        let timeout = remaining.clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let c = Arc::clone(&consumer);
+        // fetch_metadata blocks: keep it off the runtime's threads.
+        let md = tokio::task::spawn_blocking(move || c.client().fetch_metadata(None, timeout))
+            .await
+            .expect("metadata task");
+        if let Ok(md) = md {
+            for t in md.topics() {
+                if topics.contains(&t.name()) && !t.partitions().is_empty() {
+                    partitions.insert(
+                        t.name().to_string(),
+                        t.partitions().iter().map(|p| p.id()).collect(),
+                    );
+                }
+            }
+        }
+        if topics.iter().all(|t| partitions.contains_key(*t)) || start.elapsed() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let missing: Vec<&str> =
+        topics.iter().copied().filter(|t| !partitions.contains_key(*t)).collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "[support] consume: topics not found in metadata within {deadline:?}: {missing:?}"
+        );
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (topic, ps) in &partitions {
+        for p in ps {
+            tpl.add_partition_offset(topic, *p, Offset::Offset(0)).expect("add partition");
+        }
+    }
+    let mut out: Vec<Consumed> = Vec::new();
+    if tpl.count() == 0 {
+        return out;
+    }
+    consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topics:?}: {e}"));
+
+    while out.len() < expected {
+        let remaining = deadline.saturating_sub(start.elapsed());
+        if remaining.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(remaining, consumer.recv()).await {
+            Err(_) => break,
+            Ok(Err(e)) => {
+                eprintln!("[support] consume {topics:?}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Ok(m)) => out.push(Consumed {
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+                headers: m
+                    .headers()
+                    .map(|hs| {
+                        hs.iter()
+                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                timestamp_ms: m.timestamp().to_millis(),
+            }),
+        }
+    }
+    if out.len() < expected {
+        eprintln!(
+            "[support] consume {topics:?}: got {} of {expected} records within {deadline:?}",
+            out.len()
+        );
+    }
+    let rank = |t: &str| topics.iter().position(|x| *x == t).unwrap_or(usize::MAX);
+    out.sort_by(|a, b| {
+        (rank(&a.topic), a.partition, a.offset).cmp(&(rank(&b.topic), b.partition, b.offset))
+    });
+    out
+}

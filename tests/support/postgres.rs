@@ -1,0 +1,418 @@
+//! A throw-away PostgreSQL instance (initdb into the scratch dir, wal_level=logical).
+//!
+//! One instance per test process; each test makes its own database with
+//! [`Postgres::create_database`] and its own slot / publication names with `unique()`.
+
+use super::{free_port, is_root, tail_file};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+use tokio_postgres::{Client, NoTls};
+
+/// Settings appended to postgresql.conf (plus listen/socket settings and, when the library is
+/// there, `shared_preload_libraries = 'pg_stat_statements'`).
+const SETTINGS: &[(&str, &str)] = &[
+    ("wal_level", "logical"),
+    ("max_wal_senders", "40"),
+    ("max_replication_slots", "40"),
+    ("wal_sender_timeout", "'10s'"),
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+    ("max_connections", "200"),
+    ("track_counts", "on"),
+    ("max_wal_size", "'1GB'"),
+];
+
+pub struct Postgres {
+    port: u16,
+    bin_dir: PathBuf,
+    dir: PathBuf,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    /// Running as root: the server programs run as the `postgres` OS user via runuser.
+    as_postgres_user: bool,
+}
+
+/// A database of its own for one test.
+pub struct TestDb {
+    pub name: String,
+    /// `postgres://postgres@127.0.0.1:PORT/NAME`
+    pub url: String,
+}
+
+const MISSING_HINT: &str = "run scripts/install-test-deps.sh (or set PG_BIN_DIR to a directory holding initdb, pg_ctl and postgres)";
+
+/// PostgreSQL server binaries: `PG_BIN_DIR`, else the highest `/usr/lib/postgresql/*/bin`,
+/// else `pg_config --bindir`.
+pub fn find_bin_dir() -> Result<PathBuf, String> {
+    let complete = |d: &Path| ["initdb", "pg_ctl", "postgres"].iter().all(|p| d.join(p).is_file());
+    if let Some(d) = std::env::var_os("PG_BIN_DIR").filter(|v| !v.is_empty()) {
+        let d = PathBuf::from(d);
+        return if complete(&d) {
+            Ok(d)
+        } else {
+            Err(format!(
+                "PG_BIN_DIR={} does not contain initdb, pg_ctl and postgres; {MISSING_HINT}",
+                d.display()
+            ))
+        };
+    }
+    let mut candidates: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version: Vec<u32> = e
+                .file_name()
+                .to_str()?
+                .split('.')
+                .map(|p| p.parse().ok())
+                .collect::<Option<_>>()?;
+            let bin = e.path().join("bin");
+            complete(&bin).then_some((version, bin))
+        })
+        .collect();
+    candidates.sort();
+    if let Some((_, bin)) = candidates.pop() {
+        return Ok(bin);
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let d = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && complete(&d) {
+            return Ok(d);
+        }
+    }
+    Err(format!(
+        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in PG_BIN_DIR, /usr/lib/postgresql/*/bin or `pg_config --bindir`; {MISSING_HINT}"
+    ))
+}
+
+fn output_text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+impl Postgres {
+    /// initdb into `dir/data` and start the server on a free port (blocking).
+    pub fn start(dir: &Path) -> Result<Postgres, String> {
+        let started = Instant::now();
+        let bin_dir = find_bin_dir()?;
+        let as_postgres_user = is_root();
+        if as_postgres_user {
+            let ok = Command::new("id")
+                .arg("postgres")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                return Err(format!(
+                    "running as root, but there is no `postgres` OS user to run initdb as (initdb refuses root); {MISSING_HINT}"
+                ));
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        // Read by the cleanup script (it needs pg_ctl).
+        let _ = std::fs::write(dir.join("bin_dir"), bin_dir.display().to_string());
+        let pg = Postgres {
+            port: 0,
+            bin_dir,
+            dir: dir.to_path_buf(),
+            data_dir: dir.join("data"),
+            log_path: dir.join("postgres.log"),
+            as_postgres_user,
+        };
+        if as_postgres_user {
+            let out = Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(dir)
+                .output()
+                .map_err(|e| format!("chown: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("chown -R postgres {}: {}", dir.display(), output_text(&out)));
+            }
+        }
+
+        let out = pg
+            .command("initdb")
+            .arg("-D")
+            .arg(&pg.data_dir)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+            .output()
+            .map_err(|e| format!("run initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("initdb failed:\n{}", output_text(&out)));
+        }
+
+        let mut conf = String::from("\n# walrelay test harness\n");
+        conf += "listen_addresses = '127.0.0.1'\n";
+        conf += &format!("unix_socket_directories = '{}'\n", pg.dir.display());
+        for (k, v) in SETTINGS {
+            conf += &format!("{k} = {v}\n");
+        }
+        if pg.has_library("pg_stat_statements") {
+            conf += "shared_preload_libraries = 'pg_stat_statements'\n";
+        } else {
+            eprintln!(
+                "[support] warning: pg_stat_statements not found next to {}; not preloading it",
+                pg.bin_dir.display()
+            );
+        }
+        append(&pg.data_dir.join("postgresql.conf"), &conf)?;
+        std::fs::write(
+            pg.data_dir.join("pg_hba.conf"),
+            "local all all trust\n\
+             local replication all trust\n\
+             host all all 127.0.0.1/32 trust\n\
+             host replication all 127.0.0.1/32 trust\n",
+        )
+        .map_err(|e| format!("write pg_hba.conf: {e}"))?;
+
+        // The port was free when picked; another process may grab it first, so retry.
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let out = pg
+                .command("pg_ctl")
+                .arg("-D")
+                .arg(&pg.data_dir)
+                .arg("-l")
+                .arg(&pg.log_path)
+                .args(["-w", "-t", "60", "-s", "-o"])
+                .arg(format!("-p {port}"))
+                .arg("start")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("run pg_ctl: {e}"))?;
+            if out.status.success() {
+                eprintln!(
+                    "[support] postgres started on 127.0.0.1:{port} in {:.1?}",
+                    started.elapsed()
+                );
+                return Ok(Postgres { port, ..pg });
+            }
+            let log = tail_file(&pg.log_path, 30);
+            last_err = format!(
+                "pg_ctl start failed:\n{}\n--- {} ---\n{log}",
+                output_text(&out),
+                pg.log_path.display()
+            );
+            if !log.contains("could not bind") && !log.contains("already in use") {
+                break;
+            }
+        }
+        Err(last_err)
+    }
+
+    fn has_library(&self, name: &str) -> bool {
+        let file = format!("{name}.so");
+        let base = self.bin_dir.parent().unwrap_or(&self.bin_dir);
+        if [base.join("lib"), base.join("lib/postgresql")].iter().any(|d| d.join(&file).is_file()) {
+            return true;
+        }
+        Command::new(self.bin_dir.join("pg_config"))
+            .arg("--pkglibdir")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .is_some_and(|o| {
+                Path::new(String::from_utf8_lossy(&o.stdout).trim()).join(&file).is_file()
+            })
+    }
+
+    /// A command for one of the server's programs (`initdb`, `pg_ctl`, `psql`, `pg_dump`, ...),
+    /// run as the `postgres` OS user when the tests run as root; PG* variables removed.
+    pub fn command(&self, program: &str) -> Command {
+        let exe = self.bin_dir.join(program);
+        let mut cmd = if self.as_postgres_user {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        cmd.current_dir(&self.dir);
+        for var in [
+            "PGDATA",
+            "PGPORT",
+            "PGHOST",
+            "PGHOSTADDR",
+            "PGUSER",
+            "PGDATABASE",
+            "PGPASSWORD",
+            "PGSERVICE",
+            "PGOPTIONS",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Directory holding the unix socket (and the data dir and server log).
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read(&self.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/DB`
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A superuser connection to database `db` (connection task spawned on the current runtime).
+    pub async fn connect_to(&self, db: &str) -> Client {
+        connect_url(&self.url(db)).await
+    }
+
+    /// `CREATE DATABASE <unique(prefix)>`.
+    pub async fn create_database(&self, prefix: &str) -> TestDb {
+        let name = super::unique(prefix);
+        let admin = self.connect_to("postgres").await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        TestDb { url: self.url(&name), name }
+    }
+}
+
+fn append(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("append to {}: {e}", path.display()))
+}
+
+async fn connect_url(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            eprintln!("[support] postgres connection error: {e}");
+        }
+    });
+    client
+}
+
+impl TestDb {
+    /// A new superuser connection (its connection task is spawned on the current runtime).
+    pub async fn connect(&self) -> Client {
+        connect_url(&self.url).await
+    }
+
+    /// Runs one or more SQL statements (simple query protocol), panicking on error.
+    pub async fn execute(&self, sql: &str) {
+        self.connect()
+            .await
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("SQL failed on {}: {e}\n{sql}", self.name));
+    }
+
+    /// Creates Debezium's outbox table `table` (may be schema-qualified; the schema is created
+    /// when missing).
+    pub async fn create_outbox(&self, table: &str) {
+        let mut sql = String::new();
+        if let Some((schema, _)) = table.rsplit_once('.') {
+            sql += &format!("CREATE SCHEMA IF NOT EXISTS {schema};\n");
+        }
+        sql += &format!(
+            "CREATE TABLE {table} (\n\
+             \x20 id uuid PRIMARY KEY,\n\
+             \x20 aggregatetype varchar(255) NOT NULL,\n\
+             \x20 aggregateid varchar(255) NOT NULL,\n\
+             \x20 type varchar(255) NOT NULL,\n\
+             \x20 payload jsonb,\n\
+             \x20 created_at timestamptz NOT NULL DEFAULT now()\n\
+             );"
+        );
+        self.execute(&sql).await;
+    }
+
+    /// Inserts one outbox row with a random id (returned, as text). `payload` is JSON text or
+    /// None for SQL NULL.
+    pub async fn insert_outbox(
+        &self,
+        table: &str,
+        aggregatetype: &str,
+        aggregateid: &str,
+        event_type: &str,
+        payload: Option<&str>,
+    ) -> String {
+        let client = self.connect().await;
+        let row = client
+            .query_one(
+                &format!(
+                    "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) \
+                     VALUES (gen_random_uuid(), $1, $2, $3, $4::text::jsonb) RETURNING id::text"
+                ),
+                &[&aggregatetype, &aggregateid, &event_type, &payload],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("insert into {table}: {e}"));
+        row.get(0)
+    }
+
+    /// `pg_current_wal_lsn() - confirmed_flush_lsn` of the slot, in bytes (None: no such slot,
+    /// or it has no confirmed_flush_lsn).
+    pub async fn slot_lag_bytes(&self, slot: &str) -> Option<i64> {
+        let client = self.connect().await;
+        client
+            .query_opt(
+                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint \
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("query slot {slot}: {e}"))
+            .and_then(|row| row.get::<_, Option<i64>>(0))
+    }
+
+    /// The slot's confirmed_flush_lsn as text (`0/16B3748`), None if there is no such slot.
+    pub async fn confirmed_flush_lsn(&self, slot: &str) -> Option<String> {
+        let client = self.connect().await;
+        client
+            .query_opt(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("query slot {slot}: {e}"))
+            .and_then(|row| row.get::<_, Option<String>>(0))
+    }
+
+    /// Whether a walsender is streaming from the slot (None: no such slot).
+    pub async fn slot_active(&self, slot: &str) -> Option<bool> {
+        let client = self.connect().await;
+        client
+            .query_opt("SELECT active FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+            .await
+            .unwrap_or_else(|e| panic!("query slot {slot}: {e}"))
+            .map(|row| row.get::<_, bool>(0))
+    }
+}

@@ -1,0 +1,214 @@
+//! Runs the real `walrelay` binary as a child process.
+//!
+//! Binary: `WALRELAY_BIN` if set, else cargo's `CARGO_BIN_EXE_walrelay` (integration tests
+//! only), else `target/release/walrelay` or `target/debug/walrelay` (for examples).
+
+use super::{scratch_dir, tail_file, PID_FILE};
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RelayProcess {
+    child: Child,
+    dir: PathBuf,
+    config_path: PathBuf,
+    log_path: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+/// The walrelay executable to run.
+pub fn walrelay_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("WALRELAY_BIN").filter(|v| !v.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    if let Some(bin) = option_env!("CARGO_BIN_EXE_walrelay") {
+        return PathBuf::from(bin);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    for profile in ["release", "debug"] {
+        let bin = target.join(profile).join("walrelay");
+        if bin.is_file() {
+            return bin;
+        }
+    }
+    panic!(
+        "walrelay binary not found: set WALRELAY_BIN, or build it (cargo build --bin walrelay) into {}",
+        target.display()
+    );
+}
+
+/// Exit code of a status; death by signal N is reported as 128 + N (as shells do).
+fn code_of(status: ExitStatus) -> i32 {
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}
+
+impl RelayProcess {
+    /// Writes `config_toml` to a temp file and runs `walrelay run --config FILE` with
+    /// `RUST_LOG=walrelay=debug,info`; stdout and stderr go to a log file (see [`Self::log`]).
+    pub fn start(config_toml: &str) -> RelayProcess {
+        Self::start_with(config_toml, &[], &[])
+    }
+
+    /// Like [`Self::start`] with extra arguments after `run --config FILE` and extra
+    /// environment variables (which may override RUST_LOG).
+    pub fn start_with(config_toml: &str, args: &[&str], envs: &[(&str, &str)]) -> RelayProcess {
+        Self::start_program(&walrelay_bin(), config_toml, args, envs)
+    }
+
+    /// Like [`Self::start_with`] but runs `bin` instead of walrelay (`bin run --config FILE
+    /// ARGS...`), e.g. a stand-in script.
+    pub fn start_program(
+        bin: &Path,
+        config_toml: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> RelayProcess {
+        let dir = scratch_dir("relay");
+        let config_path = dir.join("walrelay.toml");
+        std::fs::write(&config_path, config_toml)
+            .unwrap_or_else(|e| panic!("write {}: {e}", config_path.display()));
+        let log_path = dir.join("walrelay.log");
+        let log = File::create(&log_path)
+            .unwrap_or_else(|e| panic!("create {}: {e}", log_path.display()));
+        let log_err = log.try_clone().expect("clone log file handle");
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .args(args)
+            .env("RUST_LOG", "walrelay=debug,info")
+            .envs(envs.iter().copied())
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        // ETXTBSY: a just-written executable may briefly be held open for writing by a child
+        // another thread forked at that moment; retry a few times.
+        let mut attempts = 0;
+        let child = loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(26) && attempts < 20 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                r => break r.unwrap_or_else(|e| panic!("start {}: {e}", bin.display())),
+            }
+        };
+        let _ = std::fs::write(dir.join(PID_FILE), child.id().to_string());
+        RelayProcess { child, dir, config_path, log_path, status: None }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(st);
+                let _ = std::fs::remove_file(self.dir.join(PID_FILE));
+            }
+        }
+        self.status
+    }
+
+    /// SIGKILL and reap (no-op if it already exited).
+    pub fn kill(&mut self) {
+        if self.poll().is_none() {
+            let _ = self.child.kill();
+            if let Ok(st) = self.child.wait() {
+                self.status = Some(st);
+            }
+            let _ = std::fs::remove_file(self.dir.join(PID_FILE));
+        }
+    }
+
+    /// SIGTERM, then wait up to 30 s for it to exit; returns its exit code (128 + N if a
+    /// signal N ended it). If it is still running after 30 s it is SIGKILLed and None returned.
+    pub fn terminate(&mut self) -> Option<i32> {
+        if let Some(st) = self.poll() {
+            return Some(code_of(st));
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        match self.wait_exit(Duration::from_secs(30)) {
+            Some(code) => Some(code),
+            None => {
+                eprintln!(
+                    "[support] walrelay (pid {}) ignored SIGTERM for 30 s; killing it",
+                    self.pid()
+                );
+                self.kill();
+                None
+            }
+        }
+    }
+
+    /// Waits up to `deadline` for the relay to exit by itself; its exit code (128 + N for
+    /// signal N), or None if it is still running.
+    pub fn wait_exit(&mut self, deadline: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.poll() {
+                return Some(code_of(st));
+            }
+            if start.elapsed() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.poll().is_none()
+    }
+
+    /// Everything it printed so far (stdout and stderr interleaved).
+    pub fn log(&self) -> String {
+        std::fs::read(&self.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Polls the log until it contains `needle` (true) or `deadline` passes (false).
+    pub async fn wait_for_log(&self, needle: &str, deadline: Duration) -> bool {
+        super::wait_until(&format!("walrelay log to contain {needle:?}"), deadline, || {
+            let found = self.log().contains(needle);
+            async move { found }
+        })
+        .await
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let was_running = self.is_running();
+        if was_running {
+            self.kill();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- walrelay (pid {}, {}) log tail: {} ---\n{}\n--- end of walrelay log ---",
+                self.child.id(),
+                if was_running { "killed" } else { "had exited" },
+                self.log_path.display(),
+                tail_file(&self.log_path, 200)
+            );
+        }
+    }
+}
