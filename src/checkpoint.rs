@@ -29,6 +29,8 @@ pub struct Frontier {
     /// Commit marks: (sequence number after the transaction's last record, its end_lsn).
     commits: VecDeque<(Seq, Lsn)>,
     bytes: usize,
+    /// Between Begin and Commit: the stream is inside a transaction.
+    open: bool,
     /// The highest position that is safe to confirm.
     confirmed: Lsn,
 }
@@ -49,8 +51,14 @@ impl Frontier {
         seq
     }
 
+    /// A transaction starts; keepalives are not confirmable until it commits.
+    pub fn begin(&mut self) {
+        self.open = true;
+    }
+
     /// Marks the end of a transaction whose records were all `sent` before this call.
     pub fn commit(&mut self, end_lsn: Lsn) {
+        self.open = false;
         let after = self.base + self.slots.len() as Seq;
         self.commits.push_back((after, end_lsn));
         self.advance();
@@ -71,7 +79,7 @@ impl Frontier {
     /// A primary keepalive's `wal_end` may be confirmed when nothing is in flight and no
     /// transaction is open (I3): everything before it on the socket has been handled.
     pub fn idle(&mut self, wal_end: Lsn) {
-        if self.slots.is_empty() && self.commits.is_empty() {
+        if !self.open && self.slots.is_empty() && self.commits.is_empty() {
             self.confirmed = self.confirmed.max(wal_end);
         }
     }
@@ -177,6 +185,7 @@ mod tests {
     #[test]
     fn keepalive_is_confirmed_only_when_idle() {
         let mut f = Frontier::new(0);
+        f.begin();
         let r = f.sent(1);
         f.idle(1000);
         assert_eq!(f.confirmed(), 0, "a record is in flight");

@@ -100,8 +100,6 @@ struct Session<'c> {
     reports: mpsc::UnboundedReceiver<Report>,
     frontier: Frontier,
     relations: HashMap<u32, RelationState>,
-    /// Between Begin and Commit; keepalives are not confirmable then (I3).
-    in_txn: bool,
     /// Position of the current change, for messages that name a row.
     change_lsn: Lsn,
     /// Last position handed to the replication client.
@@ -130,7 +128,6 @@ impl<'c> Session<'c> {
             reports,
             frontier: Frontier::new(slot.confirmed_flush),
             relations: HashMap::new(),
-            in_txn: false,
             change_lsn: 0,
             reported: slot.confirmed_flush,
         })
@@ -193,7 +190,7 @@ impl<'c> Session<'c> {
     async fn on_event(&mut self, event: ReplicationEvent, router: &mut Router) -> Result<()> {
         match event {
             ReplicationEvent::Begin { final_lsn, .. } => {
-                self.in_txn = true;
+                self.frontier.begin();
                 self.change_lsn = final_lsn.0;
             }
             ReplicationEvent::XLogData { wal_start, data, .. } => {
@@ -206,14 +203,11 @@ impl<'c> Session<'c> {
                 self.on_message(message, router).await?;
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
-                self.in_txn = false;
                 self.frontier.commit(end_lsn.0);
                 tracing::debug!(end_lsn = %fmt_lsn(end_lsn.0), inflight = self.frontier.inflight_records(), "transaction read");
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
-                if !self.in_txn {
-                    self.frontier.idle(wal_end.0);
-                }
+                self.frontier.idle(wal_end.0);
             }
             // Logical decoding messages are not outbox rows; nothing to publish.
             ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
