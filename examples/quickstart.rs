@@ -53,17 +53,29 @@ table = "public.outbox"
         std::process::exit(1);
     }
 
-    let topics = ["outbox.event.Order", "outbox.event.Customer", "outbox.event.Shipment"];
+    let mut topics: Vec<String> = Vec::new();
     let mut shown = HashSet::new();
-    println!("== inserting {} outbox rows, one transaction each; records as they arrive:", SAMPLES.len());
+    println!(
+        "== inserting {} outbox rows, one transaction each; records as they arrive:",
+        SAMPLES.len()
+    );
     for (n, (agg_type, agg_id, event_type, payload)) in SAMPLES.iter().enumerate() {
         db.insert_outbox("outbox", agg_type, agg_id, event_type, Some(payload)).await;
-        for r in consume_topics(svc.broker.bootstrap(), &topics, n + 1, Duration::from_secs(30)).await {
+        let topic = format!("outbox.event.{agg_type}");
+        if !topics.contains(&topic) {
+            topics.push(topic);
+        }
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        for r in
+            consume_topics(svc.broker.bootstrap(), &names, n + 1, Duration::from_secs(30)).await
+        {
             if shown.insert((r.topic.clone(), r.partition, r.offset)) {
                 let headers: Vec<String> = r
                     .headers
                     .iter()
-                    .map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v.as_deref().unwrap_or_default())))
+                    .map(|(k, v)| {
+                        format!("{k}={}", String::from_utf8_lossy(v.as_deref().unwrap_or_default()))
+                    })
                     .collect();
                 println!(
                     "{}[{}]@{} key={} headers=[{}] value={}",
@@ -78,7 +90,10 @@ table = "public.outbox"
         }
     }
     let code = relay.terminate();
-    println!("== {} records delivered; walrelay stopped on SIGTERM with exit code {code:?}", shown.len());
+    println!(
+        "== {} records delivered; walrelay stopped on SIGTERM with exit code {code:?}",
+        shown.len()
+    );
     println!("== walrelay log:\n{}", relay.log());
     if shown.len() != SAMPLES.len() || code != Some(0) {
         std::process::exit(1);

@@ -124,12 +124,10 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let mut doc: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
-        const SECTIONS: &[&str] = &[
-            "source", "outbox", "router", "debezium", "kafka", "limits", "http",
-        ];
+        let mut doc: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
+        const SECTIONS: &[&str] =
+            &["source", "outbox", "router", "debezium", "kafka", "limits", "http"];
         if let Some(key) = doc.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
             return Err(ConfigError::UnknownKey {
                 section: "top level",
@@ -143,7 +141,8 @@ impl Config {
         let debezium = flatten_section(&mut doc, "debezium")?;
         let kafka = flatten_section(&mut doc, "kafka")?;
         let limits = flatten_section(&mut doc, "limits")?;
-        let http = doc.contains_key("http").then(|| flatten_section(&mut doc, "http")).transpose()?;
+        let http =
+            doc.contains_key("http").then(|| flatten_section(&mut doc, "http")).transpose()?;
         Ok(Config {
             source: parse_source(source)?,
             outbox: parse_outbox(outbox)?,
@@ -224,7 +223,12 @@ fn reject_unknown(
     }
 }
 
-fn required(section: &'static str, opts: &mut Options, key: &str, hint: &str) -> Result<String, ConfigError> {
+fn required(
+    section: &'static str,
+    opts: &mut Options,
+    key: &str,
+    hint: &str,
+) -> Result<String, ConfigError> {
     opts.remove(key).ok_or_else(|| ConfigError::Missing {
         section,
         key: key.to_string(),
@@ -232,7 +236,11 @@ fn required(section: &'static str, opts: &mut Options, key: &str, hint: &str) ->
     })
 }
 
-fn parse_number<T: std::str::FromStr>(section: &'static str, key: &str, value: &str) -> Result<T, ConfigError> {
+fn parse_number<T: std::str::FromStr>(
+    section: &'static str,
+    key: &str,
+    value: &str,
+) -> Result<T, ConfigError> {
     value
         .trim()
         .parse()
@@ -262,11 +270,16 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
     const S: &str = "source";
     reject_unknown(S, &opts, &["url", "slot", "publication", "status_interval_ms"])?;
     let url = required(S, &mut opts, "url", "set url = \"postgres://user@host:5432/dbname\"")?;
-    let mut conn: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| invalid(S, "url", &redact_url(&url), &format!("not a libpq URL or connection string: {e}")))?;
+    let mut conn: tokio_postgres::Config = url.parse().map_err(|e| {
+        invalid(S, "url", &redact_url(&url), &format!("not a libpq URL or connection string: {e}"))
+    })?;
     if conn.get_dbname().is_none() {
-        return Err(invalid(S, "url", &redact_url(&url), "names no database: add /dbname to the URL"));
+        return Err(invalid(
+            S,
+            "url",
+            &redact_url(&url),
+            "names no database: add /dbname to the URL",
+        ));
     }
     if conn.get_password().is_none() {
         if let Ok(pw) = std::env::var("PGPASSWORD") {
@@ -286,9 +299,20 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
         None => 1000,
     };
     if !(10..=10_000).contains(&status_ms) {
-        return Err(invalid(S, "status_interval_ms", &status_ms.to_string(), "must be between 10 and 10000"));
+        return Err(invalid(
+            S,
+            "status_interval_ms",
+            &status_ms.to_string(),
+            "must be between 10 and 10000",
+        ));
     }
-    Ok(SourceConfig { url, conn, slot, publication, status_interval: Duration::from_millis(status_ms) })
+    Ok(SourceConfig {
+        url,
+        conn,
+        slot,
+        publication,
+        status_interval: Duration::from_millis(status_ms),
+    })
 }
 
 fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
@@ -306,7 +330,9 @@ fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
 
 fn parse_kafka(mut properties: Options) -> Result<KafkaConfig, ConfigError> {
     const S: &str = "kafka";
-    if !properties.contains_key("bootstrap.servers") && !properties.contains_key("metadata.broker.list") {
+    if !properties.contains_key("bootstrap.servers")
+        && !properties.contains_key("metadata.broker.list")
+    {
         return Err(ConfigError::Missing {
             section: S,
             key: "bootstrap.servers".into(),
@@ -444,7 +470,9 @@ mod tests {
     fn unknown_section_and_key_are_named_in_the_error() {
         let e = Config::parse(&format!("{MINIMAL}\n[sorce]\nx=1\n")).unwrap_err().to_string();
         assert!(e.contains("sorce") && e.contains("[source]"), "{e}");
-        let e = Config::parse(&MINIMAL.replace("[kafka]", "slott = \"x\"\n[kafka]")).unwrap_err().to_string();
+        let e = Config::parse(&MINIMAL.replace("[kafka]", "slott = \"x\"\n[kafka]"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[source] unknown key `slott`"), "{e}");
     }
 
@@ -452,7 +480,9 @@ mod tests {
     fn unsafe_relay_owned_kafka_setting_is_an_error_not_an_override() {
         let e = Config::parse(&format!("{MINIMAL}\nacks = 1\n")).unwrap_err().to_string();
         assert!(e.contains("acks") && e.contains("remove the key"), "{e}");
-        let e = Config::parse(&format!("{MINIMAL}\n\"enable.idempotence\" = false\n")).unwrap_err().to_string();
+        let e = Config::parse(&format!("{MINIMAL}\n\"enable.idempotence\" = false\n"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("enable.idempotence"), "{e}");
         assert!(Config::parse(&format!("{MINIMAL}\nacks = \"all\"\n")).is_ok());
     }
@@ -482,7 +512,10 @@ mod tests {
         let dbg = format!("{c:?}");
         assert!(!dbg.contains("s3cret"), "{dbg}");
         assert!(dbg.contains("walrelay:****@127.0.0.1"), "{dbg}");
-        let bad = MINIMAL.replace("postgres://walrelay:s3cret@127.0.0.1:5432/app", "postgres://u:s3cret@h:notaport/app");
+        let bad = MINIMAL.replace(
+            "postgres://walrelay:s3cret@127.0.0.1:5432/app",
+            "postgres://u:s3cret@h:notaport/app",
+        );
         let e = Config::parse(&bad).unwrap_err().to_string();
         assert!(!e.contains("s3cret"), "{e}");
         assert_eq!(redact_url("host=h password=s3cret user=u"), "host=h password=**** user=u");
@@ -502,9 +535,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.limits.inflight_records, 10);
         assert_eq!(c.http.unwrap().listen.port(), 9187);
-        let e = Config::parse(&format!("{MINIMAL}\n[limits]\ninflight_records = \"many\"\n")).unwrap_err().to_string();
+        let e = Config::parse(&format!("{MINIMAL}\n[limits]\ninflight_records = \"many\"\n"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("inflight_records"), "{e}");
-        let e = Config::parse(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n")).unwrap_err().to_string();
+        let e = Config::parse(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("listen"), "{e}");
     }
 }

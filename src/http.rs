@@ -12,7 +12,11 @@ use crate::error::{Error, Result};
 /// Binds `listen` and serves in a background task.
 pub async fn serve(listen: SocketAddr) -> Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await.map_err(|e| {
-        Error::definite_with(format!("cannot listen on {listen}"), "change [http] listen, or free the port", e)
+        Error::definite_with(
+            format!("cannot listen on {listen}"),
+            "change [http] listen, or free the port",
+            e,
+        )
     })?;
     let bound = listener.local_addr().map_err(|e| Error::transient("http listener", e))?;
     tokio::spawn(async move {

@@ -8,7 +8,11 @@ use walrelay::config::Config;
 use walrelay::relay::{self, Outcome, Shutdown};
 
 #[derive(Parser)]
-#[command(name = "walrelay", version, about = "Relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL")]
+#[command(
+    name = "walrelay",
+    version,
+    about = "Relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL"
+)]
 struct Cli {
     /// Log format: human-readable lines or one JSON object per line.
     #[arg(long, value_enum, default_value_t = LogFormat::Human, global = true)]
@@ -49,13 +53,14 @@ fn run(path: PathBuf) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the async runtime");
+                return ExitCode::FAILURE;
+            }
+        };
     runtime.block_on(async move {
         let (stop, shutdown) = Shutdown::new();
         tokio::spawn(async move {

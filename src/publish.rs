@@ -9,9 +9,7 @@ use std::time::Duration;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{
-    BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
-};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
 use tokio::sync::mpsc;
 
@@ -23,8 +21,15 @@ use crate::router::Record;
 /// What librdkafka tells the relay loop.
 #[derive(Debug)]
 pub enum Report {
-    Delivered { seq: Seq, partition: i32, offset: i64 },
-    Failed { seq: Seq, error: KafkaError },
+    Delivered {
+        seq: Seq,
+        partition: i32,
+        offset: i64,
+    },
+    Failed {
+        seq: Seq,
+        error: KafkaError,
+    },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
 }

@@ -88,7 +88,7 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> Result<Outcome> {
 }
 
 enum RelationState {
-    Outbox(Binding),
+    Outbox(Box<Binding>),
     Other,
 }
 
@@ -176,10 +176,9 @@ impl<'c> Session<'c> {
             }
             // Never skipped: the session ends, confirming only the acked prefix, and the next one
             // replays from there.
-            Some(Report::Failed { seq, error }) => Err(Error::transient(
-                format!("kafka did not acknowledge record #{seq}"),
-                error,
-            )),
+            Some(Report::Failed { seq, error }) => {
+                Err(Error::transient(format!("kafka did not acknowledge record #{seq}"), error))
+            }
             Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
@@ -198,7 +197,13 @@ impl<'c> Session<'c> {
                     self.change_lsn = wal_start.0;
                 }
                 let message = pgoutput::decode(&data).map_err(|e| {
-                    Error::transient(format!("undecodable pgoutput message near LSN {}", fmt_lsn(self.change_lsn)), e)
+                    Error::transient(
+                        format!(
+                            "undecodable pgoutput message near LSN {}",
+                            fmt_lsn(self.change_lsn)
+                        ),
+                        e,
+                    )
                 })?;
                 self.on_message(message, router).await?;
             }
@@ -233,7 +238,7 @@ impl<'c> Session<'c> {
                             e,
                         )
                     })?;
-                    RelationState::Outbox(binding)
+                    RelationState::Outbox(Box::new(binding))
                 } else {
                     RelationState::Other
                 };
@@ -245,7 +250,8 @@ impl<'c> Session<'c> {
                     Some(RelationState::Other) => return Ok(()),
                     None => {
                         return Err(Error::transient_msg(format!(
-                            "INSERT for relation {} arrived before its Relation message", insert.relation_id
+                            "INSERT for relation {} arrived before its Relation message",
+                            insert.relation_id
                         )))
                     }
                 };
@@ -259,7 +265,8 @@ impl<'c> Session<'c> {
                 self.publish(record).await?;
             }
             Message::Update(update) => {
-                if matches!(self.relations.get(&update.relation_id), Some(RelationState::Outbox(_))) {
+                if matches!(self.relations.get(&update.relation_id), Some(RelationState::Outbox(_)))
+                {
                     self.on_update()?;
                 }
             }
@@ -281,7 +288,9 @@ impl<'c> Session<'c> {
             }
             InvalidOpBehavior::Fatal => {
                 return Err(Error::definite(
-                    format!("UPDATE of an outbox row at LSN {lsn} (table.op.invalid.behavior = fatal)"),
+                    format!(
+                        "UPDATE of an outbox row at LSN {lsn} (table.op.invalid.behavior = fatal)"
+                    ),
                     "outbox rows must only be inserted; find the writer that updates them",
                 ))
             }

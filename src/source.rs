@@ -42,7 +42,11 @@ pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
 }
 
 /// Checks what walrelay needs and creates the publication and slot when they are missing.
-pub async fn prepare(client: &Client, src: &SourceConfig, outbox: &OutboxConfig) -> Result<SlotState> {
+pub async fn prepare(
+    client: &Client,
+    src: &SourceConfig,
+    outbox: &OutboxConfig,
+) -> Result<SlotState> {
     let wal_level: String = query_one(client, "SHOW wal_level", &[]).await?.get(0);
     if wal_level != "logical" {
         return Err(Error::definite(
@@ -73,9 +77,17 @@ async fn outbox_oid(client: &Client, outbox: &OutboxConfig) -> Result<u32> {
     }
 }
 
-async fn ensure_publication(client: &Client, publication: &str, outbox: &OutboxConfig, relid: u32) -> Result<()> {
+async fn ensure_publication(
+    client: &Client,
+    publication: &str,
+    outbox: &OutboxConfig,
+    relid: u32,
+) -> Result<()> {
     let exists = client
-        .query_opt("SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = $1", &[&publication])
+        .query_opt(
+            "SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
         .await
         .map_err(|e| classify_pg("cannot look up the publication", e))?;
     let Some(row) = exists else {
@@ -111,7 +123,10 @@ async fn ensure_publication(client: &Client, publication: &str, outbox: &OutboxC
         .map_err(|e| classify_pg("cannot inspect the publication", e))?;
     if covered.is_none() {
         return Err(Error::definite(
-            format!("publication {publication} does not include {}.{}", outbox.schema, outbox.table),
+            format!(
+                "publication {publication} does not include {}.{}",
+                outbox.schema, outbox.table
+            ),
             format!("ALTER PUBLICATION {publication} ADD TABLE {}.{}", outbox.schema, outbox.table),
         ));
     }
@@ -151,7 +166,9 @@ async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
     let wal_status: Option<String> = row.get(3);
     if kind.as_deref() != Some("logical") || plugin.as_deref() != Some("pgoutput") {
         return Err(Error::definite(
-            format!("slot {slot} is not a logical pgoutput slot (type {kind:?}, plugin {plugin:?})"),
+            format!(
+                "slot {slot} is not a logical pgoutput slot (type {kind:?}, plugin {plugin:?})"
+            ),
             "point [source] slot at a pgoutput slot, or drop this one if nothing else uses it",
         ));
     }
@@ -226,7 +243,8 @@ pub async fn start_stream(src: &SourceConfig, confirmed: Lsn) -> Result<Replicat
         None => "localhost".to_string(),
     };
     let port = conn.get_ports().first().copied().unwrap_or(5432);
-    let password = conn.get_password().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
+    let password =
+        conn.get_password().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
     let tls = match conn.get_ssl_mode() {
         tokio_postgres::config::SslMode::Require => TlsConfig::require(),
         _ => TlsConfig::disabled(),
@@ -262,7 +280,11 @@ pub fn classify_wire(e: pgwire_replication::PgWireError) -> Error {
         );
     }
     if text.contains("publication") && text.contains("does not exist") {
-        return Error::definite_with("the publication was dropped", "restart walrelay to recreate it, or create it yourself", e);
+        return Error::definite_with(
+            "the publication was dropped",
+            "restart walrelay to recreate it, or create it yourself",
+            e,
+        );
     }
     if text.contains("can no longer get changes") || text.contains("invalidated") {
         return Error::definite_with(
@@ -272,7 +294,11 @@ pub fn classify_wire(e: pgwire_replication::PgWireError) -> Error {
         );
     }
     if e.is_auth() {
-        return Error::definite_with("PostgreSQL rejected the credentials of the replication connection", "check [source] url and PGPASSWORD", e);
+        return Error::definite_with(
+            "PostgreSQL rejected the credentials of the replication connection",
+            "check [source] url and PGPASSWORD",
+            e,
+        );
     }
     Error::transient("replication stream failed", e)
 }
@@ -290,18 +316,31 @@ pub fn classify_pg(what: &str, e: tokio_postgres::Error) -> Error {
         .contains(c)
     });
     if definite {
-        Error::definite_with(what.to_string(), "check [source] url: the role, its password and its privileges", e)
+        Error::definite_with(
+            what.to_string(),
+            "check [source] url: the role, its password and its privileges",
+            e,
+        )
     } else {
         Error::transient(what.to_string(), e)
     }
 }
 
-async fn query_one(client: &Client, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> Result<tokio_postgres::Row> {
+async fn query_one(
+    client: &Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<tokio_postgres::Row> {
     client.query_one(sql, params).await.map_err(|e| classify_pg(sql, e))
 }
 
 pub fn parse_lsn(text: &str) -> Result<Lsn> {
-    let bad = || Error::definite(format!("unexpected LSN text {text:?} from PostgreSQL"), "report this as a bug");
+    let bad = || {
+        Error::definite(
+            format!("unexpected LSN text {text:?} from PostgreSQL"),
+            "report this as a bug",
+        )
+    };
     let (hi, lo) = text.split_once('/').ok_or_else(bad)?;
     let hi = u64::from_str_radix(hi, 16).map_err(|_| bad())?;
     let lo = u64::from_str_radix(lo, 16).map_err(|_| bad())?;

@@ -18,7 +18,8 @@ const BASE: &str = "[source]\nurl = \"postgres://walrelay:hunter2@127.0.0.1:1/ap
 
 #[test]
 fn unknown_router_key_is_refused_with_its_name() {
-    let (code, err) = run_with_config(&format!("{BASE}[router]\n\"route.topic.replacment\" = \"x\"\n"));
+    let (code, err) =
+        run_with_config(&format!("{BASE}[router]\n\"route.topic.replacment\" = \"x\"\n"));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("route.topic.replacment"), "{err}");
 }

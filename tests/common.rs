@@ -43,7 +43,13 @@ impl Setup {
         self.config_with("", "", "")
     }
 
-    pub fn config_for_bootstrap(&self, bootstrap: &str, router: &str, kafka: &str, extra: &str) -> String {
+    pub fn config_for_bootstrap(
+        &self,
+        bootstrap: &str,
+        router: &str,
+        kafka: &str,
+        extra: &str,
+    ) -> String {
         let router = if router.contains("route.topic.replacement") {
             router.to_string()
         } else {
@@ -86,25 +92,42 @@ table = "public.outbox"
     /// Waits until the relay's walsender streams from the slot.
     pub async fn wait_streaming(&self, relay: &mut RelayProcess) {
         let (db, slot) = (&self.db, self.slot.as_str());
-        let ok = crate::support::wait_until("relay streams from its slot", Duration::from_secs(30), || async move {
-            db.slot_active(slot).await == Some(true)
-        })
+        let ok = crate::support::wait_until(
+            "relay streams from its slot",
+            Duration::from_secs(30),
+            || async move { db.slot_active(slot).await == Some(true) },
+        )
         .await;
         assert!(ok, "relay never started streaming; its log:\n{}", relay.log());
     }
 
     /// Inserts `n` rows of `aggregate_type`, one transaction each; returns their ids in order.
-    pub async fn insert_events(&self, aggregate_type: &str, aggregate_id: &str, n: usize) -> Vec<String> {
+    pub async fn insert_events(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        n: usize,
+    ) -> Vec<String> {
         let mut ids = Vec::with_capacity(n);
         for i in 0..n {
             let payload = format!("{{\"n\": {i}}}");
-            ids.push(self.db.insert_outbox("outbox", aggregate_type, aggregate_id, "Tested", Some(&payload)).await);
+            ids.push(
+                self.db
+                    .insert_outbox("outbox", aggregate_type, aggregate_id, "Tested", Some(&payload))
+                    .await,
+            );
         }
         ids
     }
 
     pub async fn read(&self, aggregate_type: &str, expected: usize) -> Vec<Consumed> {
-        kafka::consume(services().broker.bootstrap(), &self.topic(aggregate_type), expected, Duration::from_secs(60)).await
+        kafka::consume(
+            services().broker.bootstrap(),
+            &self.topic(aggregate_type),
+            expected,
+            Duration::from_secs(60),
+        )
+        .await
     }
 }
 

@@ -39,7 +39,8 @@ async fn relay_never_reads_updates_or_deletes_the_outbox_table() {
         )
         .await
         .unwrap();
-    let (seq, idx, upd, del): (i64, i64, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let (seq, idx, upd, del): (i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
     println!("outbox statistics: seq_scan={seq} idx_scan={idx} n_tup_upd={upd} n_tup_del={del}");
     let all: Vec<String> = client
         .query(

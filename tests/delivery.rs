@@ -43,7 +43,12 @@ async fn rolled_back_rows_never_reach_kafka() {
     // Anything rolled back would come before the committed row in WAL order, so the first
     // record on the topic tells.
     let first = s.read("Order", 1).await;
-    assert_eq!(ids(&first), vec!["00000000-0000-0000-0000-00000000000d"], "relay log:\n{}", relay.log());
+    assert_eq!(
+        ids(&first),
+        vec!["00000000-0000-0000-0000-00000000000d"],
+        "relay log:\n{}",
+        relay.log()
+    );
     let all = s.read("Order", 2).await;
     assert_eq!(all.len(), 1, "a rolled-back row was published: {:?}", ids(&all));
     assert_eq!(relay.terminate(), Some(0));
@@ -66,10 +71,16 @@ async fn insert_then_delete_in_one_transaction_still_publishes_the_event() {
         .await
         .unwrap();
     let got = s.read("Order", 1).await;
-    assert_eq!(ids(&got), vec!["00000000-0000-0000-0000-0000000000e1"], "relay log:\n{}", relay.log());
+    assert_eq!(
+        ids(&got),
+        vec!["00000000-0000-0000-0000-0000000000e1"],
+        "relay log:\n{}",
+        relay.log()
+    );
     assert_eq!(got[0].value_str(), Some("{\"total\": 5}"));
     assert_eq!(got[0].key_str(), Some("o-9"));
-    let rows: i64 = s.db.connect().await.query_one("SELECT count(*) FROM outbox", &[]).await.unwrap().get(0);
+    let rows: i64 =
+        s.db.connect().await.query_one("SELECT count(*) FROM outbox", &[]).await.unwrap().get(0);
     assert_eq!(rows, 0, "the outbox table stays empty");
     assert_eq!(relay.terminate(), Some(0));
 }
@@ -159,7 +170,13 @@ async fn per_aggregate_order_holds_over_10000_events_in_interleaved_transactions
 
     let topics: Vec<String> = TYPES.iter().map(|t| s.topic(t)).collect();
     let topic_refs: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
-    let got = kafka::consume_topics(services().broker.bootstrap(), &topic_refs, EVENTS, Duration::from_secs(120)).await;
+    let got = kafka::consume_topics(
+        services().broker.bootstrap(),
+        &topic_refs,
+        EVENTS,
+        Duration::from_secs(120),
+    )
+    .await;
     assert_eq!(got.len(), EVENTS, "relay log:\n{}", relay.log());
 
     // Per key, in partition order, the sequence numbers must be 0, 1, 2, … with nothing missing.
@@ -176,6 +193,9 @@ async fn per_aggregate_order_holds_over_10000_events_in_interleaved_transactions
         let expected: Vec<u64> = (0..seqs.len() as u64).collect();
         assert_eq!(seqs, &expected, "aggregate {key} out of commit order");
     }
-    println!("per-aggregate order: {EVENTS} events, {AGGREGATES} aggregates, {} topics, 0 out of order", TYPES.len());
+    println!(
+        "per-aggregate order: {EVENTS} events, {AGGREGATES} aggregates, {} topics, 0 out of order",
+        TYPES.len()
+    );
     assert_eq!(relay.terminate(), Some(0));
 }

@@ -25,10 +25,11 @@ async fn killed_before_broker_ack_the_events_are_delivered_after_restart() {
 
     // The relay has read every row once it logged the commit of the last transaction.
     let relay = &first;
-    let read_all = wait_until("relay reads the 50 transactions", Duration::from_secs(30), || async move {
-        relay.log().matches("transaction read").count() >= 50
-    })
-    .await;
+    let read_all =
+        wait_until("relay reads the 50 transactions", Duration::from_secs(30), || async move {
+            relay.log().matches("transaction read").count() >= 50
+        })
+        .await;
     assert!(read_all, "relay log:\n{}", first.log());
     // Idle keepalives may move the slot up to where our first transaction starts (I3), never
     // past its end: nothing of it was acknowledged.

@@ -38,24 +38,40 @@ fn b64(v: &Value) -> Option<Vec<u8>> {
 /// The fixture's statements, one at a time on one connection (rows 16–18 share a transaction).
 fn fixture_statements() -> Vec<String> {
     let text = std::fs::read_to_string(format!("{FIXTURES}/fixture.sql")).unwrap();
-    let body: String =
-        text.lines().filter(|l| !l.trim_start().starts_with("--")).map(|l| format!("{l}\n")).collect();
+    let body: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     body.split(";\n").map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
 }
 
 fn is_uuid(bytes: &[u8]) -> bool {
     let s = String::from_utf8_lossy(bytes);
     let s = s.trim_matches('"');
-    s.len() == 36 && s.chars().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
+    s.len() == 36
+        && s.chars().enumerate().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
 }
 
 async fn check(g: Golden) {
     let s = Setup::new(&format!("golden_{}", &g.name[..g.name.len().min(12)])).await;
     let expected = golden(g.name);
     let replacement = if g.router.contains("route.topic.replacement") {
-        g.router.replace("\"route.topic.replacement\" = \"", &format!("\"route.topic.replacement\" = \"{}.", s.topic_prefix))
+        g.router.replace(
+            "\"route.topic.replacement\" = \"",
+            &format!("\"route.topic.replacement\" = \"{}.", s.topic_prefix),
+        )
     } else {
-        format!("\"route.topic.replacement\" = \"{}.outbox.event.${{routedByValue}}\"\n{}", s.topic_prefix, g.router)
+        format!(
+            "\"route.topic.replacement\" = \"{}.outbox.event.${{routedByValue}}\"\n{}",
+            s.topic_prefix, g.router
+        )
     };
     let config = s.config_with(&replacement, "", &format!("[debezium]\n{}", g.debezium));
     let mut relay = crate::support::relay::RelayProcess::start(&config);
@@ -65,29 +81,45 @@ async fn check(g: Golden) {
     for stmt in fixture_statements() {
         client.batch_execute(&stmt).await.unwrap_or_else(|e| panic!("{stmt}: {e}"));
     }
-    let topics: BTreeSet<String> =
-        golden("no_extended_headers").iter().map(|r| r["topic"].as_str().unwrap().to_string()).collect();
+    let topics: BTreeSet<String> = golden("no_extended_headers")
+        .iter()
+        .map(|r| r["topic"].as_str().unwrap().to_string())
+        .collect();
     let topics: BTreeSet<String> = if g.router.contains("events.${routedByValue}") {
-        topics.iter().map(|t| format!("{}.{}", s.topic_prefix, t.replace("outbox.event.", "events."))).collect()
+        topics
+            .iter()
+            .map(|t| format!("{}.{}", s.topic_prefix, t.replace("outbox.event.", "events.")))
+            .collect()
     } else {
         topics.iter().map(|t| format!("{}.{t}", s.topic_prefix)).collect()
     };
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let got = consume_topics(services().broker.bootstrap(), &topic_refs, ROWS, Duration::from_secs(60)).await;
+    let got =
+        consume_topics(services().broker.bootstrap(), &topic_refs, ROWS, Duration::from_secs(60))
+            .await;
     assert_eq!(got.len(), ROWS, "{}: relay log:\n{}", g.name, relay.log());
 
     let mut compared = 0;
     for want in &expected {
-        let id_header = want["headers"].as_array().unwrap().iter().find(|h| h["key"] == "id").unwrap();
+        let id_header =
+            want["headers"].as_array().unwrap().iter().find(|h| h["key"] == "id").unwrap();
         let id = b64(&id_header["value_b64"]).unwrap();
         let have: Vec<&Consumed> = got.iter().filter(|r| r.header("id") == Some(&id[..])).collect();
-        assert_eq!(have.len(), 1, "{}: record for id {} appears {} times", g.name, String::from_utf8_lossy(&id), have.len());
+        assert_eq!(
+            have.len(),
+            1,
+            "{}: record for id {} appears {} times",
+            g.name,
+            String::from_utf8_lossy(&id),
+            have.len()
+        );
         let have = have[0];
         let what = format!("{} seq {}", g.name, want["seq"]);
         let topic = have.topic.strip_prefix(&format!("{}.", s.topic_prefix)).unwrap();
         assert_eq!(topic, want["topic"].as_str().unwrap(), "{what}: topic");
         assert_eq!(have.key, b64(&want["key_b64"]), "{what}: key");
-        let want_value = if want["value_is_null"].as_bool().unwrap() { None } else { b64(&want["value_b64"]) };
+        let want_value =
+            if want["value_is_null"].as_bool().unwrap() { None } else { b64(&want["value_b64"]) };
         assert_eq!(
             have.value.as_deref().map(String::from_utf8_lossy),
             want_value.as_deref().map(String::from_utf8_lossy),
@@ -98,7 +130,9 @@ async fn check(g: Golden) {
             .as_array()
             .unwrap()
             .iter()
-            .map(|h| (h["key"].as_str().unwrap().to_string(), b64(&h["value_b64"]).unwrap_or_default()))
+            .map(|h| {
+                (h["key"].as_str().unwrap().to_string(), b64(&h["value_b64"]).unwrap_or_default())
+            })
             .collect();
         let have_headers: Vec<(String, Vec<u8>)> =
             have.headers.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect();
@@ -110,7 +144,11 @@ async fn check(g: Golden) {
         for ((name, have_v), (_, want_v)) in have_headers.iter().zip(&want_headers) {
             if name == "__debezium.context.runId" {
                 // A fresh UUIDv7 per run: compared by format (design.md §4).
-                assert!(is_uuid(have_v) && is_uuid(want_v), "{what}: runId {:?}", String::from_utf8_lossy(have_v));
+                assert!(
+                    is_uuid(have_v) && is_uuid(want_v),
+                    "{what}: runId {:?}",
+                    String::from_utf8_lossy(have_v)
+                );
             } else {
                 assert_eq!(have_v, want_v, "{what}: header {name}");
             }
@@ -119,12 +157,22 @@ async fn check(g: Golden) {
         compared += 1;
     }
     for (id, why) in g.differs {
-        let r = got.iter().find(|r| r.header_str("id").map(|h| h.trim_matches('"')) == Some(*id)).unwrap();
+        let r = got
+            .iter()
+            .find(|r| r.header_str("id").map(|h| h.trim_matches('"')) == Some(*id))
+            .unwrap();
         let value = r.value_json();
-        println!("{}: {id} differs from Debezium on purpose ({why}); walrelay sent {:?}", g.name, value);
+        println!(
+            "{}: {id} differs from Debezium on purpose ({why}); walrelay sent {:?}",
+            g.name, value
+        );
         assert!(value.is_some(), "{}: {id} must still be delivered as JSON", g.name);
     }
-    println!("golden {}: {compared} records identical to Debezium 3.6.3, {} documented differences", g.name, g.differs.len());
+    println!(
+        "golden {}: {compared} records identical to Debezium 3.6.3, {} documented differences",
+        g.name,
+        g.differs.len()
+    );
     assert_eq!(relay.terminate(), Some(0));
 }
 
@@ -134,17 +182,30 @@ macro_rules! golden_test {
     ($test:ident, $name:literal, $router:expr, $debezium:expr, $differs:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            check(Golden { name: $name, router: $router, debezium: $debezium, differs: $differs }).await;
+            check(Golden { name: $name, router: $router, debezium: $debezium, differs: $differs })
+                .await;
         }
     };
 }
 
 const EXPANSION_DIFFERS: &[(&str, &str)] = &[
-    ("00000000-0000-0000-0000-000000000006", "Debezium 3.6.3 fails on a top-level array of objects"),
-    ("00000000-0000-0000-0000-000000000014", "Debezium 3.6.3 fails on numbers too large for a long"),
+    (
+        "00000000-0000-0000-0000-000000000006",
+        "Debezium 3.6.3 fails on a top-level array of objects",
+    ),
+    (
+        "00000000-0000-0000-0000-000000000014",
+        "Debezium 3.6.3 fails on numbers too large for a long",
+    ),
 ];
 
-golden_test!(golden_no_extended_headers_is_walrelays_default_output, "no_extended_headers", "", "", &[]);
+golden_test!(
+    golden_no_extended_headers_is_walrelays_default_output,
+    "no_extended_headers",
+    "",
+    "",
+    &[]
+);
 golden_test!(golden_defaults_with_extended_headers_match_debezium, "defaults", "", EXT, &[]);
 golden_test!(
     golden_route_by_aggregatetype_events_matches_debezium,

@@ -3,8 +3,8 @@
 
 mod support;
 
-mod harness_smoke;
 mod common;
+mod harness_smoke;
 
 mod cli;
 mod database;
