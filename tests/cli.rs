@@ -41,3 +41,30 @@ fn missing_config_file_is_reported_with_its_path() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/walrelay.toml"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_ok_while_the_relay_runs() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = crate::common::Setup::new("healthz").await;
+    let port = crate::support::free_port();
+    let config = s.config_with("", "", &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let mut relay = crate::support::relay::RelayProcess::start(&config);
+    let ok = crate::support::wait_until(
+        "/healthz answers 200",
+        std::time::Duration::from_secs(30),
+        || async move {
+            let Ok(mut conn) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                return false;
+            };
+            if conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.is_err() {
+                return false;
+            }
+            let mut response = String::new();
+            let _ = conn.read_to_string(&mut response).await;
+            response.starts_with("HTTP/1.1 200 OK") && response.ends_with("ok\n")
+        },
+    )
+    .await;
+    assert!(ok, "relay log:\n{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+}

@@ -19,13 +19,21 @@ pub struct Setup {
 impl Setup {
     pub async fn new(name: &str) -> Setup {
         let db = services().pg.create_database(name).await;
+        let slot = unique(&format!("{name}_slot"));
+        // The slot is created before the table and the publication. On this shared, busy
+        // cluster a slot created while other databases' transactions run can start from a
+        // snapshot another database's decoding saved, which does not know this database's
+        // fresh catalog rows: PostgreSQL 15 then decodes the outbox inserts as belonging to no
+        // publication and sends nothing. Catalog changes made after the slot exists are decoded
+        // by the slot itself and are always seen. (A deployment creates its table long before
+        // walrelay; see the notes in docs/architecture.md.)
+        db.connect()
+            .await
+            .query_one("SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot])
+            .await
+            .unwrap();
         db.create_outbox("outbox").await;
-        Setup {
-            db,
-            slot: unique(&format!("{name}_slot")),
-            publication: unique(&format!("{name}_pub")),
-            topic_prefix: unique(name),
-        }
+        Setup { db, slot, publication: unique(&format!("{name}_pub")), topic_prefix: unique(name) }
     }
 
     /// The topic that rows of `aggregate_type` go to under the default replacement.
@@ -121,13 +129,31 @@ table = "public.outbox"
     }
 
     pub async fn read(&self, aggregate_type: &str, expected: usize) -> Vec<Consumed> {
+        self.read_within(aggregate_type, expected, Duration::from_secs(60)).await
+    }
+
+    /// For "nothing more arrives" checks: a short deadline, since the wait is the assertion.
+    pub async fn read_within(
+        &self,
+        aggregate_type: &str,
+        expected: usize,
+        deadline: Duration,
+    ) -> Vec<Consumed> {
         kafka::consume(
             services().broker.bootstrap(),
             &self.topic(aggregate_type),
             expected,
-            Duration::from_secs(60),
+            deadline,
         )
         .await
+    }
+
+    /// The relay's log and the end of PostgreSQL's, for assertion messages.
+    pub fn diagnostics(&self, relay: &RelayProcess) -> String {
+        let pg = services().pg.log();
+        let lines: Vec<&str> = pg.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        format!("relay log:\n{}\n--- postgres log tail ---\n{tail}", relay.log())
     }
 }
 

@@ -49,7 +49,7 @@ async fn rolled_back_rows_never_reach_kafka() {
         "relay log:\n{}",
         relay.log()
     );
-    let all = s.read("Order", 2).await;
+    let all = s.read_within("Order", 2, Duration::from_secs(5)).await;
     assert_eq!(all.len(), 1, "a rolled-back row was published: {:?}", ids(&all));
     assert_eq!(relay.terminate(), Some(0));
 }
@@ -100,8 +100,8 @@ async fn updates_warn_and_deletes_are_dropped_when_the_publication_sends_them() 
     let b = s.db.insert_outbox("outbox", "Order", "o-1", "B", Some("{\"v\": 3}")).await;
 
     let got = s.read("Order", 2).await;
-    assert_eq!(ids(&got), vec![a, b.clone()], "relay log:\n{}", relay.log());
-    let more = s.read("Order", 3).await;
+    assert_eq!(ids(&got), vec![a, b.clone()], "{}", s.diagnostics(&relay));
+    let more = s.read_within("Order", 3, Duration::from_secs(5)).await;
     assert_eq!(more.len(), 2, "an UPDATE or DELETE was published: {:?}", ids(&more));
     assert!(relay.log().contains("unexpected UPDATE"), "no warning logged:\n{}", relay.log());
     assert_eq!(relay.terminate(), Some(0));
@@ -120,7 +120,7 @@ async fn update_with_fatal_behavior_stops_the_relay_with_a_hint() {
     let a = s.db.insert_outbox("outbox", "Order", "o-1", "A", Some("{}")).await;
     s.db.execute(&format!("UPDATE outbox SET type = 'X' WHERE id = '{a}'")).await;
     let code = relay.wait_exit(Duration::from_secs(30));
-    assert_eq!(code, Some(1), "relay log:\n{}", relay.log());
+    assert_eq!(code, Some(1), "{}", s.diagnostics(&relay));
     let log = relay.log();
     assert!(log.contains("UPDATE of an outbox row") && log.contains("find the writer"), "{log}");
     // The row before the update was still delivered.

@@ -73,7 +73,7 @@ async fn graceful_stop_after_acks_then_restart_delivers_no_duplicate() {
     let got = s.read("Order", 25).await;
     assert_eq!(ids(&got), sent, "relay log:\n{}", second.log());
     // Nothing else arrives: no replay of the first 20.
-    let again = s.read("Order", 26).await;
+    let again = s.read_within("Order", 26, Duration::from_secs(5)).await;
     assert_eq!(again.len(), 25, "duplicates after a graceful restart: {:?}", ids(&again));
     println!("graceful restart: 25 committed, 25 delivered, 0 duplicates");
     assert_eq!(second.terminate(), Some(0));

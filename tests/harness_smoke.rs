@@ -25,10 +25,9 @@ async fn postgres_starts_with_logical_wal_level() {
         assert_eq!(row.get::<_, String>(0), want, "setting {setting}");
     }
 
-    db.create_outbox("outbox").await;
     let slot = unique("smoke_slot");
     let publication = unique("smoke_pub");
-    db.execute(&format!("CREATE PUBLICATION {publication} FOR TABLE outbox")).await;
+    // Slot first: see tests/common.rs Setup::new for why, on a busy shared cluster.
     client
         .query_one(
             "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -36,6 +35,8 @@ async fn postgres_starts_with_logical_wal_level() {
         )
         .await
         .unwrap();
+    db.create_outbox("outbox").await;
+    db.execute(&format!("CREATE PUBLICATION {publication} FOR TABLE outbox")).await;
     assert_eq!(db.slot_active(&slot).await, Some(false));
     assert!(db.confirmed_flush_lsn(&slot).await.is_some());
     assert_eq!(db.slot_lag_bytes("no_such_slot").await, None);
@@ -52,19 +53,19 @@ async fn postgres_starts_with_logical_wal_level() {
         .await
     );
 
-    // pgoutput decodes the insert (begin, relation, insert, commit).
-    let changes: i64 = client
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
-                 'proto_version', '1', 'publication_names', '{publication}')"
-            ),
-            &[&slot],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(changes >= 3, "pgoutput messages: {changes}");
+    // pgoutput decodes the insert (begin, relation, insert, commit) once its WAL is flushed
+    // (synchronous_commit=off), so poll.
+    let peek = format!(
+        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
+         'proto_version', '1', 'publication_names', '{publication}')"
+    );
+    let (c, slot_ref) = (&client, slot.as_str());
+    let decoded = wait_until("pgoutput decodes the insert", Duration::from_secs(10), || {
+        let peek = peek.clone();
+        async move { c.query_one(&peek, &[&slot_ref]).await.unwrap().get::<_, i64>(0) >= 3 }
+    })
+    .await;
+    assert!(decoded, "pgoutput never sent the insert");
     let row = client
         .query_one(
             "SELECT aggregateid, payload::text FROM outbox WHERE id = $1::text::uuid",
