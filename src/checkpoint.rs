@@ -16,6 +16,8 @@ pub type Seq = u64;
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
+    /// WAL position of the row, to name it in errors and dead letters.
+    lsn: Lsn,
     bytes: u32,
     acked: bool,
 }
@@ -41,12 +43,13 @@ impl Frontier {
         Frontier { confirmed, ..Frontier::default() }
     }
 
-    /// Registers a record handed to the producer; returns its sequence number.
-    pub fn sent(&mut self, bytes: usize) -> Seq {
+    /// Registers a record (of the row at `lsn`) handed to the producer; returns its sequence
+    /// number.
+    pub fn sent(&mut self, bytes: usize, lsn: Lsn) -> Seq {
         let seq = self.base + self.slots.len() as Seq;
         // A record can't exceed u32 in Kafka anyway (message.max.bytes ≤ 1 GB).
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        self.slots.push_back(Slot { bytes, acked: false });
+        self.slots.push_back(Slot { lsn, bytes, acked: false });
         self.bytes += bytes as usize;
         seq
     }
@@ -102,6 +105,12 @@ impl Frontier {
         }
     }
 
+    /// The WAL position of the row behind an unconfirmed record.
+    pub fn lsn_of(&self, seq: Seq) -> Option<Lsn> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        self.slots.get(i).map(|s| s.lsn)
+    }
+
     pub fn confirmed(&self) -> Lsn {
         self.confirmed
     }
@@ -133,8 +142,8 @@ mod tests {
     #[test]
     fn commit_is_confirmed_only_after_all_its_records_are_acked() {
         let mut f = Frontier::new(100);
-        let a = f.sent(10);
-        let b = f.sent(10);
+        let a = f.sent(10, 0);
+        let b = f.sent(10, 0);
         f.commit(200);
         assert_eq!(f.confirmed(), 100);
         f.ack(b);
@@ -148,9 +157,9 @@ mod tests {
     #[test]
     fn later_transaction_acked_first_does_not_move_the_frontier_past_an_earlier_one() {
         let mut f = Frontier::new(0);
-        let t1 = f.sent(1);
+        let t1 = f.sent(1, 0);
         f.commit(10);
-        let t2 = f.sent(1);
+        let t2 = f.sent(1, 0);
         f.commit(20);
         f.ack(t2);
         assert_eq!(f.confirmed(), 0);
@@ -164,7 +173,7 @@ mod tests {
         let mut f = Frontier::new(0);
         f.commit(5);
         assert_eq!(f.confirmed(), 5);
-        let r = f.sent(1);
+        let r = f.sent(1, 0);
         f.commit(10);
         f.commit(15);
         assert_eq!(f.confirmed(), 5);
@@ -175,7 +184,7 @@ mod tests {
     #[test]
     fn open_transaction_records_are_not_confirmed_before_its_commit() {
         let mut f = Frontier::new(0);
-        let r = f.sent(1);
+        let r = f.sent(1, 0);
         f.ack(r);
         assert_eq!(f.confirmed(), 0);
         f.commit(50);
@@ -186,7 +195,7 @@ mod tests {
     fn keepalive_is_confirmed_only_when_idle() {
         let mut f = Frontier::new(0);
         f.begin();
-        let r = f.sent(1);
+        let r = f.sent(1, 0);
         f.idle(1000);
         assert_eq!(f.confirmed(), 0, "a record is in flight");
         f.ack(r);
@@ -202,7 +211,7 @@ mod tests {
     #[test]
     fn repeated_and_unknown_acks_are_ignored() {
         let mut f = Frontier::new(0);
-        let r = f.sent(3);
+        let r = f.sent(3, 0);
         f.ack(r + 7);
         assert_eq!(f.inflight_records(), 1);
         f.ack(r);
@@ -215,7 +224,7 @@ mod tests {
     fn huge_transaction_keeps_only_unacked_records_in_memory() {
         let mut f = Frontier::new(0);
         for _ in 0..1_000_000u32 {
-            let s = f.sent(300);
+            let s = f.sent(300, 0);
             f.ack(s);
         }
         assert_eq!(f.inflight_records(), 0);

@@ -27,6 +27,15 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub limits: Limits,
     pub http: Option<HttpConfig>,
+    pub dead_letter: Option<DeadLetterConfig>,
+}
+
+/// `[dead_letter]`: where rows go that can't become records, instead of stopping the relay (I8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterConfig {
+    pub topic: String,
+    /// A dead letter carries at most this many bytes of the payload.
+    pub max_value_bytes: usize,
 }
 
 /// `[source]`: where the WAL comes from.
@@ -143,11 +152,17 @@ impl Config {
         let limits = flatten_section(&mut doc, "limits")?;
         let http =
             doc.contains_key("http").then(|| flatten_section(&mut doc, "http")).transpose()?;
+        let dead_letter = doc
+            .contains_key("dead_letter")
+            .then(|| flatten_section(&mut doc, "dead_letter"))
+            .transpose()?;
+        let kafka = parse_kafka(kafka)?;
         Ok(Config {
             source: parse_source(source)?,
             outbox: parse_outbox(outbox)?,
             router: RouterConfig::parse(&router, &debezium)?,
-            kafka: parse_kafka(kafka)?,
+            dead_letter: dead_letter.map(|d| parse_dead_letter(d, &kafka)).transpose()?,
+            kafka,
             limits: parse_limits(limits)?,
             http: http.map(parse_http).transpose()?,
         })
@@ -391,6 +406,39 @@ fn parse_limits(mut opts: Options) -> Result<Limits, ConfigError> {
         ));
     }
     Ok(limits)
+}
+
+fn parse_dead_letter(
+    mut opts: Options,
+    kafka: &KafkaConfig,
+) -> Result<DeadLetterConfig, ConfigError> {
+    const S: &str = "dead_letter";
+    reject_unknown(S, &opts, &["topic", "max_value_bytes"])?;
+    let topic = required(S, &mut opts, "topic", "set topic = \"walrelay.dead_letter\"")?;
+    let legal = !topic.is_empty()
+        && topic.len() <= 249
+        && topic != "."
+        && topic != ".."
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if !legal {
+        return Err(invalid(
+            S,
+            "topic",
+            &topic,
+            "not a legal Kafka topic name: [a-zA-Z0-9._-], at most 249 characters",
+        ));
+    }
+    let mut max_value_bytes: usize = match opts.remove("max_value_bytes") {
+        Some(v) => parse_number(S, "max_value_bytes", &v)?,
+        None => 64 * 1024,
+    };
+    // A dead letter for a record that was too large must itself fit: keep half of
+    // message.max.bytes (librdkafka's default is 1,000,000) for the payload, the rest for
+    // key and headers.
+    let message_max: usize =
+        kafka.properties.get("message.max.bytes").and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    max_value_bytes = max_value_bytes.min(message_max / 2);
+    Ok(DeadLetterConfig { topic, max_value_bytes })
 }
 
 fn parse_http(mut opts: Options) -> Result<HttpConfig, ConfigError> {

@@ -16,6 +16,10 @@ pub enum Error {
         #[source]
         source: Option<Source>,
     },
+    /// Another process streams from the slot. This relay is a standby: it waits and tries again
+    /// soon, so it takes over shortly after the active one goes away.
+    #[error("{what}")]
+    Busy { what: String },
     /// Retrying cannot help; an operator has to act. `hint` says what to do.
     #[error("{what}")]
     Definite {
@@ -47,14 +51,15 @@ impl Error {
         Error::Definite { what: what.into(), hint: hint.into(), source: Some(source.into()) }
     }
 
+    /// Worth another attempt: everything but [`Error::Definite`].
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Transient { .. })
+        !matches!(self, Error::Definite { .. })
     }
 
     pub fn hint(&self) -> Option<&str> {
         match self {
             Error::Definite { hint, .. } => Some(hint),
-            Error::Transient { .. } => None,
+            Error::Transient { .. } | Error::Busy { .. } => None,
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod config_error;
+pub mod dead_letter;
 pub mod error;
 pub mod http;
 pub mod pgoutput;

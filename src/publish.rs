@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Headers;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
@@ -26,16 +27,51 @@ pub enum Report {
         partition: i32,
         offset: i64,
     },
+    /// A failure retrying may cure (timeout, broker gone): replay from the confirmed position.
     Failed {
         seq: Seq,
         error: KafkaError,
+    },
+    /// The broker or librdkafka refuses this record for good (too large, unknown partition…);
+    /// replaying would fail again. Carries what a dead letter needs.
+    Rejected {
+        seq: Seq,
+        error: KafkaError,
+        record: Box<Rejected>,
     },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
 }
 
+/// The parts of a refused record a dead letter keeps.
+#[derive(Debug)]
+pub struct Rejected {
+    pub topic: String,
+    pub key: Option<Vec<u8>>,
+    /// The first `capture_bytes` of the value.
+    pub value: Option<Vec<u8>>,
+    pub event_id: Option<String>,
+}
+
 pub struct RelayContext {
     reports: mpsc::UnboundedSender<Report>,
+    /// How much of a refused record's value to keep for its dead letter.
+    capture_bytes: usize,
+}
+
+/// Errors that no retry can cure for this record.
+pub fn is_permanent(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessage
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidRecord
+                | RDKafkaErrorCode::UnknownPartition
+                | RDKafkaErrorCode::InvalidTopic
+        )
+    )
 }
 
 impl ClientContext for RelayContext {
@@ -71,6 +107,21 @@ impl ProducerContext for RelayContext {
         let seq = seq as Seq;
         let report = match result {
             Ok(m) => Report::Delivered { seq, partition: m.partition(), offset: m.offset() },
+            Err((error, m)) if is_permanent(error) => {
+                let event_id = m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|h| h.key == "id")
+                        .and_then(|h| h.value)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                });
+                let record = Rejected {
+                    topic: m.topic().to_string(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(|v| v[..v.len().min(self.capture_bytes)].to_vec()),
+                    event_id,
+                };
+                Report::Rejected { seq, error: error.clone(), record: Box::new(record) }
+            }
             Err((error, _)) => Report::Failed { seq, error: error.clone() },
         };
         // The receiver is gone only when the session ended; its reports no longer matter.
@@ -91,14 +142,18 @@ pub enum SendError {
 }
 
 impl Publisher {
-    pub fn new(kafka: &KafkaConfig) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
+    /// `capture_bytes`: how much of a refused record's value its report keeps (for dead letters).
+    pub fn new(
+        kafka: &KafkaConfig,
+        capture_bytes: usize,
+    ) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
         let mut cfg = ClientConfig::new();
         for (k, v) in &kafka.properties {
             cfg.set(k, v);
         }
         cfg.set_log_level(RDKafkaLogLevel::Warning);
         let (tx, rx) = mpsc::unbounded_channel();
-        let producer = cfg.create_with_context(RelayContext { reports: tx }).map_err(|e| {
+        let producer = cfg.create_with_context(RelayContext { reports: tx, capture_bytes }).map_err(|e| {
             Error::definite_with(
                 "librdkafka rejected the [kafka] configuration",
                 "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",

@@ -19,11 +19,15 @@ use pgwire_replication::{Lsn as WireLsn, ReplicationClient, ReplicationEvent};
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::Client;
 
-use crate::checkpoint::Frontier;
+use bytes::Bytes;
+use rdkafka::error::KafkaError;
+
+use crate::checkpoint::{Frontier, Seq};
 use crate::config::Config;
+use crate::dead_letter::{self, Letter};
 use crate::error::{Error, Result};
 use crate::pgoutput::{self, Lsn, Message};
-use crate::publish::{Publisher, Report, SendError};
+use crate::publish::{Publisher, Rejected, Report, SendError};
 use crate::router::{Binding, InvalidOpBehavior, Record, Router};
 use crate::source::{self, fmt_lsn};
 
@@ -54,22 +58,40 @@ impl Shutdown {
     }
 }
 
+/// How often a standby relay retries a slot that another process streams from.
+const STANDBY_POLL: Duration = Duration::from_secs(2);
+/// How often the control connection checks that the outbox table still exists.
+const TABLE_CHECK: Duration = Duration::from_secs(5);
+
 /// Runs sessions until shutdown or a definite error, retrying transient failures with capped
 /// exponential backoff.
 pub async fn run(config: Config, mut shutdown: Shutdown) -> Result<Outcome> {
     let mut router = Router::new(config.router.clone());
     let mut delay = Duration::from_millis(250);
+    // Once this process has streamed, the publication and slot must not vanish: recreating
+    // them would hide the events in between.
+    let mut streamed = false;
     loop {
         if shutdown.requested() {
             return Ok(Outcome::Stopped { confirmed: 0 });
         }
         let started = Instant::now();
-        let result = match Session::open(&config).await {
-            Ok(mut session) => session.run(&mut router, &mut shutdown).await,
+        let result = match Session::open(&config, !streamed).await {
+            Ok(mut session) => {
+                streamed = true;
+                session.run(&mut router, &mut shutdown).await
+            }
             Err(e) => Err(e),
         };
         match result {
             Ok(outcome) => return Ok(outcome),
+            Err(Error::Busy { what }) => {
+                tracing::info!(retry_in_ms = STANDBY_POLL.as_millis() as u64, "{what}");
+                tokio::select! {
+                    _ = tokio::time::sleep(STANDBY_POLL) => {}
+                    _ = shutdown.wait() => {}
+                }
+            }
             Err(e) if e.is_transient() => {
                 if started.elapsed() > Duration::from_secs(60) {
                     delay = Duration::from_millis(250);
@@ -104,13 +126,19 @@ struct Session<'c> {
     change_lsn: Lsn,
     /// Last position handed to the replication client.
     reported: Lsn,
+    outbox_relid: u32,
+    /// `schema.table`, for dead letters.
+    table: String,
+    /// Dead letters for refused records, waiting to be sent under the refused record's number.
+    pending_dead: Vec<(Seq, Record)>,
 }
 
 impl<'c> Session<'c> {
-    async fn open(config: &'c Config) -> Result<Session<'c>> {
+    async fn open(config: &'c Config, create: bool) -> Result<Session<'c>> {
         let control = source::connect_control(&config.source).await?;
-        let slot = source::prepare(&control, &config.source, &config.outbox).await?;
-        let (publisher, reports) = Publisher::new(&config.kafka)?;
+        let slot = source::prepare(&control, &config.source, &config.outbox, create).await?;
+        let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
+        let (publisher, reports) = Publisher::new(&config.kafka, capture)?;
         let stream = source::start_stream(&config.source, slot.confirmed_flush).await?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
@@ -130,11 +158,15 @@ impl<'c> Session<'c> {
             relations: HashMap::new(),
             change_lsn: 0,
             reported: slot.confirmed_flush,
+            outbox_relid: slot.outbox_relid,
+            table: format!("{}.{}", config.outbox.schema, config.outbox.table),
+            pending_dead: Vec::new(),
         })
     }
 
     async fn run(&mut self, router: &mut Router, shutdown: &mut Shutdown) -> Result<Outcome> {
         let limits = self.config.limits;
+        let mut table_check = tokio::time::interval(TABLE_CHECK);
         loop {
             // Backpressure (I7): stop reading WAL while too much is unconfirmed. The replication
             // worker keeps answering keepalives meanwhile, and PostgreSQL buffers the WAL.
@@ -155,7 +187,12 @@ impl<'c> Session<'c> {
                         None => return Err(Error::transient_msg("the replication stream ended")),
                     }
                 }
+                // A dropped table sends nothing on the stream; ask the catalog now and then.
+                _ = table_check.tick() => {
+                    source::check_table(&self.control, &self.config.outbox, self.outbox_relid).await?;
+                }
             }
+            self.send_dead_letters().await?;
             self.report_progress();
         }
     }
@@ -179,6 +216,7 @@ impl<'c> Session<'c> {
             Some(Report::Failed { seq, error }) => {
                 Err(Error::transient(format!("kafka did not acknowledge record #{seq}"), error))
             }
+            Some(Report::Rejected { seq, error, record }) => self.on_rejected(seq, error, *record),
             Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
@@ -255,13 +293,37 @@ impl<'c> Session<'c> {
                         )))
                     }
                 };
-                let record = router.route(binding, &insert.new).map_err(|e| {
-                    Error::definite_with(
-                        format!("outbox row at LSN {} cannot be turned into a record", fmt_lsn(self.change_lsn)),
-                        "fix or remove the row's cause (see the reason) and restart; nothing after it was confirmed",
-                        e,
-                    )
-                })?;
+                let record = match router.route(binding, &insert.new) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        let raw = router.raw(binding, &insert.new);
+                        let what = format!(
+                            "outbox row {} at LSN {} cannot be turned into a record",
+                            raw.event_id.as_deref().unwrap_or("(no event id)"),
+                            fmt_lsn(self.change_lsn)
+                        );
+                        let Some(dl) = &self.config.dead_letter else {
+                            return Err(Error::definite_with(
+                                what,
+                                "fix the row's cause (see the reason), or configure [dead_letter] topic; nothing after this row was confirmed",
+                                e,
+                            ));
+                        };
+                        tracing::warn!(error = %e, topic = %dl.topic, "{what}; sent to the dead-letter topic");
+                        dead_letter::record(
+                            dl,
+                            Letter {
+                                reason: e.to_string(),
+                                table: &raw.table,
+                                lsn: self.change_lsn,
+                                topic: None,
+                                key: raw.key,
+                                value: raw.payload,
+                                event_id: raw.event_id,
+                            },
+                        )
+                    }
+                };
                 self.publish(record).await?;
             }
             Message::Update(update) => {
@@ -302,7 +364,12 @@ impl<'c> Session<'c> {
         let bytes = record.key.as_ref().map_or(0, |k| k.len())
             + record.value.as_ref().map_or(0, |v| v.len())
             + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        let seq = self.frontier.sent(bytes);
+        let seq = self.frontier.sent(bytes, self.change_lsn);
+        self.send(seq, record).await
+    }
+
+    /// Hands a record to librdkafka under `seq`; its delivery report settles that number.
+    async fn send(&mut self, seq: Seq, mut record: Record) -> Result<()> {
         loop {
             match self.publisher.send(&record, seq) {
                 Ok(()) => return Ok(()),
@@ -311,20 +378,73 @@ impl<'c> Session<'c> {
                     let report = self.reports.recv().await;
                     self.on_report(report)?;
                 }
+                // Refused before it left the process (too large, unknown partition): replaced by
+                // its dead letter under the same number, or the relay stops here.
                 Err(SendError::Rejected(e)) => {
-                    return Err(Error::definite_with(
-                        format!(
-                            "kafka refused the record of outbox row {} at LSN {} (topic {})",
-                            record.event_id,
-                            fmt_lsn(self.change_lsn),
-                            record.topic
-                        ),
-                        "check the topic exists and the record fits the producer's message.max.bytes; nothing after this row was confirmed",
-                        e,
-                    ))
+                    let rejected = Rejected {
+                        topic: record.topic.to_string(),
+                        key: record.key.as_deref().map(<[u8]>::to_vec),
+                        value: record.value.as_deref().map(<[u8]>::to_vec),
+                        event_id: Some(record.event_id.clone()).filter(|id| !id.is_empty()),
+                    };
+                    self.on_rejected(seq, e, rejected)?;
+                    match self.pending_dead.pop() {
+                        Some((_, letter)) => record = letter,
+                        None => return Ok(()),
+                    }
                 }
             }
         }
+    }
+
+    /// A record refused for good: queue its dead letter, or stop naming the row.
+    fn on_rejected(&mut self, seq: Seq, error: KafkaError, rejected: Rejected) -> Result<()> {
+        let lsn = self.frontier.lsn_of(seq).unwrap_or(self.change_lsn);
+        let what = format!(
+            "kafka refused the record of outbox row {} at LSN {} (topic {})",
+            rejected.event_id.as_deref().unwrap_or("(no event id)"),
+            fmt_lsn(lsn),
+            rejected.topic
+        );
+        let dl = match &self.config.dead_letter {
+            Some(dl) if dl.topic != rejected.topic => dl,
+            Some(_) => {
+                return Err(Error::definite_with(
+                    format!("{what}: the dead-letter record itself was refused"),
+                    "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes",
+                    error,
+                ))
+            }
+            None => {
+                return Err(Error::definite_with(
+                    what,
+                    "make the record fit (message.max.bytes, the topic's partitions) or configure [dead_letter] topic; nothing after this row was confirmed",
+                    error,
+                ))
+            }
+        };
+        tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
+        let letter = dead_letter::record(
+            dl,
+            Letter {
+                reason: error.to_string(),
+                table: &self.table,
+                lsn,
+                topic: Some(&rejected.topic),
+                key: rejected.key.map(Bytes::from),
+                value: rejected.value.map(Bytes::from),
+                event_id: rejected.event_id,
+            },
+        );
+        self.pending_dead.push((seq, letter));
+        Ok(())
+    }
+
+    async fn send_dead_letters(&mut self) -> Result<()> {
+        while let Some((seq, letter)) = self.pending_dead.pop() {
+            self.send(seq, letter).await?;
+        }
+        Ok(())
     }
 
     /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix.

@@ -25,6 +25,8 @@ pub struct SlotState {
     /// Where the slot resumes: the last position a relay confirmed.
     pub confirmed_flush: Lsn,
     pub created: bool,
+    /// The outbox table's oid, to notice it being dropped.
+    pub outbox_relid: u32,
 }
 
 pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
@@ -42,10 +44,14 @@ pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
 }
 
 /// Checks what walrelay needs and creates the publication and slot when they are missing.
+///
+/// `create` is false once this process has streamed: a publication or slot that disappears
+/// later was dropped by someone, and silently recreating it would hide lost events.
 pub async fn prepare(
     client: &Client,
     src: &SourceConfig,
     outbox: &OutboxConfig,
+    create: bool,
 ) -> Result<SlotState> {
     let wal_level: String = query_one(client, "SHOW wal_level", &[]).await?.get(0);
     if wal_level != "logical" {
@@ -55,8 +61,10 @@ pub async fn prepare(
         ));
     }
     let relid = outbox_oid(client, outbox).await?;
-    ensure_publication(client, &src.publication, outbox, relid).await?;
-    ensure_slot(client, &src.slot).await
+    ensure_publication(client, &src.publication, outbox, relid, create).await?;
+    let mut state = ensure_slot(client, &src.slot, create).await?;
+    state.outbox_relid = relid;
+    Ok(state)
 }
 
 async fn outbox_oid(client: &Client, outbox: &OutboxConfig) -> Result<u32> {
@@ -71,7 +79,10 @@ async fn outbox_oid(client: &Client, outbox: &OutboxConfig) -> Result<u32> {
     match row {
         Some(row) => Ok(row.get::<_, u32>(0)),
         None => Err(Error::definite(
-            format!("outbox table {}.{} does not exist", outbox.schema, outbox.table),
+            format!(
+                "outbox table {}.{} does not exist (or was dropped)",
+                outbox.schema, outbox.table
+            ),
             "create the table, or point [outbox] table at the existing one",
         )),
     }
@@ -82,6 +93,7 @@ async fn ensure_publication(
     publication: &str,
     outbox: &OutboxConfig,
     relid: u32,
+    create: bool,
 ) -> Result<()> {
     let exists = client
         .query_opt(
@@ -91,6 +103,12 @@ async fn ensure_publication(
         .await
         .map_err(|e| classify_pg("cannot look up the publication", e))?;
     let Some(row) = exists else {
+        if !create {
+            return Err(Error::definite(
+                format!("publication {publication} was dropped while walrelay was running"),
+                "changes after the drop cannot be decoded with it; recreate the publication and check the outbox against Kafka, then restart walrelay",
+            ));
+        }
         // Identifiers are validated as plain lower-case names by config, and quoted anyway.
         let sql = format!(
             "CREATE PUBLICATION \"{publication}\" FOR TABLE \"{}\".\"{}\" WITH (publish = 'insert')",
@@ -133,7 +151,7 @@ async fn ensure_publication(
     Ok(())
 }
 
-async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
+async fn ensure_slot(client: &Client, slot: &str, create: bool) -> Result<SlotState> {
     let row = client
         .query_opt(
             "SELECT plugin, slot_type, database = current_database(), wal_status, confirmed_flush_lsn::text \
@@ -143,6 +161,12 @@ async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
         .await
         .map_err(|e| classify_pg("cannot look up the replication slot", e))?;
     let Some(row) = row else {
+        if !create {
+            return Err(Error::definite(
+                format!("replication slot {slot} was dropped while walrelay was running"),
+                "events committed since the last confirmed position may be lost; reconcile the outbox with Kafka, then restart walrelay (it creates a new slot)",
+            ));
+        }
         let row = client
             .query_one(
                 "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -158,7 +182,7 @@ async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
             })?;
         let lsn = parse_lsn(row.get::<_, &str>(0))?;
         tracing::info!(%slot, lsn = %fmt_lsn(lsn), "created replication slot");
-        return Ok(SlotState { confirmed_flush: lsn, created: true });
+        return Ok(SlotState { confirmed_flush: lsn, created: true, outbox_relid: 0 });
     };
     let plugin: Option<String> = row.get(0);
     let kind: Option<String> = row.get(1);
@@ -186,7 +210,20 @@ async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
     }
     let confirmed: Option<String> = row.get(4);
     let confirmed_flush = confirmed.as_deref().map(parse_lsn).transpose()?.unwrap_or(0);
-    Ok(SlotState { confirmed_flush, created: false })
+    Ok(SlotState { confirmed_flush, created: false, outbox_relid: 0 })
+}
+
+/// Whether the outbox table still exists under the same oid; called periodically, since a
+/// dropped table produces no message on the stream.
+pub async fn check_table(client: &Client, outbox: &OutboxConfig, relid: u32) -> Result<()> {
+    let found = outbox_oid(client, outbox).await?;
+    if found != relid {
+        return Err(Error::definite(
+            format!("outbox table {}.{} was dropped and recreated", outbox.schema, outbox.table),
+            "add the new table to the publication (ALTER PUBLICATION … ADD TABLE) and restart walrelay",
+        ));
+    }
+    Ok(())
 }
 
 /// `attnotnull` of the relation's columns by name, from the catalog (never the table).
@@ -272,6 +309,18 @@ pub async fn start_stream(src: &SourceConfig, confirmed: Lsn) -> Result<Replicat
 /// Replication errors: a slot held by another process or a dropped slot are worth telling apart.
 pub fn classify_wire(e: pgwire_replication::PgWireError) -> Error {
     let text = e.to_string();
+    if let Some(at) = text.find("is active for PID") {
+        let pid = text[at + "is active for PID".len()..]
+            .trim()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap_or("?");
+        return Error::Busy {
+            what: format!(
+                "the replication slot is in use by another process (pid {pid}); standing by"
+            ),
+        };
+    }
     if text.contains("does not exist") && text.contains("replication slot") {
         return Error::definite_with(
             "the replication slot was dropped",

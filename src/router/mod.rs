@@ -64,6 +64,16 @@ const ROLE_VERSION: &str = "schema version (`table.field.event.schema.version`)"
 const ROLE_PLACEMENT: &str = "additional field (`table.fields.additional.placement`)";
 const ROLE_PARTITION: &str = "partition placement (`table.fields.additional.placement`)";
 
+/// A row's raw columns, for dead letters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRow {
+    /// `schema.table`.
+    pub table: String,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub event_id: Option<String>,
+}
+
 /// One Kafka record, ready for the producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -326,6 +336,21 @@ impl Router {
     }
 
     /// One committed INSERT row → one Kafka record.
+    /// The raw text of a row's key, payload and event id columns, whatever their state: what a
+    /// dead letter carries when [`Router::route`] could not map the row.
+    pub fn raw(&self, b: &Binding, row: &Tuple) -> RawRow {
+        let text = |c: &Col| match row.0.get(c.index) {
+            Some(Value::Text(t) | Value::Binary(t)) => Some(t.clone()),
+            _ => None,
+        };
+        RawRow {
+            table: b.table.clone(),
+            key: text(&b.key),
+            payload: text(&b.payload),
+            event_id: text(&b.id).map(|t| String::from_utf8_lossy(&t).into_owned()),
+        }
+    }
+
     pub fn route(&mut self, b: &Binding, row: &Tuple) -> Result<Record, RouteError> {
         let vals = &row.0[..];
         if vals.len() != b.ncols {

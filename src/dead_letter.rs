@@ -1,0 +1,94 @@
+//! Dead letters: what walrelay publishes instead of a row it cannot turn into a record, or of a
+//! record the broker refuses for good, when `[dead_letter]` is configured (I8). The stream moves
+//! on; nothing is dropped silently.
+//!
+//! A dead letter keeps the original key and the payload (its first bytes when it is too large)
+//! and says in headers what went wrong and where the row came from.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::DeadLetterConfig;
+use crate::pgoutput::Lsn;
+use crate::router::Record;
+use crate::source::fmt_lsn;
+
+pub const HEADER_ERROR: &str = "walrelay.error";
+pub const HEADER_TABLE: &str = "walrelay.table";
+pub const HEADER_LSN: &str = "walrelay.lsn";
+pub const HEADER_EVENT_ID: &str = "walrelay.event.id";
+pub const HEADER_TOPIC: &str = "walrelay.topic";
+
+/// The row or record that could not be delivered.
+pub struct Letter<'a> {
+    pub reason: String,
+    /// `schema.table` of the outbox.
+    pub table: &'a str,
+    pub lsn: Lsn,
+    /// The topic the record was meant for, when routing got that far.
+    pub topic: Option<&'a str>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub event_id: Option<String>,
+}
+
+pub fn record(cfg: &DeadLetterConfig, letter: Letter<'_>) -> Record {
+    let mut headers: Vec<(Arc<str>, Bytes)> = vec![
+        (Arc::from(HEADER_ERROR), Bytes::from(letter.reason.into_bytes())),
+        (Arc::from(HEADER_TABLE), Bytes::copy_from_slice(letter.table.as_bytes())),
+        (Arc::from(HEADER_LSN), Bytes::from(fmt_lsn(letter.lsn).into_bytes())),
+    ];
+    if let Some(id) = &letter.event_id {
+        headers.push((Arc::from(HEADER_EVENT_ID), Bytes::copy_from_slice(id.as_bytes())));
+    }
+    if let Some(topic) = letter.topic {
+        headers.push((Arc::from(HEADER_TOPIC), Bytes::copy_from_slice(topic.as_bytes())));
+    }
+    let value = letter.value.map(|v| v.slice(..v.len().min(cfg.max_value_bytes)));
+    Record {
+        topic: Arc::from(cfg.topic.as_str()),
+        key: letter.key,
+        value,
+        headers,
+        partition: None,
+        timestamp_ms: None,
+        event_id: letter.event_id.unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_letter_keeps_key_truncates_value_and_names_error_table_lsn_and_id() {
+        let cfg = DeadLetterConfig { topic: "dlq".into(), max_value_bytes: 4 };
+        let r = record(
+            &cfg,
+            Letter {
+                reason: "too large".into(),
+                table: "public.outbox",
+                lsn: 0x1_0000_0010,
+                topic: Some("outbox.event.Order"),
+                key: Some(Bytes::from_static(b"order-1")),
+                value: Some(Bytes::from_static(b"0123456789")),
+                event_id: Some("e-1".into()),
+            },
+        );
+        assert_eq!(&*r.topic, "dlq");
+        assert_eq!(r.key.as_deref(), Some(&b"order-1"[..]));
+        assert_eq!(r.value.as_deref(), Some(&b"0123"[..]));
+        let h: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (&**k, &v[..])).collect();
+        assert_eq!(
+            h,
+            vec![
+                (HEADER_ERROR, &b"too large"[..]),
+                (HEADER_TABLE, b"public.outbox"),
+                (HEADER_LSN, b"1/10"),
+                (HEADER_EVENT_ID, b"e-1"),
+                (HEADER_TOPIC, b"outbox.event.Order"),
+            ]
+        );
+    }
+}
