@@ -142,6 +142,22 @@ pub enum SendError {
 }
 
 impl Publisher {
+    /// Checks every `[kafka]` property with librdkafka without connecting, so a typo stops the
+    /// relay at start-up rather than after PostgreSQL was reached.
+    pub fn validate(kafka: &KafkaConfig) -> Result<()> {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in &kafka.properties {
+            cfg.set(k, v);
+        }
+        cfg.create_native_config().map(drop).map_err(|e| {
+            Error::definite_with(
+                "librdkafka rejected the [kafka] configuration",
+                "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
+                e,
+            )
+        })
+    }
+
     /// `capture_bytes`: how much of a refused record's value its report keeps (for dead letters).
     pub fn new(
         kafka: &KafkaConfig,

@@ -66,6 +66,7 @@ const TABLE_CHECK: Duration = Duration::from_secs(5);
 /// Runs sessions until shutdown or a definite error, retrying transient failures with capped
 /// exponential backoff.
 pub async fn run(config: Config, mut shutdown: Shutdown) -> Result<Outcome> {
+    Publisher::validate(&config.kafka)?;
     let mut router = Router::new(config.router.clone());
     let mut delay = Duration::from_millis(250);
     // Once this process has streamed, the publication and slot must not vanish: recreating

@@ -68,3 +68,11 @@ async fn healthz_answers_ok_while_the_relay_runs() {
     assert!(ok, "relay log:\n{}", relay.log());
     assert_eq!(relay.terminate(), Some(0));
 }
+
+#[test]
+fn invalid_librdkafka_property_stops_at_start_up_naming_it() {
+    // PostgreSQL at port 1 is unreachable: the error must come before any connection attempt.
+    let (code, err) = run_with_config(&format!("{BASE}\"compression.type\" = \"brotli\"\n"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("compression.type") && err.contains("[kafka]"), "{err}");
+}
