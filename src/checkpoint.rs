@@ -14,12 +14,22 @@ use crate::pgoutput::Lsn;
 /// Sequence number of one record sent to Kafka.
 pub type Seq = u64;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Slot {
     /// WAL position of the row, to name it in errors and dead letters.
     lsn: Lsn,
+    /// What the ack reports back, for metrics.
+    sent: Sent,
     bytes: u32,
     acked: bool,
+}
+
+/// What the caller wants back when a record is acknowledged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub topic: std::sync::Arc<str>,
+    /// The transaction's commit time, microseconds since the Unix epoch.
+    pub commit_micros: i64,
 }
 
 #[derive(Debug, Default)]
@@ -45,11 +55,11 @@ impl Frontier {
 
     /// Registers a record (of the row at `lsn`) handed to the producer; returns its sequence
     /// number.
-    pub fn sent(&mut self, bytes: usize, lsn: Lsn) -> Seq {
+    pub fn sent(&mut self, bytes: usize, lsn: Lsn, sent: Sent) -> Seq {
         let seq = self.base + self.slots.len() as Seq;
         // A record can't exceed u32 in Kafka anyway (message.max.bytes ≤ 1 GB).
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        self.slots.push_back(Slot { lsn, bytes, acked: false });
+        self.slots.push_back(Slot { lsn, sent, bytes, acked: false });
         self.bytes += bytes as usize;
         seq
     }
@@ -67,16 +77,18 @@ impl Frontier {
         self.advance();
     }
 
-    /// Records a broker acknowledgement. Unknown or repeated sequence numbers are ignored.
-    pub fn ack(&mut self, seq: Seq) {
-        if let Some(slot) = seq
+    /// Records a broker acknowledgement; returns what was registered with the record the first
+    /// time it is acknowledged. Unknown or repeated sequence numbers are ignored.
+    pub fn ack(&mut self, seq: Seq) -> Option<Sent> {
+        let slot = seq
             .checked_sub(self.base)
             .and_then(|i| usize::try_from(i).ok())
             .and_then(|i| self.slots.get_mut(i))
-        {
-            slot.acked = true;
-        }
+            .filter(|slot| !slot.acked)?;
+        slot.acked = true;
+        let sent = std::mem::take(&mut slot.sent);
         self.advance();
+        Some(sent)
     }
 
     /// A primary keepalive's `wal_end` may be confirmed when nothing is in flight and no
@@ -142,8 +154,8 @@ mod tests {
     #[test]
     fn commit_is_confirmed_only_after_all_its_records_are_acked() {
         let mut f = Frontier::new(100);
-        let a = f.sent(10, 0);
-        let b = f.sent(10, 0);
+        let a = f.sent(10, 0, Sent::default());
+        let b = f.sent(10, 0, Sent::default());
         f.commit(200);
         assert_eq!(f.confirmed(), 100);
         f.ack(b);
@@ -157,9 +169,9 @@ mod tests {
     #[test]
     fn later_transaction_acked_first_does_not_move_the_frontier_past_an_earlier_one() {
         let mut f = Frontier::new(0);
-        let t1 = f.sent(1, 0);
+        let t1 = f.sent(1, 0, Sent::default());
         f.commit(10);
-        let t2 = f.sent(1, 0);
+        let t2 = f.sent(1, 0, Sent::default());
         f.commit(20);
         f.ack(t2);
         assert_eq!(f.confirmed(), 0);
@@ -173,7 +185,7 @@ mod tests {
         let mut f = Frontier::new(0);
         f.commit(5);
         assert_eq!(f.confirmed(), 5);
-        let r = f.sent(1, 0);
+        let r = f.sent(1, 0, Sent::default());
         f.commit(10);
         f.commit(15);
         assert_eq!(f.confirmed(), 5);
@@ -184,7 +196,7 @@ mod tests {
     #[test]
     fn open_transaction_records_are_not_confirmed_before_its_commit() {
         let mut f = Frontier::new(0);
-        let r = f.sent(1, 0);
+        let r = f.sent(1, 0, Sent::default());
         f.ack(r);
         assert_eq!(f.confirmed(), 0);
         f.commit(50);
@@ -195,7 +207,7 @@ mod tests {
     fn keepalive_is_confirmed_only_when_idle() {
         let mut f = Frontier::new(0);
         f.begin();
-        let r = f.sent(1, 0);
+        let r = f.sent(1, 0, Sent::default());
         f.idle(1000);
         assert_eq!(f.confirmed(), 0, "a record is in flight");
         f.ack(r);
@@ -211,11 +223,11 @@ mod tests {
     #[test]
     fn repeated_and_unknown_acks_are_ignored() {
         let mut f = Frontier::new(0);
-        let r = f.sent(3, 0);
-        f.ack(r + 7);
+        let r = f.sent(3, 0, Sent::default());
+        assert_eq!(f.ack(r + 7), None);
         assert_eq!(f.inflight_records(), 1);
-        f.ack(r);
-        f.ack(r);
+        assert!(f.ack(r).is_some());
+        assert_eq!(f.ack(r), None);
         assert_eq!(f.inflight_records(), 0);
         assert_eq!(f.inflight_bytes(), 0);
     }
@@ -224,7 +236,7 @@ mod tests {
     fn huge_transaction_keeps_only_unacked_records_in_memory() {
         let mut f = Frontier::new(0);
         for _ in 0..1_000_000u32 {
-            let s = f.sent(300, 0);
+            let s = f.sent(300, 0, Sent::default());
             f.ack(s);
         }
         assert_eq!(f.inflight_records(), 0);

@@ -112,6 +112,8 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpConfig {
     pub listen: SocketAddr,
+    /// `/readyz` fails while the slot lags the server by more than this.
+    pub ready_max_lag_bytes: u64,
 }
 
 /// Producer properties walrelay sets itself, because I2 and I5 depend on them.
@@ -443,12 +445,16 @@ fn parse_dead_letter(
 
 fn parse_http(mut opts: Options) -> Result<HttpConfig, ConfigError> {
     const S: &str = "http";
-    reject_unknown(S, &opts, &["listen"])?;
+    reject_unknown(S, &opts, &["listen", "ready_max_lag_bytes"])?;
     let listen = required(S, &mut opts, "listen", "set listen = \"127.0.0.1:9187\"")?;
     let listen = listen
         .parse()
         .map_err(|_| invalid(S, "listen", &listen, "must be an address like 127.0.0.1:9187"))?;
-    Ok(HttpConfig { listen })
+    let ready_max_lag_bytes = match opts.remove("ready_max_lag_bytes") {
+        Some(v) => parse_number(S, "ready_max_lag_bytes", &v)?,
+        None => 256 * 1024 * 1024,
+    };
+    Ok(HttpConfig { listen, ready_max_lag_bytes })
 }
 
 /// The URL with any password replaced by `****`, for logs and errors.

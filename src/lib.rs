@@ -10,6 +10,7 @@ pub mod config_error;
 pub mod dead_letter;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;

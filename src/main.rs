@@ -68,13 +68,14 @@ fn run(path: PathBuf) -> ExitCode {
             tracing::info!("stop requested; flushing and confirming what Kafka acknowledged");
             let _ = stop.send(true);
         });
+        let metrics = walrelay::metrics::Metrics::new();
         if let Some(http) = &config.http {
-            if let Err(e) = walrelay::http::serve(http.listen).await {
+            if let Err(e) = walrelay::http::serve(http, metrics.clone()).await {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "cannot start");
                 return ExitCode::FAILURE;
             }
         }
-        match relay::run(config, shutdown).await {
+        match relay::run(config, metrics, shutdown).await {
             Ok(Outcome::Stopped { .. }) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "walrelay stopped");

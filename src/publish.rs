@@ -12,7 +12,12 @@ use rdkafka::message::Headers;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
+
+use crate::metrics::Metrics;
 
 use crate::checkpoint::Seq;
 use crate::config::KafkaConfig;
@@ -55,6 +60,7 @@ pub struct Rejected {
 
 pub struct RelayContext {
     reports: mpsc::UnboundedSender<Report>,
+    metrics: Arc<Metrics>,
     /// How much of a refused record's value to keep for its dead letter.
     capture_bytes: usize,
 }
@@ -90,6 +96,9 @@ impl ClientContext for RelayContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.metrics.broker_up.store(false, Relaxed);
+        }
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             let _ = self.reports.send(Report::Fatal(format!("{error}: {reason}")));
         } else {
@@ -106,7 +115,10 @@ impl ProducerContext for RelayContext {
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         let seq = seq as Seq;
         let report = match result {
-            Ok(m) => Report::Delivered { seq, partition: m.partition(), offset: m.offset() },
+            Ok(m) => {
+                self.metrics.broker_up.store(true, Relaxed);
+                Report::Delivered { seq, partition: m.partition(), offset: m.offset() }
+            }
             Err((error, m)) if is_permanent(error) => {
                 let event_id = m.headers().and_then(|h| {
                     h.iter()
@@ -162,6 +174,7 @@ impl Publisher {
     pub fn new(
         kafka: &KafkaConfig,
         capture_bytes: usize,
+        metrics: Arc<Metrics>,
     ) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
         let mut cfg = ClientConfig::new();
         for (k, v) in &kafka.properties {
@@ -169,7 +182,7 @@ impl Publisher {
         }
         cfg.set_log_level(RDKafkaLogLevel::Warning);
         let (tx, rx) = mpsc::unbounded_channel();
-        let producer = cfg.create_with_context(RelayContext { reports: tx, capture_bytes }).map_err(|e| {
+        let producer = cfg.create_with_context(RelayContext { reports: tx, capture_bytes, metrics }).map_err(|e| {
             Error::definite_with(
                 "librdkafka rejected the [kafka] configuration",
                 "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",

@@ -22,10 +22,14 @@ use tokio_postgres::Client;
 use bytes::Bytes;
 use rdkafka::error::KafkaError;
 
-use crate::checkpoint::{Frontier, Seq};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::checkpoint::{Frontier, Sent, Seq};
 use crate::config::Config;
 use crate::dead_letter::{self, Letter};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::pgoutput::{self, Lsn, Message};
 use crate::publish::{Publisher, Rejected, Report, SendError};
 use crate::router::{Binding, InvalidOpBehavior, Record, Router};
@@ -58,6 +62,15 @@ impl Shutdown {
     }
 }
 
+/// 2000-01-01 00:00:00 UTC, PostgreSQL's epoch, in Unix microseconds.
+const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// How often a standby relay retries a slot that another process streams from.
 const STANDBY_POLL: Duration = Duration::from_secs(2);
 /// How often the control connection checks that the outbox table still exists.
@@ -65,7 +78,7 @@ const TABLE_CHECK: Duration = Duration::from_secs(5);
 
 /// Runs sessions until shutdown or a definite error, retrying transient failures with capped
 /// exponential backoff.
-pub async fn run(config: Config, mut shutdown: Shutdown) -> Result<Outcome> {
+pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) -> Result<Outcome> {
     Publisher::validate(&config.kafka)?;
     let mut router = Router::new(config.router.clone());
     let mut delay = Duration::from_millis(250);
@@ -77,10 +90,18 @@ pub async fn run(config: Config, mut shutdown: Shutdown) -> Result<Outcome> {
             return Ok(Outcome::Stopped { confirmed: 0 });
         }
         let started = Instant::now();
-        let result = match Session::open(&config, !streamed).await {
+        let result = match Session::open(&config, !streamed, &metrics).await {
             Ok(mut session) => {
+                if streamed {
+                    metrics.reconnects.fetch_add(1, Relaxed);
+                }
                 streamed = true;
-                session.run(&mut router, &mut shutdown).await
+                // Reachable until librdkafka says all brokers are down.
+                metrics.broker_up.store(true, Relaxed);
+                metrics.streaming.store(true, Relaxed);
+                let result = session.run(&mut router, &mut shutdown).await;
+                metrics.streaming.store(false, Relaxed);
+                result
             }
             Err(e) => Err(e),
         };
@@ -132,14 +153,19 @@ struct Session<'c> {
     table: String,
     /// Dead letters for refused records, waiting to be sent under the refused record's number.
     pending_dead: Vec<(Seq, Record)>,
+    /// The current transaction's commit time, microseconds since the Unix epoch.
+    commit_micros: i64,
+    /// Acknowledged records not yet counted in the metrics.
+    acked: Vec<Sent>,
+    metrics: Arc<Metrics>,
 }
 
 impl<'c> Session<'c> {
-    async fn open(config: &'c Config, create: bool) -> Result<Session<'c>> {
+    async fn open(config: &'c Config, create: bool, metrics: &Arc<Metrics>) -> Result<Session<'c>> {
         let control = source::connect_control(&config.source).await?;
         let slot = source::prepare(&control, &config.source, &config.outbox, create).await?;
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
-        let (publisher, reports) = Publisher::new(&config.kafka, capture)?;
+        let (publisher, reports) = Publisher::new(&config.kafka, capture, metrics.clone())?;
         let stream = source::start_stream(&config.source, slot.confirmed_flush).await?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
@@ -162,6 +188,9 @@ impl<'c> Session<'c> {
             outbox_relid: slot.outbox_relid,
             table: format!("{}.{}", config.outbox.schema, config.outbox.table),
             pending_dead: Vec::new(),
+            commit_micros: 0,
+            acked: Vec::new(),
+            metrics: metrics.clone(),
         })
     }
 
@@ -199,6 +228,18 @@ impl<'c> Session<'c> {
     }
 
     fn report_progress(&mut self) {
+        if !self.acked.is_empty() {
+            let now = unix_micros();
+            let mut published = self.metrics.published.lock().unwrap_or_else(|e| e.into_inner());
+            for sent in self.acked.drain(..) {
+                *published.entry(sent.topic).or_insert(0) += 1;
+                self.metrics.observe_commit_to_ack((now - sent.commit_micros).max(0) as f64 / 1e6);
+            }
+        }
+        let m = &self.metrics;
+        m.inflight_records.store(self.frontier.inflight_records() as u64, Relaxed);
+        m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
+        m.confirmed_lsn.store(self.frontier.confirmed(), Relaxed);
         let confirmed = self.frontier.confirmed();
         if confirmed > self.reported {
             self.stream.update_applied_lsn(WireLsn(confirmed));
@@ -209,12 +250,15 @@ impl<'c> Session<'c> {
     fn on_report(&mut self, report: Option<Report>) -> Result<()> {
         match report {
             Some(Report::Delivered { seq, .. }) => {
-                self.frontier.ack(seq);
+                if let Some(sent) = self.frontier.ack(seq) {
+                    self.acked.push(sent);
+                }
                 Ok(())
             }
             // Never skipped: the session ends, confirming only the acked prefix, and the next one
             // replays from there.
             Some(Report::Failed { seq, error }) => {
+                self.metrics.delivery_errors.fetch_add(1, Relaxed);
                 Err(Error::transient(format!("kafka did not acknowledge record #{seq}"), error))
             }
             Some(Report::Rejected { seq, error, record }) => self.on_rejected(seq, error, *record),
@@ -227,14 +271,16 @@ impl<'c> Session<'c> {
 
     async fn on_event(&mut self, event: ReplicationEvent, router: &mut Router) -> Result<()> {
         match event {
-            ReplicationEvent::Begin { final_lsn, .. } => {
+            ReplicationEvent::Begin { final_lsn, commit_time_micros, .. } => {
                 self.frontier.begin();
                 self.change_lsn = final_lsn.0;
+                self.commit_micros = commit_time_micros + PG_EPOCH_UNIX_MICROS;
             }
-            ReplicationEvent::XLogData { wal_start, data, .. } => {
+            ReplicationEvent::XLogData { wal_start, wal_end, data, .. } => {
                 if wal_start.0 != 0 {
                     self.change_lsn = wal_start.0;
                 }
+                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
                 let message = pgoutput::decode(&data).map_err(|e| {
                     Error::transient(
                         format!(
@@ -248,10 +294,13 @@ impl<'c> Session<'c> {
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.frontier.commit(end_lsn.0);
+                self.metrics.transactions.fetch_add(1, Relaxed);
                 tracing::debug!(end_lsn = %fmt_lsn(end_lsn.0), inflight = self.frontier.inflight_records(), "transaction read");
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 self.frontier.idle(wal_end.0);
+                self.metrics.keepalives.fetch_add(1, Relaxed);
+                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
             }
             // Logical decoding messages are not outbox rows; nothing to publish.
             ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
@@ -311,6 +360,7 @@ impl<'c> Session<'c> {
                             ));
                         };
                         tracing::warn!(error = %e, topic = %dl.topic, "{what}; sent to the dead-letter topic");
+                        self.metrics.dead_lettered.fetch_add(1, Relaxed);
                         dead_letter::record(
                             dl,
                             Letter {
@@ -365,7 +415,8 @@ impl<'c> Session<'c> {
         let bytes = record.key.as_ref().map_or(0, |k| k.len())
             + record.value.as_ref().map_or(0, |v| v.len())
             + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        let seq = self.frontier.sent(bytes, self.change_lsn);
+        let sent = Sent { topic: record.topic.clone(), commit_micros: self.commit_micros };
+        let seq = self.frontier.sent(bytes, self.change_lsn, sent);
         self.send(seq, record).await
     }
 
@@ -437,6 +488,7 @@ impl<'c> Session<'c> {
                 event_id: rejected.event_id,
             },
         );
+        self.metrics.dead_lettered.fetch_add(1, Relaxed);
         self.pending_dead.push((seq, letter));
         Ok(())
     }

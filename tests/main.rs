@@ -11,3 +11,4 @@ mod database;
 mod delivery;
 mod durability;
 mod goldens;
+mod ops;

@@ -1,0 +1,197 @@
+//! What the relay counts, and its Prometheus text rendering for `/metrics`.
+//!
+//! The relay loop is the only writer of most values; atomics let the HTTP task read them
+//! without locking the loop. Per-topic counts sit behind a mutex the loop takes once per batch
+//! of delivery reports.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// Upper bounds of the commit→ack histogram buckets, in seconds.
+const BUCKETS: [f64; 13] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub published: Mutex<BTreeMap<Arc<str>, u64>>,
+    pub delivery_errors: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub inflight_records: AtomicU64,
+    pub inflight_bytes: AtomicU64,
+    pub confirmed_lsn: AtomicU64,
+    /// The newest WAL position the server reported (keepalives, data).
+    pub server_wal_end: AtomicU64,
+    pub transactions: AtomicU64,
+    pub keepalives: AtomicU64,
+    pub reconnects: AtomicU64,
+    /// A session is streaming from the slot right now.
+    pub streaming: AtomicBool,
+    /// librdkafka reaches at least one broker (false after "all brokers down").
+    pub broker_up: AtomicBool,
+    commit_to_ack: Histogram,
+}
+
+#[derive(Debug, Default)]
+struct Histogram {
+    /// Per bucket (not cumulative), plus one for +Inf.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    count: AtomicU64,
+    /// Sum in microseconds.
+    sum_micros: AtomicU64,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        Arc::new(Metrics::default())
+    }
+
+    pub fn observe_commit_to_ack(&self, seconds: f64) {
+        let h = &self.commit_to_ack;
+        let i = BUCKETS.iter().position(|&b| seconds <= b).unwrap_or(BUCKETS.len());
+        h.counts[i].fetch_add(1, Relaxed);
+        h.count.fetch_add(1, Relaxed);
+        h.sum_micros.fetch_add((seconds.max(0.0) * 1e6) as u64, Relaxed);
+    }
+
+    /// Replication lag: the server's WAL end minus what the slot has confirmed.
+    pub fn lag_bytes(&self) -> u64 {
+        self.server_wal_end.load(Relaxed).saturating_sub(self.confirmed_lsn.load(Relaxed))
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let _ = writeln!(
+            out,
+            "# HELP walrelay_records_published_total Records acknowledged by Kafka, by topic.\n\
+             # TYPE walrelay_records_published_total counter"
+        );
+        let published = self.published.lock().map(|m| m.clone()).unwrap_or_default();
+        for (topic, n) in &published {
+            let _ = writeln!(
+                out,
+                "walrelay_records_published_total{{topic=\"{}\"}} {n}",
+                escape(topic)
+            );
+        }
+        let scalar = |out: &mut String, name: &str, kind: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        scalar(
+            &mut out,
+            "walrelay_delivery_errors_total",
+            "counter",
+            "Delivery reports that failed (the session restarts from the confirmed position).",
+            self.delivery_errors.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_dead_lettered_total",
+            "counter",
+            "Rows and records sent to the dead-letter topic.",
+            self.dead_lettered.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_inflight_records",
+            "gauge",
+            "Records read from the WAL whose position is not yet confirmable.",
+            self.inflight_records.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_inflight_bytes",
+            "gauge",
+            "Bytes of those records.",
+            self.inflight_bytes.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_confirmed_lsn",
+            "gauge",
+            "The WAL position confirmed to PostgreSQL.",
+            self.confirmed_lsn.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_lag_bytes",
+            "gauge",
+            "Server WAL end minus the confirmed position.",
+            self.lag_bytes(),
+        );
+        scalar(
+            &mut out,
+            "walrelay_transactions_total",
+            "counter",
+            "Committed transactions read from the slot.",
+            self.transactions.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_keepalives_total",
+            "counter",
+            "Primary keepalive messages received.",
+            self.keepalives.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_reconnects_total",
+            "counter",
+            "Sessions started after the first one.",
+            self.reconnects.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_streaming",
+            "gauge",
+            "1 while a session streams from the slot.",
+            self.streaming.load(Relaxed) as u64,
+        );
+
+        let h = &self.commit_to_ack;
+        let name = "walrelay_commit_to_ack_seconds";
+        let _ = writeln!(out, "# HELP {name} From the transaction's commit to the broker's acknowledgement of each record.\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += h.counts[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += h.counts[BUCKETS.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum {}", h.sum_micros.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", h.count.load(Relaxed));
+        out
+    }
+}
+
+fn escape(label: &str) -> String {
+    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_by_topic_and_a_cumulative_histogram() {
+        let m = Metrics::new();
+        m.published.lock().unwrap().insert(Arc::from("outbox.event.Order"), 3);
+        m.observe_commit_to_ack(0.004);
+        m.observe_commit_to_ack(0.2);
+        m.observe_commit_to_ack(60.0);
+        m.server_wal_end.store(1000, Relaxed);
+        m.confirmed_lsn.store(400, Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains("walrelay_records_published_total{topic=\"outbox.event.Order\"} 3"),
+            "{text}"
+        );
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"0.25\"} 2"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_count 3"), "{text}");
+        assert!(text.contains("walrelay_lag_bytes 600"), "{text}");
+    }
+}
