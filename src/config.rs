@@ -125,20 +125,38 @@ pub const RELAY_OWNED_KAFKA: &[(&str, &[&str], &str)] = &[
 
 const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
 
+/// The sections of the file, in the order they are documented.
+const SECTIONS: &[&str] =
+    &["source", "outbox", "router", "debezium", "kafka", "limits", "http", "dead_letter"];
+
+/// Environment variables that override file keys start with this.
+pub const ENV_PREFIX: &str = "WALRELAY_";
+
 impl Config {
+    /// Reads the file, then applies `WALRELAY_*` overrides from the process environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        Config::parse(&text)
+        Config::parse_with_env(&text, std::env::vars())
     }
 
+    /// Parses the file's text alone.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with_env(text, std::iter::empty())
+    }
+
+    /// Parses the text, then lets `env` override keys: `WALRELAY_<SECTION>_<KEY>`, upper case,
+    /// with each `.` of a key written `__` (`WALRELAY_KAFKA_SASL__PASSWORD` sets `[kafka]
+    /// "sasl.password"`, `WALRELAY_SOURCE_URL` sets `[source] url`). Variables whose next word
+    /// is not a section are left alone; an unknown key in a known section is an error.
+    pub fn parse_with_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
         let mut doc: toml::Table =
             text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax(e.to_string()))?;
-        const SECTIONS: &[&str] =
-            &["source", "outbox", "router", "debezium", "kafka", "limits", "http"];
         if let Some(key) = doc.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
             return Err(ConfigError::UnknownKey {
                 section: "top level",
@@ -146,29 +164,48 @@ impl Config {
                 hint: format!("the sections are [{}]", SECTIONS.join("], [")),
             });
         }
-        let source = flatten_section(&mut doc, "source")?;
-        let outbox = flatten_section(&mut doc, "outbox")?;
-        let router = flatten_section(&mut doc, "router")?;
-        let debezium = flatten_section(&mut doc, "debezium")?;
-        let kafka = flatten_section(&mut doc, "kafka")?;
-        let limits = flatten_section(&mut doc, "limits")?;
-        let http =
-            doc.contains_key("http").then(|| flatten_section(&mut doc, "http")).transpose()?;
-        let dead_letter = doc
-            .contains_key("dead_letter")
-            .then(|| flatten_section(&mut doc, "dead_letter"))
-            .transpose()?;
-        let kafka = parse_kafka(kafka)?;
+        let mut sections: BTreeMap<&'static str, Options> = BTreeMap::new();
+        for section in SECTIONS {
+            if doc.contains_key(*section) {
+                sections.insert(section, flatten_section(&mut doc, section)?);
+            }
+        }
+        for (name, value) in env {
+            if let Some((section, key)) = env_key(&name) {
+                sections.entry(section).or_default().insert(key, value);
+            }
+        }
+        let mut take = |s: &str| sections.remove(s);
+        let (source, outbox, router, debezium) =
+            (take("source"), take("outbox"), take("router"), take("debezium"));
+        let (kafka, limits, http, dead_letter) =
+            (take("kafka"), take("limits"), take("http"), take("dead_letter"));
+        let kafka = parse_kafka(kafka.unwrap_or_default())?;
         Ok(Config {
-            source: parse_source(source)?,
-            outbox: parse_outbox(outbox)?,
-            router: RouterConfig::parse(&router, &debezium)?,
+            source: parse_source(source.unwrap_or_default())?,
+            outbox: parse_outbox(outbox.unwrap_or_default())?,
+            router: RouterConfig::parse(
+                &router.unwrap_or_default(),
+                &debezium.unwrap_or_default(),
+            )?,
             dead_letter: dead_letter.map(|d| parse_dead_letter(d, &kafka)).transpose()?,
             kafka,
-            limits: parse_limits(limits)?,
+            limits: parse_limits(limits.unwrap_or_default())?,
             http: http.map(parse_http).transpose()?,
         })
     }
+}
+
+/// `WALRELAY_DEAD_LETTER_TOPIC` → (`dead_letter`, `topic`); `WALRELAY_KAFKA_LINGER__MS` →
+/// (`kafka`, `linger.ms`). Longest section name first, so `DEAD_LETTER` wins over a shorter one.
+fn env_key(name: &str) -> Option<(&'static str, String)> {
+    let rest = name.strip_prefix(ENV_PREFIX)?;
+    let mut sections: Vec<&'static str> = SECTIONS.to_vec();
+    sections.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    sections.into_iter().find_map(|section| {
+        let key = rest.strip_prefix(&section.to_ascii_uppercase())?.strip_prefix('_')?;
+        (!key.is_empty()).then(|| (section, key.to_ascii_lowercase().replace("__", ".")))
+    })
 }
 
 fn flatten_section(doc: &mut toml::Table, section: &'static str) -> Result<Options, ConfigError> {
@@ -573,6 +610,36 @@ mod tests {
         let e = Config::parse(&bad).unwrap_err().to_string();
         assert!(!e.contains("s3cret"), "{e}");
         assert_eq!(redact_url("host=h password=s3cret user=u"), "host=h password=**** user=u");
+    }
+
+    #[test]
+    fn environment_overrides_file_keys_with_dotted_names_spelled_double_underscore() {
+        let env = [
+            ("WALRELAY_SOURCE_URL", "postgres://other@db:5433/app2"),
+            ("WALRELAY_KAFKA_LINGER__MS", "7"),
+            ("WALRELAY_ROUTER_ROUTE__TOPIC__REPLACEMENT", "events.${routedByValue}"),
+            ("WALRELAY_DEAD_LETTER_TOPIC", "dlq"),
+            ("WALRELAY_BIN", "/not/a/section"),
+        ];
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        let c = Config::parse_with_env(MINIMAL, env).unwrap();
+        assert_eq!(c.source.conn.get_dbname(), Some("app2"));
+        assert_eq!(c.kafka.properties["linger.ms"], "7");
+        assert_eq!(c.dead_letter.unwrap().topic, "dlq");
+        let typo = [("WALRELAY_SOURCE_SLOTT".to_string(), "x".to_string())];
+        let e = Config::parse_with_env(MINIMAL, typo).unwrap_err().to_string();
+        assert!(e.contains("slott"), "{e}");
+    }
+
+    #[test]
+    fn dead_letter_section_parses_and_caps_its_payload_to_half_the_message_limit() {
+        let text =
+            format!("{MINIMAL}\"message.max.bytes\" = 10000\n[dead_letter]\ntopic = \"dlq\"\n");
+        let d = Config::parse(&text).unwrap().dead_letter.unwrap();
+        assert_eq!((d.topic.as_str(), d.max_value_bytes), ("dlq", 5000));
+        let e =
+            Config::parse(&format!("{MINIMAL}[dead_letter]\ntopic = \"bad topic\"\n")).unwrap_err();
+        assert!(e.to_string().contains("topic"), "{e}");
     }
 
     #[test]
