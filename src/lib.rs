@@ -4,12 +4,14 @@
 //! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
 //! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file.
 
+pub mod admin;
 pub mod checkpoint;
 pub mod config;
 pub mod config_error;
 pub mod dead_letter;
 pub mod error;
 pub mod http;
+pub mod import;
 pub mod metrics;
 pub mod pgoutput;
 pub mod publish;

@@ -35,6 +35,8 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    #[command(flatten)]
+    Admin(walrelay::admin::AdminCommand),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Run { config } => run(config),
+        Command::Admin(command) => walrelay::admin::run(command),
     }
 }
 

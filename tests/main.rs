@@ -12,3 +12,4 @@ mod delivery;
 mod durability;
 mod goldens;
 mod ops;
+mod admin;

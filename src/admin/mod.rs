@@ -1,0 +1,173 @@
+//! Operator commands beside `run`: `check` (preflight), `setup` / `teardown` (publication and
+//! slot), `status` (slot lag and retained WAL) and `import-debezium` (connector config →
+//! walrelay.toml).
+//!
+//! Like [`crate::source`], these read only `pg_catalog` views, settings and slot functions — never
+//! the outbox table (I4). What they print goes to stdout; logs go to stderr.
+
+mod check;
+mod setup;
+mod status;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use tokio_postgres::Client;
+
+use crate::config::{redact_url, Config, SourceConfig};
+use crate::error::Result;
+
+pub use self::status::SlotStatus;
+
+/// The operator subcommands, flattened into the `walrelay` command line by `main.rs`.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Preflight: checks PostgreSQL, the outbox table, the publication, the slot and the broker;
+    /// one line per check, exit code 1 on any problem.
+    Check {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Creates the publication (FOR TABLE <outbox> WITH (publish = 'insert')) and the pgoutput
+    /// slot when they are missing; changes nothing that exists.
+    Setup {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Drops the slot and the publication. The slot's position is lost: events committed while
+    /// no slot exists are never relayed.
+    Teardown {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Really drop them (without it, teardown only says what it would drop).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// The slot's confirmed LSN, lag, retained WAL, active pid and last status update.
+    Status {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
+    /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
+    ImportDebezium {
+        /// The connector configuration file.
+        file: PathBuf,
+    },
+}
+
+/// Runs one operator command to completion.
+pub fn run(command: AdminCommand) -> ExitCode {
+    if let AdminCommand::ImportDebezium { file } = &command {
+        return crate::import::run_cli(file);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async move {
+        match command {
+            AdminCommand::Check { config } => match load(&config) {
+                Ok(c) => check::run(&c).await,
+                Err(code) => code,
+            },
+            AdminCommand::Setup { config } => match load(&config) {
+                Ok(c) => setup::setup(&c).await,
+                Err(code) => code,
+            },
+            AdminCommand::Teardown { config, yes } => match load(&config) {
+                Ok(c) => setup::teardown(&c, yes).await,
+                Err(code) => code,
+            },
+            AdminCommand::Status { config, json } => match load(&config) {
+                Ok(c) => status::run(&c, json).await,
+                Err(code) => code,
+            },
+            AdminCommand::ImportDebezium { .. } => unreachable!("handled above"),
+        }
+    });
+    // Leave librdkafka's and tokio-postgres's background tasks behind without waiting.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+/// Loads the configuration; an invalid one exits with code 2, as `walrelay run` does.
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("error: configuration error in {}: {e}", path.display());
+        ExitCode::from(2)
+    })
+}
+
+/// The control connection with a connect timeout, so a black-holed host fails in seconds.
+pub(crate) async fn connect(src: &SourceConfig) -> Result<Client> {
+    let mut src = src.clone();
+    if src.conn.get_connect_timeout().is_none() {
+        src.conn.connect_timeout(Duration::from_secs(5));
+    }
+    crate::source::connect_control(&src).await
+}
+
+/// `postgres://user@host:port/db` without the password, for messages.
+pub(crate) fn describe_source(src: &SourceConfig) -> String {
+    redact_url(&src.url)
+}
+
+/// The server's current WAL position: on a standby (PG16 decodes there) the replayed position.
+pub(crate) const SERVER_LSN: &str =
+    "CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() \
+     ELSE pg_catalog.pg_current_wal_lsn() END";
+
+/// A byte count as an operator reads it: `512 B`, `1.5 KiB`, `12.3 MiB`, `1.0 GiB`.
+pub fn human_bytes(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    let negative = bytes < 0;
+    let magnitude = bytes.unsigned_abs();
+    let sign = if negative { "-" } else { "" };
+    if magnitude < 1024 {
+        return format!("{sign}{magnitude} B");
+    }
+    let mut value = magnitude as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{sign}{value:.1} {}", UNITS[unit])
+}
+
+/// `"name"`, quoted for SQL. Names reaching here passed `config::check_identifier`.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_human_bytes_uses_binary_units_with_one_decimal() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1.0 KiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(16 * 1024 * 1024), "16.0 MiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024 * 1024 + 512 * 1024 * 1024), "3.5 GiB");
+        assert_eq!(human_bytes(-2048), "-2.0 KiB");
+    }
+
+    #[test]
+    fn admin_quote_ident_doubles_quotes() {
+        assert_eq!(quote_ident("outbox"), "\"outbox\"");
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

@@ -1,0 +1,1116 @@
+//! `walrelay import-debezium`: a Debezium PostgreSQL connector configuration → the equivalent
+//! walrelay.toml, plus one warning for every Debezium option walrelay does not honour.
+//!
+//! Inputs: the Kafka Connect REST form `{"name": …, "config": {…}}`, the flat config object, a
+//! Kafka Connect `.properties` file, or a Debezium Server `application.properties`
+//! (`debezium.source.*`, `debezium.transforms.*`, `debezium.sink.kafka.producer.*`,
+//! `debezium.format.*`).
+//!
+//! The generated file is loaded with [`Config::parse`] before it is printed: a router,
+//! converter or producer option walrelay (or librdkafka) refuses is left out with a warning
+//! naming it, so what is printed is a configuration `walrelay run` accepts — except for
+//! `bootstrap.servers`, which connector configs usually don't carry (it lives in the Connect
+//! worker's config) and which is then left as a commented line to fill in.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+
+use crate::config::{Config, ConfigError};
+
+/// The generated configuration and what could not be carried over.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub toml: String,
+    /// One line each, without a `warning:` prefix.
+    pub warnings: Vec<String>,
+}
+
+/// The input's syntax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Properties,
+}
+
+const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
+const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
+const BOOTSTRAP_PLACEHOLDER: &str = "bootstrap.servers.placeholder:9092";
+
+/// `walrelay import-debezium FILE`: the TOML on stdout, warnings on stderr.
+pub fn run_cli(path: &Path) -> ExitCode {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let format = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => Some(Format::Json),
+        Some("properties") | Some("conf") => Some(Format::Properties),
+        _ => None,
+    };
+    let source = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match import(&text, format, &source) {
+        Ok(imported) => {
+            print!("{}", imported.toml);
+            for w in &imported.warnings {
+                eprintln!("warning: {w}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Converts a connector configuration. `format: None` tries JSON, then properties. `source`
+/// names the input in the generated header comment.
+pub fn import(text: &str, format: Option<Format>, source: &str) -> Result<Imported, String> {
+    let (name, options) = match format {
+        Some(Format::Json) => parse_json(text)?,
+        Some(Format::Properties) => (None, parse_properties(text)),
+        None => match parse_json(text) {
+            Ok(parsed) => parsed,
+            Err(json_error) if text.trim_start().starts_with('{') => return Err(json_error),
+            Err(_) => (None, parse_properties(text)),
+        },
+    };
+    if options.is_empty() {
+        return Err("no options found: expected connector JSON or a .properties file".into());
+    }
+    let mut warnings = Vec::new();
+    let (options, server) = normalize_debezium_server(options, &mut warnings);
+    let name = name.or_else(|| options.get("name").cloned());
+    let mut out = Builder::new(options, server, warnings);
+    out.convert();
+    out.validate();
+    Ok(Imported { toml: out.render(name.as_deref(), source, false), warnings: out.warnings })
+}
+
+/// `{"name": …, "config": {…}}` or the flat `{…}`; values as text.
+fn parse_json(text: &str) -> Result<(Option<String>, BTreeMap<String, String>), String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let serde_json::Value::Object(top) = value else {
+        return Err("the JSON is not an object".into());
+    };
+    let name = top.get("name").and_then(|n| n.as_str()).map(str::to_owned);
+    let config = match top.get("config") {
+        Some(serde_json::Value::Object(c)) => c.clone(),
+        _ => top,
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in config {
+        let text = match v {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Null => continue,
+            serde_json::Value::Bool(_) | serde_json::Value::Number(_) => v.to_string(),
+            other => {
+                return Err(format!(
+                    "option `{k}` is {other}, expected a string, number or boolean"
+                ))
+            }
+        };
+        out.insert(k, text);
+    }
+    Ok((name, out))
+}
+
+/// Java `.properties`: `key=value`, `key: value` or `key value`; `#`/`!` comments; a trailing
+/// backslash continues the line; `\t`, `\n`, `\uXXXX` and escaped separators.
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut logical = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if logical.is_empty()
+            && (trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!'))
+        {
+            continue;
+        }
+        logical.push_str(trimmed);
+        // An odd number of trailing backslashes continues the line.
+        let trailing = logical.chars().rev().take_while(|&c| c == '\\').count();
+        if trailing % 2 == 1 {
+            logical.pop();
+            if lines.clone().next().is_some() {
+                continue;
+            }
+        }
+        let entry = std::mem::take(&mut logical);
+        let (key, value) = split_property(&entry);
+        if !key.is_empty() {
+            out.insert(key, value);
+        }
+    }
+    out
+}
+
+fn split_property(entry: &str) -> (String, String) {
+    let chars: Vec<char> = entry.chars().collect();
+    let mut i = 0;
+    let mut key_end = chars.len();
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '=' | ':' | ' ' | '\t' | '\u{c}' => {
+                key_end = i;
+                break;
+            }
+            _ => i += 1,
+        }
+    }
+    let key: String = chars[..key_end.min(chars.len())].iter().collect();
+    let mut j = key_end;
+    while j < chars.len() && matches!(chars[j], ' ' | '\t' | '\u{c}') {
+        j += 1;
+    }
+    if j < chars.len() && matches!(chars[j], '=' | ':') {
+        j += 1;
+    }
+    while j < chars.len() && matches!(chars[j], ' ' | '\t' | '\u{c}') {
+        j += 1;
+    }
+    let value: String = chars[j.min(chars.len())..].iter().collect();
+    (unescape(&key), unescape(&value))
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('f') => out.push('\u{c}'),
+            Some('u') => {
+                let hex: String = it.by_ref().take(4).collect();
+                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                    Some(ch) => out.push(ch),
+                    None => {
+                        out.push_str("\\u");
+                        out.push_str(&hex);
+                    }
+                }
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Debezium Server's `application.properties` → connector-style names. Returns whether the
+/// input was one.
+fn normalize_debezium_server(
+    options: BTreeMap<String, String>,
+    warnings: &mut Vec<String>,
+) -> (BTreeMap<String, String>, bool) {
+    if !options.keys().any(|k| k.starts_with("debezium.source.")) {
+        return (options, false);
+    }
+    let mut out = BTreeMap::new();
+    for (k, v) in options {
+        let mapped = if let Some(rest) = k.strip_prefix("debezium.source.") {
+            rest.to_string()
+        } else if k == "debezium.transforms" {
+            "transforms".to_string()
+        } else if let Some(rest) = k.strip_prefix("debezium.transforms.") {
+            format!("transforms.{rest}")
+        } else if let Some(rest) = k.strip_prefix("debezium.sink.kafka.producer.") {
+            format!("producer.{rest}")
+        } else if k == "debezium.sink.type" {
+            if v != "kafka" {
+                warnings.push(format!("debezium.sink.type = {v}: walrelay writes to Kafka only"));
+            }
+            continue;
+        } else if let Some(rest) = k.strip_prefix("debezium.format.") {
+            // debezium.format.value = json, debezium.format.value.schemas.enable = false
+            let (which, tail) = rest.split_once('.').unwrap_or((rest, ""));
+            if !["key", "value", "header"].contains(&which) {
+                warnings.push(format!("`{k}` is not used by walrelay"));
+                continue;
+            }
+            if tail.is_empty() {
+                if v == "json" {
+                    out.insert(format!("{which}.converter"), JSON_CONVERTER.to_string());
+                } else {
+                    warnings.push(format!(
+                        "`{k}` = {v}: walrelay writes json or string (Kafka Connect's JsonConverter / StringConverter) only; using json"
+                    ));
+                    out.insert(format!("{which}.converter"), JSON_CONVERTER.to_string());
+                }
+                continue;
+            }
+            format!("{which}.converter.{tail}")
+        } else {
+            k.clone()
+        };
+        out.insert(mapped, v);
+    }
+    // Debezium Server's formats default to JSON with schemas, headers included.
+    for which in ["key", "value", "header"] {
+        out.entry(format!("{which}.converter")).or_insert_with(|| JSON_CONVERTER.to_string());
+        out.entry(format!("{which}.converter.schemas.enable"))
+            .or_insert_with(|| "true".to_string());
+    }
+    warnings.push(
+        "Debezium Server drops the router's partition and timestamp; walrelay sets them as Kafka Connect does (only matters with a `partition` placement or table.field.event.timestamp)"
+            .into(),
+    );
+    (out, true)
+}
+
+struct Builder {
+    options: BTreeMap<String, String>,
+    server: bool,
+    warnings: Vec<String>,
+    source: Vec<(String, String)>,
+    /// Comment lines at the top of [source].
+    source_notes: Vec<String>,
+    outbox_table: String,
+    router: BTreeMap<String, String>,
+    debezium: BTreeMap<String, String>,
+    kafka: BTreeMap<String, String>,
+    /// Extra `# …` lines per section (by name) for keys left out.
+    dropped: BTreeMap<&'static str, Vec<String>>,
+}
+
+impl Builder {
+    fn new(options: BTreeMap<String, String>, server: bool, warnings: Vec<String>) -> Builder {
+        Builder {
+            options,
+            server,
+            warnings,
+            source: Vec::new(),
+            source_notes: Vec::new(),
+            outbox_table: "public.outbox".into(),
+            router: BTreeMap::new(),
+            debezium: BTreeMap::new(),
+            kafka: BTreeMap::new(),
+            dropped: BTreeMap::new(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.options.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    fn warn(&mut self, text: impl Into<String>) {
+        self.warnings.push(text.into());
+    }
+
+    fn convert(&mut self) {
+        self.convert_source();
+        self.convert_outbox();
+        self.convert_router();
+        self.convert_debezium();
+        self.convert_kafka();
+        self.warn_unhonoured();
+    }
+
+    fn convert_source(&mut self) {
+        let host = self.get("database.hostname").unwrap_or("localhost").to_string();
+        if self.get("database.hostname").is_none() {
+            self.warn("database.hostname is not set; [source] url uses localhost");
+        }
+        let port = self.get("database.port").unwrap_or("5432").to_string();
+        let user = self.get("database.user").unwrap_or("postgres").to_string();
+        let dbname = match self.get("database.dbname") {
+            Some(d) => d.to_string(),
+            None => {
+                self.warn("database.dbname is not set; [source] url names database postgres");
+                "postgres".to_string()
+            }
+        };
+        let host =
+            if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
+        let url = format!("postgres://{}@{host}:{port}/{}", url_encode(&user), url_encode(&dbname));
+        self.source_notes.push(
+            "The password is not copied: walrelay reads it from the PGPASSWORD environment variable (${PGPASSWORD})."
+                .into(),
+        );
+        if self.get("database.password").is_some() {
+            self.warn("database.password is not copied into the file: set PGPASSWORD in walrelay's environment");
+        }
+        match self.get("database.sslmode") {
+            None | Some("disable") | Some("prefer") => {}
+            Some(mode) => {
+                let mode = mode.to_string();
+                self.warn(format!(
+                    "database.sslmode = {mode}: walrelay's control connection does not use TLS; not copied"
+                ));
+            }
+        }
+        self.source.push(("url".into(), url));
+        let slot = self.get("slot.name").unwrap_or("debezium").to_string();
+        let publication = self.get("publication.name").unwrap_or("dbz_publication").to_string();
+        self.source.push(("slot".into(), slot));
+        self.source.push(("publication".into(), publication));
+    }
+
+    fn convert_outbox(&mut self) {
+        let list = self.get("table.include.list").or_else(|| self.get("table.whitelist"));
+        let Some(list) = list.map(str::to_string) else {
+            self.warn("table.include.list is not set; [outbox] table = public.outbox (walrelay relays exactly one table)");
+            return;
+        };
+        let tables: Vec<String> = list
+            .split(',')
+            .map(|t| t.trim().replace("\\.", "."))
+            .filter(|t| !t.is_empty())
+            .collect();
+        let Some(first) = tables.first().cloned() else { return };
+        if tables.len() > 1 {
+            self.warn(format!(
+                "table.include.list names {} tables ({}); walrelay relays one outbox table: using {first}",
+                tables.len(),
+                tables.join(", ")
+            ));
+        }
+        if first.contains(['*', '+', '?', '[', '(', '|', '^', '$']) {
+            self.warn(format!(
+                "table.include.list entry `{first}` is a regular expression; walrelay needs the table's name: fix [outbox] table"
+            ));
+        }
+        self.outbox_table = first;
+    }
+
+    fn convert_router(&mut self) {
+        let names: Vec<String> = self
+            .get("transforms")
+            .map(|t| t.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
+            .unwrap_or_default();
+        let mut router_name: Option<String> = None;
+        for name in &names {
+            let ty = self.get(&format!("transforms.{name}.type")).unwrap_or("").to_string();
+            if ty == EVENT_ROUTER && router_name.is_none() {
+                router_name = Some(name.clone());
+            } else if ty == EVENT_ROUTER {
+                self.warn(format!(
+                    "transform `{name}` is a second EventRouter; walrelay applies only the first (`{}`)",
+                    router_name.as_deref().unwrap_or("")
+                ));
+            } else {
+                self.warn(format!(
+                    "transform `{name}` ({ty}) is not applied by walrelay: records leave exactly as the EventRouter makes them"
+                ));
+            }
+        }
+        let Some(name) = router_name else {
+            self.warn(format!(
+                "no {EVENT_ROUTER} transform in `transforms`: [router] is left empty (Debezium's defaults)"
+            ));
+            return;
+        };
+        let prefix = format!("transforms.{name}.");
+        let options: Vec<(String, String)> = self
+            .options
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_string(), v.clone())))
+            .collect();
+        for (key, value) in options {
+            if key == "type" {
+                continue;
+            }
+            if key == "predicate" || key == "negate" {
+                self.warn(format!(
+                    "{prefix}{key} is not needed: walrelay routes only the outbox table's INSERTs"
+                ));
+            } else if key.starts_with("tracing.") {
+                self.warn(format!(
+                    "{prefix}{key}: walrelay does not support Debezium's OpenTelemetry tracing; left out"
+                ));
+            } else {
+                self.router.insert(key, value);
+            }
+        }
+    }
+
+    fn convert_debezium(&mut self) {
+        match self.get("topic.prefix").or_else(|| self.get("database.server.name")) {
+            Some(p) => {
+                let p = p.to_string();
+                self.debezium.insert("topic.prefix".into(), p);
+            }
+            None => self.warn(
+                "topic.prefix is not set; [debezium] topic.prefix defaults to walrelay (the __debezium.context.connectorLogicalName header)",
+            ),
+        }
+        let extended = self.get("extended.headers.enabled").unwrap_or("true").to_string();
+        self.debezium.insert("extended.headers.enabled".into(), extended);
+        let mut missing = Vec::new();
+        for which in ["key", "value", "header"] {
+            let key = format!("{which}.converter");
+            match self.get(&key) {
+                Some(v) => {
+                    let v = v.to_string();
+                    self.debezium.insert(key.clone(), v);
+                }
+                None => missing.push(key.clone()),
+            }
+            let schemas = format!("{key}.schemas.enable");
+            if let Some(v) = self.get(&schemas) {
+                let v = v.to_string();
+                self.debezium.insert(schemas, v);
+            }
+        }
+        if !missing.is_empty() && !self.server {
+            self.warn(format!(
+                "{} not set in the connector config (the Connect worker's setting applied); walrelay's defaults are StringConverter (key, value) and SimpleHeaderConverter (headers) — if the worker sets others, set them in [debezium]",
+                missing.join(", ")
+            ));
+        }
+    }
+
+    fn convert_kafka(&mut self) {
+        let mut props = BTreeMap::new();
+        // producer.* first, producer.override.* wins (Connect's precedence).
+        for (k, v) in &self.options {
+            if let Some(rest) = k.strip_prefix("producer.") {
+                if !rest.starts_with("override.") {
+                    props.insert(rest.to_string(), v.clone());
+                }
+            }
+        }
+        for (k, v) in &self.options {
+            if let Some(rest) = k.strip_prefix("producer.override.") {
+                props.insert(rest.to_string(), v.clone());
+            }
+        }
+        if let Some(b) = self.get("bootstrap.servers") {
+            props.entry("bootstrap.servers".into()).or_insert_with(|| b.to_string());
+        }
+        for (k, v) in &props {
+            if v.contains("${") {
+                self.warnings.push(format!(
+                    "[kafka] {k} holds a Kafka Connect config-provider reference ({v}); walrelay does not resolve it: put the value in"
+                ));
+            }
+        }
+        if !props.contains_key("bootstrap.servers") && !props.contains_key("metadata.broker.list") {
+            self.warn("bootstrap.servers is not in the connector config (it lives in the Connect worker's config): fill in [kafka] \"bootstrap.servers\"");
+        }
+        self.kafka = props;
+    }
+
+    /// Every option not carried over above gets a warning.
+    fn warn_unhonoured(&mut self) {
+        let options = self.options.clone();
+        for (key, value) in &options {
+            if let Some(text) = unhonoured(key, value.trim()) {
+                self.warn(text);
+            }
+        }
+        if self.get("publication.autocreate.mode").is_none() {
+            let publication = self.get("publication.name").unwrap_or("dbz_publication").to_string();
+            self.warn(format!(
+                "publication.autocreate.mode is not set: Debezium's default all_tables made {publication} publish every table and operation; walrelay uses it as is (it relays only the outbox INSERTs and confirms past the rest) — `walrelay check` shows what it publishes"
+            ));
+        }
+        if self.get("plugin.name").is_none() && !self.server {
+            self.warn("plugin.name is not set: Debezium's default is decoderbufs, and walrelay can only take over a pgoutput slot (`walrelay check` shows the slot's plugin)");
+        }
+    }
+
+    /// Loads the generated file; options walrelay or librdkafka refuse are left out with a
+    /// warning, until it loads (or fails for a reason no option removal can fix).
+    fn validate(&mut self) {
+        for _ in 0..64 {
+            let text = self.render(None, "", true);
+            match Config::parse(&text) {
+                Ok(config) => {
+                    let mut cfg = ClientConfig::new();
+                    for (k, v) in &config.kafka.properties {
+                        cfg.set(k, v);
+                    }
+                    match cfg.create_native_config() {
+                        Ok(_) => return,
+                        Err(KafkaError::ClientConfig(_, desc, key, _))
+                            if self.kafka.contains_key(&key) =>
+                        {
+                            let hint = java_producer_hint(&key)
+                                .map(|h| format!("; {h}"))
+                                .unwrap_or_default();
+                            self.drop_key("kafka", &key, &format!("librdkafka: {desc}{hint}"));
+                        }
+                        Err(e) => {
+                            self.warn(format!("librdkafka rejects the [kafka] properties: {e}"));
+                            return;
+                        }
+                    }
+                }
+                Err(ConfigError::UnknownKey { section, key, hint })
+                    if self.droppable(section, &key) =>
+                {
+                    self.drop_key(section, &key, &hint);
+                }
+                Err(ConfigError::InvalidValue { section, key, reason, .. })
+                    if self.droppable(section, &key) =>
+                {
+                    self.drop_key(section, &key, &reason);
+                }
+                Err(e) => {
+                    self.warn(format!("the generated file does not load as it is: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn droppable(&self, section: &str, key: &str) -> bool {
+        match section {
+            "router" => self.router.contains_key(key),
+            "debezium" => self.debezium.contains_key(key),
+            "kafka" => self.kafka.contains_key(key),
+            _ => false,
+        }
+    }
+
+    fn drop_key(&mut self, section: &str, key: &str, reason: &str) {
+        let (map, name): (&mut BTreeMap<String, String>, &'static str) = match section {
+            "router" => (&mut self.router, "router"),
+            "debezium" => (&mut self.debezium, "debezium"),
+            _ => (&mut self.kafka, "kafka"),
+        };
+        let value = map.remove(key).unwrap_or_default();
+        let shown = if is_secret(key) { "****".to_string() } else { value };
+        self.dropped.entry(name).or_default().push(format!("{key} = {shown} (left out: {reason})"));
+        self.warnings.push(format!("[{name}] {key} = {shown} left out: {reason}"));
+    }
+
+    /// The TOML text. `for_validation` fills a missing bootstrap.servers with a placeholder.
+    fn render(&self, name: Option<&str>, source: &str, for_validation: bool) -> String {
+        let mut t = String::new();
+        if !for_validation {
+            t += &format!(
+                "# walrelay.toml generated by `walrelay import-debezium {source}`{}.\n",
+                name.map(|n| format!(" from connector {n}")).unwrap_or_default()
+            );
+            t += "# Review it, then run `walrelay check --config walrelay.toml`.\n";
+        }
+        t += "\n[source]\n";
+        if !for_validation {
+            for note in &self.source_notes {
+                t += &format!("# {note}\n");
+            }
+        }
+        for (k, v) in &self.source {
+            t += &format!("{} = {}\n", toml_key(k), toml_string(v));
+        }
+        t += "\n[outbox]\n";
+        t += &format!("table = {}\n", toml_string(&self.outbox_table));
+        for (section, map) in
+            [("router", &self.router), ("debezium", &self.debezium), ("kafka", &self.kafka)]
+        {
+            t += &format!("\n[{section}]\n");
+            if section == "router" && !for_validation {
+                t +=
+                    "# The EventRouter transform's options by Debezium's names, prefix stripped.\n";
+            }
+            for (k, v) in map {
+                t += &format!("{} = {}\n", toml_key(k), toml_value(k, v));
+            }
+            if section == "kafka"
+                && !map.contains_key("bootstrap.servers")
+                && !map.contains_key("metadata.broker.list")
+            {
+                if for_validation {
+                    t += &format!(
+                        "\"bootstrap.servers\" = {}\n",
+                        toml_string(BOOTSTRAP_PLACEHOLDER)
+                    );
+                } else {
+                    t += "# Required; not in the connector config (the Connect worker's bootstrap.servers):\n";
+                    t += "# \"bootstrap.servers\" = \"kafka:9092\"\n";
+                }
+            }
+            if !for_validation {
+                for line in self.dropped.get(section).into_iter().flatten() {
+                    t += &format!("# {line}\n");
+                }
+            }
+        }
+        t
+    }
+}
+
+/// The warning for a connector option walrelay does not honour; `None` for options it carries
+/// over (or that change nothing for an outbox relay).
+fn unhonoured(key: &str, value: &str) -> Option<String> {
+    const CARRIED: &[&str] = &[
+        "name",
+        "tasks.max",
+        "database.hostname",
+        "database.port",
+        "database.user",
+        "database.password",
+        "database.dbname",
+        "database.sslmode",
+        "database.server.name",
+        "slot.name",
+        "publication.name",
+        "table.include.list",
+        "table.whitelist",
+        "schema.include.list",
+        "schema.whitelist",
+        "topic.prefix",
+        "extended.headers.enabled",
+        "transforms",
+        "bootstrap.servers",
+        // Only INSERTs of the outbox become records: these change nothing.
+        "skipped.operations",
+        "tombstones.on.delete",
+    ];
+    if CARRIED.contains(&key)
+        || key.starts_with("transforms.")
+        || key.starts_with("producer.")
+        || ["key", "value", "header"].iter().any(|w| {
+            key == format!("{w}.converter") || key == format!("{w}.converter.schemas.enable")
+        })
+    {
+        return None;
+    }
+    let text = match key {
+        "connector.class" if value.ends_with("PostgresConnector") => return None,
+        "connector.class" => format!(
+            "connector.class = {value}: walrelay replaces Debezium's PostgreSQL connector only"
+        ),
+        "plugin.name" if value == "pgoutput" => return None,
+        "plugin.name" => format!(
+            "plugin.name = {value}: walrelay streams with pgoutput, so it can't take over this connector's slot; give walrelay a new slot (events between the two slots' positions are skipped or duplicated)"
+        ),
+        "snapshot.mode" if value == "no_data" || value == "never" => return None,
+        "snapshot.mode" => format!(
+            "snapshot.mode = {value}: walrelay never snapshots — it relays rows inserted after its slot's position, never the table's existing rows (like snapshot.mode = no_data)"
+        ),
+        "publication.autocreate.mode" if value == "filtered" || value == "disabled" => return None,
+        "publication.autocreate.mode" if value == "all_tables" => "publication.autocreate.mode = all_tables: walrelay uses the existing all-tables publication as is (it relays only the outbox INSERTs and confirms past the rest); when the publication is missing it creates one FOR TABLE <outbox> WITH (publish = 'insert') instead".to_string(),
+        "publication.autocreate.mode" => format!(
+            "publication.autocreate.mode = {value}: walrelay creates a missing publication FOR TABLE <outbox> WITH (publish = 'insert')"
+        ),
+        "slot.drop.on.stop" if value == "false" => return None,
+        "slot.drop.on.stop" => "slot.drop.on.stop: walrelay never drops its slot on stop (`walrelay teardown --yes` does)".into(),
+        "slot.failover" if value == "false" => return None,
+        "slot.failover" => "slot.failover: walrelay creates a plain slot; create a PostgreSQL 17 failover slot yourself (pg_create_logical_replication_slot(…, failover => true)) before starting it".into(),
+        "time.precision.mode" if value == "adaptive" => return None,
+        "time.precision.mode" => format!(
+            "time.precision.mode = {value}: walrelay converts timestamps as Debezium's default `adaptive` does"
+        ),
+        "provide.transaction.metadata" if value == "false" => return None,
+        "provide.transaction.metadata" => "provide.transaction.metadata: walrelay writes no transaction topic or transaction block".into(),
+        "status.update.interval.ms" => format!(
+            "status.update.interval.ms = {value}: not copied; walrelay reports progress every [source] status_interval_ms (default 1000)"
+        ),
+        "lsn.flush.mode" | "flush.lsn.source" => format!(
+            "{key}: walrelay confirms the slot itself, after Kafka acknowledged, and confirms idle progress from keepalives"
+        ),
+        _ if key.starts_with("heartbeat.") => format!(
+            "{key}: walrelay writes no heartbeat topic and runs no heartbeat query; it confirms idle progress from the server's keepalives instead"
+        ),
+        _ if key.starts_with("tracing.") => format!("{key}: walrelay does not support Debezium's OpenTelemetry tracing"),
+        _ if key.starts_with("errors.") => format!(
+            "{key}: walrelay has no errors.tolerance; a row it can't route stops it, or goes to the [dead_letter] topic when one is configured"
+        ),
+        _ if key.starts_with("signal.") || key.starts_with("incremental.snapshot") || key.starts_with("snapshot.") => {
+            format!("{key}: walrelay has no snapshots or signals")
+        }
+        _ if key.starts_with("topic.creation.") => format!(
+            "{key}: walrelay creates no topics; create them beforehand (or let the broker auto-create them)"
+        ),
+        _ if key.contains(".converter.") => format!(
+            "{key}: walrelay's converters take no options beyond schemas.enable"
+        ),
+        _ if key.starts_with("message.prefix.") => format!(
+            "{key}: walrelay does not relay logical decoding messages (pg_logical_emit_message)"
+        ),
+        "publish.via.partition.root" => "publish.via.partition.root: create the publication yourself WITH (publish_via_partition_root = true) for a partitioned outbox".into(),
+        _ => format!("{key} is not used by walrelay (no equivalent)"),
+    };
+    Some(text)
+}
+
+/// Where a Java producer property has a librdkafka counterpart under another name.
+fn java_producer_hint(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "max.request.size" => "librdkafka's counterpart is message.max.bytes",
+        "buffer.memory" => "librdkafka's counterpart is queue.buffering.max.kbytes",
+        "sasl.jaas.config" => "set sasl.username and sasl.password instead",
+        k if k.starts_with("ssl.truststore.") => "set ssl.ca.location (a PEM file) instead",
+        "key.serializer" | "value.serializer" => "walrelay writes the converters' bytes itself",
+        "partitioner.class" => "walrelay always uses murmur2_random, the Java client's partitioner",
+        "max.block.ms" | "interceptor.classes" | "client.dns.lookup" => "no librdkafka counterpart",
+        _ => return None,
+    })
+}
+
+fn is_secret(key: &str) -> bool {
+    key.contains("password") || key.contains("secret") || key.contains("jaas")
+}
+
+fn toml_string(v: &str) -> String {
+    toml::Value::String(v.to_string()).to_string()
+}
+
+fn toml_key(k: &str) -> String {
+    if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        k.to_string()
+    } else {
+        toml_string(k)
+    }
+}
+
+/// Booleans and plain integers unquoted, the rest as strings (walrelay reads both alike).
+fn toml_value(key: &str, v: &str) -> String {
+    let t = v.trim();
+    if t == "true" || t == "false" {
+        return t.to_string();
+    }
+    let plain_int = !t.is_empty()
+        && t.len() < 16
+        && t.bytes().all(|b| b.is_ascii_digit())
+        && (t == "0" || !t.starts_with('0'));
+    if plain_int && !key.contains("regex") && !key.contains("replacement") {
+        return t.to_string();
+    }
+    toml_string(v)
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONNECTOR: &str = r#"{
+      "name": "outbox-connector",
+      "config": {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "tasks.max": "1",
+        "database.hostname": "db.internal",
+        "database.port": "5433",
+        "database.user": "debezium",
+        "database.password": "s3cret-pw",
+        "database.dbname": "orders",
+        "topic.prefix": "orders",
+        "plugin.name": "pgoutput",
+        "slot.name": "outbox_slot",
+        "publication.name": "outbox_pub",
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": "public\\.outbox",
+        "snapshot.mode": "initial",
+        "heartbeat.interval.ms": "10000",
+        "tombstones.on.delete": "false",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": false,
+        "transforms": "unwrapname,outbox",
+        "transforms.unwrapname.type": "org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+        "transforms.outbox.route.topic.replacement": "${routedByValue}.events",
+        "transforms.outbox.table.fields.additional.placement": "type:header:eventType",
+        "transforms.outbox.table.expand.json.payload": "true",
+        "transforms.outbox.tracing.span.context.field": "tracingspancontext",
+        "producer.override.compression.type": "lz4",
+        "producer.override.linger.ms": 20,
+        "producer.override.bootstrap.servers": "kafka-1:9092,kafka-2:9092",
+        "producer.override.max.request.size": "2097152",
+        "producer.override.enable.idempotence": "false",
+        "producer.override.sasl.password": "kafka-pw"
+      }
+    }"#;
+
+    fn import_ok(text: &str, format: Option<Format>) -> (Config, Imported) {
+        let imported = import(text, format, "input").unwrap();
+        let config = Config::parse(&imported.toml)
+            .unwrap_or_else(|e| panic!("generated config does not load: {e}\n{}", imported.toml));
+        (config, imported)
+    }
+
+    fn warned(imported: &Imported, needle: &str) -> bool {
+        imported.warnings.iter().any(|w| w.contains(needle))
+    }
+
+    #[test]
+    fn import_connector_json_becomes_a_config_walrelay_loads() {
+        let (config, imported) = import_ok(CONNECTOR, Some(Format::Json));
+        let toml = &imported.toml;
+        assert_eq!(config.source.slot, "outbox_slot");
+        assert_eq!(config.source.publication, "outbox_pub");
+        assert_eq!(
+            (config.outbox.schema.as_str(), config.outbox.table.as_str()),
+            ("public", "outbox")
+        );
+        assert!(toml.contains("url = \"postgres://debezium@db.internal:5433/orders\""), "{toml}");
+        assert!(toml.contains("# walrelay.toml generated by `walrelay import-debezium input` from connector outbox-connector"), "{toml}");
+        // Every EventRouter option but type and tracing.*, prefix stripped.
+        assert!(
+            toml.contains("\"route.topic.replacement\" = \"${routedByValue}.events\""),
+            "{toml}"
+        );
+        assert!(
+            toml.contains("\"table.fields.additional.placement\" = \"type:header:eventType\""),
+            "{toml}"
+        );
+        assert!(toml.contains("\"table.expand.json.payload\" = true"), "{toml}");
+        assert!(!toml.contains("transforms.") && !toml.contains("EventRouter\""), "{toml}");
+        assert!(!toml.contains("tracing"), "{toml}");
+        assert!(config.router.expand_json_payload);
+        // [debezium]
+        assert!(toml.contains("\"topic.prefix\" = \"orders\""), "{toml}");
+        assert!(toml.contains("\"extended.headers.enabled\" = true"), "{toml}");
+        assert!(toml.contains("\"value.converter.schemas.enable\" = false"), "{toml}");
+        assert!(config.router.extended_headers);
+        // [kafka]: producer overrides, prefix stripped; relay-owned and Java-only ones left out.
+        assert_eq!(config.kafka.properties["compression.type"], "lz4");
+        assert_eq!(config.kafka.properties["linger.ms"], "20");
+        assert_eq!(config.kafka.properties["bootstrap.servers"], "kafka-1:9092,kafka-2:9092");
+        assert_eq!(config.kafka.properties["enable.idempotence"], "true");
+        assert!(!config.kafka.properties.contains_key("max.request.size"));
+        assert!(
+            warned(&imported, "max.request.size") && warned(&imported, "message.max.bytes"),
+            "{:?}",
+            imported.warnings
+        );
+        assert!(warned(&imported, "enable.idempotence"), "{:?}", imported.warnings);
+    }
+
+    #[test]
+    fn import_never_prints_a_password() {
+        let imported = import(CONNECTOR, Some(Format::Json), "input").unwrap();
+        let all = format!("{}\n{}", imported.toml, imported.warnings.join("\n"));
+        assert!(!all.contains("s3cret-pw"), "{all}");
+        assert!(imported.toml.contains("PGPASSWORD"), "{}", imported.toml);
+        assert!(warned(&imported, "database.password is not copied"), "{:?}", imported.warnings);
+        // A producer secret that is carried over is in the file (it is needed), never in warnings.
+        assert!(!imported.warnings.join("\n").contains("kafka-pw"));
+    }
+
+    #[test]
+    fn import_warns_once_for_each_unhonoured_option() {
+        let (_, imported) = import_ok(CONNECTOR, Some(Format::Json));
+        for needle in [
+            "snapshot.mode = initial: walrelay never snapshots",
+            "heartbeat.interval.ms: walrelay writes no heartbeat",
+            "tracing.span.context.field",
+            "transform `unwrapname` (org.apache.kafka.connect.transforms.RegexRouter) is not applied",
+            "header.converter not set in the connector config",
+        ] {
+            assert_eq!(
+                imported.warnings.iter().filter(|w| w.contains(needle)).count(),
+                1,
+                "{needle}: {:?}",
+                imported.warnings
+            );
+        }
+        // Carried-over and irrelevant options are not warned about.
+        for quiet in [
+            "slot.name",
+            "tombstones.on.delete",
+            "connector.class",
+            "tasks.max",
+            "publication.autocreate",
+        ] {
+            assert!(!warned(&imported, quiet), "{quiet}: {:?}", imported.warnings);
+        }
+    }
+
+    #[test]
+    fn import_flat_config_gets_debezium_defaults() {
+        let flat = r#"{
+          "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+          "database.hostname": "pg", "database.user": "app", "database.dbname": "app",
+          "topic.prefix": "app",
+          "transforms": "outbox",
+          "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+          "bootstrap.servers": "broker:9092"
+        }"#;
+        let (config, imported) = import_ok(flat, None);
+        assert_eq!(config.source.slot, "debezium");
+        assert_eq!(config.source.publication, "dbz_publication");
+        assert!(imported.toml.contains("postgres://app@pg:5432/app"), "{}", imported.toml);
+        assert!(config.router.extended_headers, "Debezium 3.x default");
+        assert!(
+            warned(&imported, "publication.autocreate.mode is not set"),
+            "{:?}",
+            imported.warnings
+        );
+        assert!(warned(&imported, "plugin.name is not set"), "{:?}", imported.warnings);
+    }
+
+    #[test]
+    fn import_properties_file_with_continuations_and_escapes() {
+        let props = "# Kafka Connect standalone connector\n\
+            name=outbox\n\
+            connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+            database.hostname = pg.example\n\
+            database.user: relay\n\
+            database.dbname=shop\n\
+            plugin.name=pgoutput\n\
+            snapshot.mode=no_data\n\
+            table.include.list=sales\\\\.outbox\n\
+            topic.prefix=shop\n\
+            extended.headers.enabled=false\n\
+            transforms=outbox\n\
+            transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
+            transforms.outbox.route.by.field=aggregate_type\n\
+            transforms.outbox.table.fields.additional.placement=type:header:eventType,\\\n\
+            \x20   tenant:header\n\
+            producer.bootstrap.servers=k:9092\n\
+            producer.acks=all\n";
+        let (config, imported) = import_ok(props, Some(Format::Properties));
+        assert_eq!(
+            (config.outbox.schema.as_str(), config.outbox.table.as_str()),
+            ("sales", "outbox")
+        );
+        assert!(
+            imported.toml.contains("\"route.by.field\" = \"aggregate_type\""),
+            "{}",
+            imported.toml
+        );
+        assert!(
+            imported.toml.contains(
+                "\"table.fields.additional.placement\" = \"type:header:eventType,tenant:header\""
+            ),
+            "{}",
+            imported.toml
+        );
+        assert!(
+            imported.toml.contains("\"extended.headers.enabled\" = false"),
+            "{}",
+            imported.toml
+        );
+        assert!(!config.router.extended_headers);
+        assert_eq!(config.kafka.properties["bootstrap.servers"], "k:9092");
+        assert!(!warned(&imported, "snapshot.mode"), "{:?}", imported.warnings);
+    }
+
+    #[test]
+    fn import_without_bootstrap_servers_leaves_a_commented_line_and_warns() {
+        let flat = r#"{"database.dbname": "app", "transforms": "o",
+                      "transforms.o.type": "io.debezium.transforms.outbox.EventRouter"}"#;
+        let imported = import(flat, None, "c.json").unwrap();
+        assert!(imported.toml.contains("# \"bootstrap.servers\" = "), "{}", imported.toml);
+        assert!(warned(&imported, "bootstrap.servers is not in the connector config"));
+        let e = Config::parse(&imported.toml).unwrap_err().to_string();
+        assert!(e.contains("bootstrap.servers"), "{e}");
+        let filled = imported.toml.replace("# \"bootstrap.servers\"", "\"bootstrap.servers\"");
+        Config::parse(&filled).unwrap();
+    }
+
+    #[test]
+    fn import_leaves_out_router_options_walrelay_refuses() {
+        let flat = r#"{"database.dbname": "app", "bootstrap.servers": "k:9092",
+          "transforms": "outbox",
+          "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+          "transforms.outbox.table.op.invalid.behavior": "sometimes",
+          "transforms.outbox.route.by.field": "aggregatetype",
+          "value.converter": "io.confluent.connect.avro.AvroConverter",
+          "value.converter.schema.registry.url": "http://sr:8081"}"#;
+        let (_, imported) = import_ok(flat, None);
+        assert!(!imported.toml.contains("\"table.op.invalid.behavior\" ="), "{}", imported.toml);
+        assert!(
+            imported.toml.contains("# table.op.invalid.behavior = sometimes (left out"),
+            "{}",
+            imported.toml
+        );
+        assert!(
+            warned(&imported, "[router] table.op.invalid.behavior = sometimes left out"),
+            "{:?}",
+            imported.warnings
+        );
+        assert!(
+            warned(
+                &imported,
+                "[debezium] value.converter = io.confluent.connect.avro.AvroConverter left out"
+            ),
+            "{:?}",
+            imported.warnings
+        );
+        assert!(
+            warned(&imported, "value.converter.schema.registry.url"),
+            "{:?}",
+            imported.warnings
+        );
+    }
+
+    #[test]
+    fn import_debezium_server_properties() {
+        let props = "debezium.sink.type=kafka\n\
+            debezium.sink.kafka.producer.bootstrap.servers=kafka:9092\n\
+            debezium.source.connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+            debezium.source.database.hostname=pg\n\
+            debezium.source.database.dbname=app\n\
+            debezium.source.plugin.name=pgoutput\n\
+            debezium.source.topic.prefix=app\n\
+            debezium.source.table.include.list=public.outbox\n\
+            debezium.source.publication.autocreate.mode=filtered\n\
+            debezium.transforms=outbox\n\
+            debezium.transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
+            debezium.format.value.schemas.enable=false\n";
+        let (config, imported) = import_ok(props, None);
+        assert_eq!(config.kafka.properties["bootstrap.servers"], "kafka:9092");
+        assert!(
+            imported
+                .toml
+                .contains("\"header.converter\" = \"org.apache.kafka.connect.json.JsonConverter\""),
+            "{}",
+            imported.toml
+        );
+        assert!(
+            imported.toml.contains("\"value.converter.schemas.enable\" = false"),
+            "{}",
+            imported.toml
+        );
+        assert!(
+            imported.toml.contains("\"key.converter.schemas.enable\" = true"),
+            "{}",
+            imported.toml
+        );
+        assert!(
+            warned(&imported, "Debezium Server drops the router's partition"),
+            "{:?}",
+            imported.warnings
+        );
+    }
+
+    #[test]
+    fn import_properties_parser_handles_separators_and_unicode_escapes() {
+        let p = parse_properties("a=1\nb : two words\nc\\=d = e\n  f \\u0041\n! comment\ng=\\\n");
+        assert_eq!(p["a"], "1");
+        assert_eq!(p["b"], "two words");
+        assert_eq!(p["c=d"], "e");
+        assert_eq!(p["f"], "A");
+        assert_eq!(p["g"], "");
+        assert_eq!(p.len(), 5);
+    }
+
+    #[test]
+    fn import_rejects_invalid_json_object() {
+        assert!(import("{\"config\": ", None, "x").unwrap_err().contains("not valid JSON"));
+        assert!(import("[1,2]", Some(Format::Json), "x").unwrap_err().contains("not an object"));
+    }
+}

@@ -1,0 +1,689 @@
+//! The operator commands against the real services: `check`, `setup`, `teardown`, `status` and
+//! `import-debezium`; plus the checks that keep docs/configuration.md and docker/ in step with
+//! the code.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::Setup;
+use crate::support::relay::walrelay_bin;
+use crate::support::{free_port, scratch_dir, services, unique};
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn lines_starting(&self, prefix: &str) -> Vec<&str> {
+        self.stdout.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `walrelay <args…> --config <file with config_toml>` (no config when `None`).
+fn walrelay(args: &[&str], config_toml: Option<&str>) -> Run {
+    let mut cmd = Command::new(walrelay_bin());
+    cmd.args(args);
+    if let Some(text) = config_toml {
+        let path = scratch_dir("admin").join("walrelay.toml");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--config").arg(path);
+    }
+    let out = cmd.env("RUST_LOG", "warn").output().expect("run walrelay");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `walrelay` in a blocking thread, so the test's runtime keeps serving its connections.
+async fn walrelay_async(args: &[&str], config_toml: Option<&str>) -> Run {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let config = config_toml.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        walrelay(&args, config.as_deref())
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_on_a_ready_database_and_names_each_problem_otherwise() {
+    let s = Setup::new("check").await;
+    let ready = s.config();
+
+    // Table and slot exist, the publication not yet: that is not a problem.
+    let run = walrelay_async(&["check"], Some(&ready)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    for line in run.stdout.lines() {
+        assert!(
+            line.starts_with("ok   ") || line.starts_with("warn ") || line.starts_with("check: "),
+            "every line is one check: {line}\n{run}"
+        );
+    }
+    for expected in [
+        "ok   wal_level: logical",
+        "ok   max_replication_slots: ",
+        "ok   max_wal_senders: ",
+        "ok   role privileges: postgres is a superuser",
+        "ok   outbox table public.outbox: exists",
+        "ok   column id (table.field.event.id): uuid",
+        "ok   column aggregateid (table.field.event.key): character varying(255)",
+        "ok   column payload (table.field.event.payload): jsonb",
+        "ok   column aggregatetype (route.by.field): character varying(255)",
+        "ok   router: ",
+        &format!("ok   publication {}: does not exist yet", s.publication),
+        &format!("ok   slot {}: logical, pgoutput", s.slot),
+        &format!("ok   slot {} activity: inactive", s.slot),
+        &format!("ok   slot {} WAL: wal_status = reserved, retains ", s.slot),
+        &format!("ok   broker {}: answers", services().broker.bootstrap()),
+        "check: ",
+    ] {
+        assert!(run.stdout.contains(expected), "missing {expected:?}\n{run}");
+    }
+    assert!(run.stdout.contains(", 0 problems"), "{run}");
+
+    // A publication made the way Debezium makes it by default: still no problem, two warnings.
+    s.db.execute(&format!("CREATE PUBLICATION {} FOR ALL TABLES", s.publication)).await;
+    let run = walrelay_async(&["check"], Some(&ready)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let p = &s.publication;
+    assert!(run.stdout.contains(&format!("ok   publication {p}: covers public.outbox (all tables), publishes insert, update, delete, truncate")), "{run}");
+    assert!(
+        run.stdout.contains(&format!("warn publication {p} scope: is FOR ALL TABLES")),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(&format!(
+            "warn publication {p} operations: also publishes update, delete, truncate"
+        )),
+        "{run}"
+    );
+
+    // Missing table: named, with the fix; the checks after it still run.
+    let missing = ready.replace("table = \"public.outbox\"", "table = \"public.no_such_outbox\"");
+    let run = walrelay_async(&["check"], Some(&missing)).await;
+    assert_eq!(run.code, Some(1), "{run}");
+    let fails = run.lines_starting("FAIL ");
+    assert!(
+        fails
+            .iter()
+            .any(|l| l
+                .starts_with("FAIL outbox table public.no_such_outbox: does not exist — fix: ")),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(&format!("ok   broker {}", services().broker.bootstrap())),
+        "{run}"
+    );
+
+    // A table missing the key column and with a numeric route column, and a broker that
+    // doesn't answer: three problems, one line each.
+    s.db.execute(
+        "CREATE TABLE outbox_bad (id uuid PRIMARY KEY, aggregatetype integer NOT NULL, payload jsonb)",
+    )
+    .await;
+    let dead_broker = format!("127.0.0.1:{}", free_port());
+    let bad = s
+        .config_for_bootstrap(&dead_broker, "", "", "")
+        .replace("table = \"public.outbox\"", "table = \"public.outbox_bad\"");
+    let started = std::time::Instant::now();
+    let run = walrelay_async(&["check"], Some(&bad)).await;
+    assert_eq!(run.code, Some(1), "{run}");
+    let fails = run.lines_starting("FAIL ");
+    assert_eq!(fails.len(), 3, "{run}");
+    assert!(fails[0].starts_with(
+        "FAIL column aggregateid (table.field.event.key): public.outbox_bad has no column aggregateid, which becomes the record key — fix: "
+    ), "{run}");
+    assert!(
+        fails[1].starts_with("FAIL column aggregatetype (route.by.field): is integer"),
+        "{run}"
+    );
+    assert!(
+        fails[2].starts_with(&format!("FAIL broker {dead_broker}: no answer within 5 s")),
+        "{run}"
+    );
+    assert!(fails.iter().all(|l| l.contains(" — fix: ")), "{run}");
+    assert!(run.stdout.contains("ok   column id (table.field.event.id): uuid"), "{run}");
+    assert!(run.stdout.contains(", 3 problems"), "{run}");
+    assert!(started.elapsed() < Duration::from_secs(30), "check took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_creates_and_teardown_drops_publication_and_slot() {
+    let s = Setup::new("setup").await;
+    // A slot of its own: Setup already made one for relays.
+    let slot = unique("setup_slot");
+    let config =
+        s.config().replace(&format!("slot = \"{}\"", s.slot), &format!("slot = \"{slot}\""));
+    let client = s.db.connect().await;
+
+    let run = walrelay_async(&["setup"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stdout.contains(&format!(
+            "created publication {} FOR TABLE public.outbox WITH (publish = 'insert')",
+            s.publication
+        )),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(&format!("created replication slot {slot} (pgoutput) at LSN ")),
+        "{run}"
+    );
+    let row = client
+        .query_one(
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, \
+             (SELECT array_agg(tablename::text) FROM pg_publication_tables t WHERE t.pubname = p.pubname) \
+             FROM pg_publication p WHERE pubname = $1",
+            &[&s.publication],
+        )
+        .await
+        .unwrap();
+    let flags: (bool, bool, bool, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    assert_eq!(
+        flags,
+        (false, true, false, false, false),
+        "publish = 'insert' only, not all tables"
+    );
+    assert_eq!(row.get::<_, Vec<String>>(5), vec!["outbox".to_string()]);
+    let plugin: String = client
+        .query_one("SELECT plugin::text FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(plugin, "pgoutput");
+
+    // Idempotent: a second run changes nothing.
+    let run = walrelay_async(&["setup"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stdout.contains(&format!(
+            "publication {} exists and covers public.outbox (unchanged)",
+            s.publication
+        )),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(&format!("replication slot {slot} exists, confirmed LSN ")),
+        "{run}"
+    );
+
+    let run = walrelay_async(&["teardown", "--yes"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(run.stdout.contains(&format!("dropped replication slot {slot}")), "{run}");
+    assert!(run.stdout.contains(&format!("dropped publication {}", s.publication)), "{run}");
+    let left: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) \
+             + (SELECT count(*) FROM pg_publication WHERE pubname = $2)",
+            &[&slot, &s.publication],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+
+    let run = walrelay_async(&["teardown", "--yes"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(run.stdout.contains("nothing to drop"), "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teardown_without_yes_refuses() {
+    let s = Setup::new("teardown_no").await;
+    s.db.execute(&format!(
+        "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+        s.publication
+    ))
+    .await;
+    let run = walrelay_async(&["teardown"], Some(&s.config())).await;
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stdout.starts_with("refusing to drop without --yes"), "{run}");
+    assert!(run.stdout.contains(&format!("replication slot {} (confirmed LSN ", s.slot)), "{run}");
+    assert!(run.stdout.contains(&format!("publication {}", s.publication)), "{run}");
+    assert!(run.stdout.contains("--yes"), "{run}");
+    assert_eq!(s.db.slot_active(&s.slot).await, Some(false), "the slot is still there");
+    let client = s.db.connect().await;
+    let pubs = client
+        .query("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&s.publication])
+        .await
+        .unwrap();
+    assert_eq!(pubs.len(), 1, "the publication is still there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teardown_with_yes_refuses_while_a_relay_streams_naming_its_pid() {
+    let s = Setup::new("teardown_active").await;
+    let mut relay = s.start_relay();
+    s.wait_streaming(&mut relay).await;
+    let pid = active_pid(&s).await.expect("active pid");
+    let run = walrelay_async(&["teardown", "--yes"], Some(&s.config())).await;
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stdout
+            .contains(&format!("replication slot {} is active, pid {pid} streams from it", s.slot)),
+        "{run}"
+    );
+    assert_eq!(s.db.slot_active(&s.slot).await, Some(true), "the slot is untouched");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+}
+
+async fn active_pid(s: &Setup) -> Option<i32> {
+    s.db.connect()
+        .await
+        .query_one("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", &[&s.slot])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_lag_and_active_pid_as_table_and_json() {
+    let s = Setup::new("status").await;
+    let mut relay = s.start_relay();
+    s.wait_streaming(&mut relay).await;
+    s.insert_events("Order", "o-1", 5).await;
+    assert_eq!(s.read("Order", 5).await.len(), 5, "{}", s.diagnostics(&relay));
+    let config = s.config();
+
+    // While the relay streams: its walsender's pid and its last status update.
+    let pid = active_pid(&s).await.expect("the relay streams");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let run = loop {
+        let run = walrelay_async(&["status", "--json"], Some(&config)).await;
+        let reported = run.code == Some(0)
+            && serde_json::from_str::<serde_json::Value>(&run.stdout)
+                .is_ok_and(|v| !v["last_status_update"].is_null());
+        if reported || Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let v: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(run.stdout.trim().lines().count(), 1, "one JSON object: {run}");
+    assert_eq!(v["slot"], s.slot.as_str());
+    assert_eq!(v["active"], true);
+    assert_eq!(v["active_pid"], pid);
+    assert_eq!(v["plugin"], "pgoutput");
+    assert_eq!(v["wal_status"], "reserved");
+    let lag = v["lag_bytes"].as_i64().expect("lag_bytes");
+    let retained = v["retained_bytes"].as_i64().expect("retained_bytes");
+    assert!(lag >= 0 && retained >= lag, "{v}");
+    assert!(v["lag"].as_str().unwrap().ends_with('B'), "{v}");
+    assert!(v["confirmed_lsn"].as_str().unwrap().contains('/'), "{v}");
+    assert!(v["server_lsn"].as_str().unwrap().contains('/'), "{v}");
+    assert!(v["last_status_update_age_s"].as_f64().unwrap() < 30.0, "{v}");
+
+    let run = walrelay_async(&["status"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let labels = [
+        "slot",
+        "confirmed LSN",
+        "server WAL LSN",
+        "lag",
+        "retained WAL",
+        "active pid",
+        "wal_status",
+        "last status update",
+    ];
+    assert_eq!(lines.len(), labels.len(), "{run}");
+    // Labels padded to the longest ("last status update") plus two spaces.
+    let column = "last status update".len() + 2;
+    for (line, label) in lines.iter().zip(labels) {
+        assert_eq!(line[..column].trim_end(), label, "{run}");
+        assert_ne!(line.as_bytes()[column], b' ', "values start in one column: {run}");
+    }
+    assert!(run.stdout.contains(&format!("active pid          {pid}\n")), "{run}");
+    assert!(lines[3].contains(" bytes (") && lines[3].ends_with("B)"), "{run}");
+
+    // Stopped relay, WAL written elsewhere: no active pid, and the lag grows.
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    s.db.execute("CREATE TABLE busy (x int); INSERT INTO busy SELECT generate_series(1, 20000);")
+        .await;
+    let run = walrelay_async(&["status", "--json"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let v: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(v["active"], false, "{v}");
+    assert!(v["active_pid"].is_null() && v["last_status_update"].is_null(), "{v}");
+    assert!(v["lag_bytes"].as_i64().unwrap() > 100_000, "{v}");
+    assert!(
+        v["lag"].as_str().unwrap().ends_with("KiB") || v["lag"].as_str().unwrap().ends_with("MiB"),
+        "{v}"
+    );
+    let run = walrelay_async(&["status"], Some(&config)).await;
+    assert!(run.stdout.contains("active pid          - (inactive)"), "{run}");
+
+    // A slot that doesn't exist: exit 1 and say so.
+    let other = config.replace(&format!("slot = \"{}\"", s.slot), "slot = \"no_such_slot\"");
+    let run = walrelay_async(&["status", "--json"], Some(&other)).await;
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stdout.contains("\"exists\":false"), "{run}");
+    assert!(run.stderr.contains("no_such_slot does not exist"), "{run}");
+}
+
+#[test]
+fn import_debezium_prints_toml_on_stdout_and_one_warning_line_per_option_on_stderr() {
+    let dir = scratch_dir("import");
+    let path = dir.join("connector.json");
+    std::fs::write(
+        &path,
+        r#"{"name": "inventory-outbox", "config": {
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "pg", "database.user": "dbz", "database.password": "hunter2",
+            "database.dbname": "inventory", "plugin.name": "pgoutput", "topic.prefix": "inv",
+            "slot.name": "inv_slot", "table.include.list": "inventory.outboxevent",
+            "snapshot.mode": "initial", "heartbeat.action.query": "INSERT INTO hb VALUES (now())",
+            "publication.autocreate.mode": "filtered",
+            "transforms": "outbox",
+            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.route.by.field": "aggregatetype",
+            "producer.override.bootstrap.servers": "kafka:9092"}}"#,
+    )
+    .unwrap();
+    let run = walrelay(&["import-debezium", path.to_str().unwrap()], None);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(!format!("{run}").contains("hunter2"), "{run}");
+    let config =
+        walrelay::config::Config::parse(&run.stdout).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    assert_eq!(config.source.slot, "inv_slot");
+    assert_eq!(config.outbox.schema, "inventory");
+    assert_eq!(config.outbox.table, "outboxevent");
+    let warnings: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert!(warnings.iter().any(|w| w.contains("snapshot.mode = initial")), "{run}");
+    assert!(warnings.iter().any(|w| w.contains("heartbeat.action.query")), "{run}");
+    assert!(warnings.iter().any(|w| w.contains("database.password")), "{run}");
+
+    let run = walrelay(&["import-debezium", "/nonexistent/connector.json"], None);
+    assert_eq!(run.code, Some(2), "{run}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// docs/configuration.md against the code
+// ---------------------------------------------------------------------------------------------
+
+fn repo_file(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {}: {e}", full.display()))
+}
+
+/// The string literals inside the first `[...]` after `from` in `text`.
+fn literals_in_brackets(text: &str) -> Vec<String> {
+    let start = text.find('[').expect("a [ list");
+    let end = start + text[start..].find(']').expect("a ] after [");
+    let list = &text[start..end];
+    list.split('"').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+/// Every key the configuration code accepts, by section, scraped from the source:
+///
+/// * `src/config.rs`: each `fn parse_<section>` declares `const S: &str = "<section>";` and lists
+///   its keys in `reject_unknown(S, &opts, &[ "…", … ])` — the very list that makes every other
+///   key an error, so a key the parser accepts is in it. The top-level `SECTIONS` list gives the
+///   section names.
+/// * `src/router/options.rs`: `ROUTER_KEYS` and `DEBEZIUM_KEYS`, which `check_keys` enforces the
+///   same way for `[router]` and `[debezium]`.
+///
+/// Scraping rather than a shared constant keeps those files untouched by this test, and it
+/// can't silently pass: every section must yield keys, and the scraped keys are then fed to
+/// `Config::parse` one by one, which must not call any of them unknown — so a scraper that
+/// reads the wrong list fails too. `[kafka]` passes librdkafka's own properties through; the
+/// keys walrelay itself owns or requires there (`RELAY_OWNED_KAFKA`, `bootstrap.servers`) are
+/// checked instead.
+fn keys_in_code() -> Vec<(String, Vec<String>)> {
+    let config = repo_file("src/config.rs");
+    let mut sections = Vec::new();
+    for (i, _) in config.match_indices("const S: &str = \"") {
+        let rest = &config[i + "const S: &str = \"".len()..];
+        let name = rest[..rest.find('"').unwrap()].to_string();
+        let body_end = rest.find("\nfn ").or_else(|| rest.find("\npub fn ")).unwrap_or(rest.len());
+        let body = &rest[..body_end];
+        if name == "kafka" {
+            continue;
+        }
+        let Some(at) = body.find("reject_unknown(S") else {
+            panic!("parse function of [{name}] has no reject_unknown(S, …) list; update keys_in_code()");
+        };
+        let keys = literals_in_brackets(&body[at..]);
+        assert!(!keys.is_empty(), "no keys scraped for [{name}]");
+        sections.push((name, keys));
+    }
+    let options = repo_file("src/router/options.rs");
+    for (name, constant) in [("router", "ROUTER_KEYS"), ("debezium", "DEBEZIUM_KEYS")] {
+        let at = options.find(&format!("const {constant}: &[&str] = &[")).unwrap_or_else(|| {
+            panic!("{constant} not found in src/router/options.rs; update keys_in_code()")
+        });
+        let keys = literals_in_brackets(&options[at + constant.len() + 12..]);
+        assert!(keys.len() > 3, "too few keys scraped for [{name}]: {keys:?}");
+        sections.push((name.to_string(), keys));
+    }
+    let names: BTreeSet<&str> = sections.iter().map(|(n, _)| n.as_str()).collect();
+    for expected in ["source", "outbox", "limits", "http", "dead_letter", "router", "debezium"] {
+        assert!(names.contains(expected), "no keys scraped for [{expected}]: {names:?}");
+    }
+    sections
+}
+
+/// `## [section]` headings of configuration.md and the `` `key` `` in the first column of the
+/// table rows under each.
+fn keys_in_doc(doc: &str) -> Vec<(String, BTreeSet<String>)> {
+    let mut out: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for line in doc.lines() {
+        if let Some(rest) = line.strip_prefix("## [") {
+            let name = rest.split(']').next().unwrap().to_string();
+            out.push((name, BTreeSet::new()));
+        } else if let (Some(rest), Some(last)) = (line.strip_prefix("| `"), out.last_mut()) {
+            last.1.insert(rest.split('`').next().unwrap().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn configuration_md_documents_every_key_the_code_accepts() {
+    let doc = repo_file("docs/configuration.md");
+    let documented = keys_in_doc(&doc);
+    let section = |name: &str| {
+        documented
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, keys)| keys.clone())
+            .unwrap_or_else(|| panic!("docs/configuration.md has no `## [{name}]` section"))
+    };
+    let mut missing = Vec::new();
+    for (name, keys) in keys_in_code() {
+        let doc_keys = section(&name);
+        for key in keys {
+            if !doc_keys.contains(&key) {
+                missing.push(format!("[{name}] {key}"));
+            }
+        }
+    }
+    let kafka = section("kafka");
+    for (key, _, _) in walrelay::config::RELAY_OWNED_KAFKA {
+        if !kafka.contains(*key) {
+            missing.push(format!("[kafka] {key}"));
+        }
+    }
+    for key in ["bootstrap.servers", "message.timeout.ms"] {
+        if !kafka.contains(key) {
+            missing.push(format!("[kafka] {key}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md lacks these keys (add a table row each):\n{}",
+        missing.join("\n")
+    );
+}
+
+/// Guards the scraper: each scraped key, set alone, is one `Config::parse` knows (an error may
+/// still come from the value or another rule, but never "unknown key").
+#[test]
+fn configuration_keys_scraped_from_the_code_are_keys_the_parser_knows() {
+    const BASE: &str =
+        "[source]\nurl = \"postgres://u@h/db\"\n[kafka]\n\"bootstrap.servers\" = \"k:9092\"\n";
+    for (name, keys) in keys_in_code() {
+        for key in keys {
+            let text = if name == "source" {
+                format!("[source]\nurl = \"postgres://u@h/db\"\n\"{key}\" = \"x\"\n[kafka]\n\"bootstrap.servers\" = \"k:9092\"\n")
+            } else {
+                format!("{BASE}[{name}]\n\"{key}\" = \"x\"\n")
+            };
+            match walrelay::config::Config::parse(&text) {
+                Err(walrelay::config::ConfigError::UnknownKey { key: k, .. })
+                    if k == key || k == name =>
+                {
+                    panic!(
+                        "[{name}] {key} was scraped from the code but the parser calls it unknown"
+                    )
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// docker/
+// ---------------------------------------------------------------------------------------------
+
+/// A block-style YAML mapping as nested `path → scalar` entries (`services.postgres.image`), list
+/// items as `path[]`. Enough for compose files, which is all it is for: serde_yaml is not a
+/// dependency, and no Docker engine runs here to `docker compose config` the file.
+fn yaml_paths(text: &str) -> Vec<(String, String)> {
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut out = Vec::new();
+    let mut block_scalar: Option<usize> = None;
+    for (n, raw) in text.lines().enumerate() {
+        let indent = raw.len() - raw.trim_start().len();
+        let line = raw.trim();
+        if let Some(level) = block_scalar {
+            if line.is_empty() || indent > level {
+                continue;
+            }
+            block_scalar = None;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        assert!(
+            !raw.starts_with('\t') && !raw.contains("\t"),
+            "line {}: tabs are not YAML indentation",
+            n + 1
+        );
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        let parent = stack.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>().join(".");
+        if let Some(item) = line.strip_prefix("- ") {
+            out.push((format!("{parent}[]"), item.trim().to_string()));
+            continue;
+        }
+        let (key, value) = line
+            .split_once(':')
+            .unwrap_or_else(|| panic!("line {}: expected `key: value` or `- item`: {raw}", n + 1));
+        assert!(!key.contains(' ') || key.starts_with('"'), "line {}: odd key {key:?}", n + 1);
+        let path = if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") };
+        let value = value.trim();
+        if value.is_empty() {
+            stack.push((indent, key.to_string()));
+        } else {
+            if value == "|" || value == ">" || value == "|-" || value == ">-" {
+                block_scalar = Some(indent);
+            }
+            out.push((path, value.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn docker_files_parse_and_the_mounted_config_is_accepted() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docker");
+    let compose = repo_file("docker/compose.yaml");
+    let paths = yaml_paths(&compose);
+    let get = |path: &str| {
+        paths.iter().filter(|(p, _)| p == path).map(|(_, v)| v.as_str()).collect::<Vec<_>>()
+    };
+    let has = |path: &str, needle: &str| get(path).iter().any(|v| v.contains(needle));
+
+    for service in ["postgres", "kafka", "walrelay", "writer"] {
+        assert!(
+            paths.iter().any(|(p, _)| p.starts_with(&format!("services.{service}."))),
+            "no service {service}"
+        );
+    }
+    assert!(has("services.postgres.image", "postgres:16"), "{paths:?}");
+    assert!(has("services.postgres.command[]", "wal_level=logical"), "{paths:?}");
+    assert!(has("services.kafka.image", "apache/kafka"), "{paths:?}");
+    assert!(
+        has("services.kafka.environment.KAFKA_PROCESS_ROLES", "broker,controller"),
+        "KRaft: {paths:?}"
+    );
+    assert!(has("services.walrelay.build.dockerfile", "Dockerfile"), "{paths:?}");
+    assert!(
+        has("services.walrelay.volumes[]", "./walrelay.toml:/etc/walrelay/walrelay.toml"),
+        "{paths:?}"
+    );
+    assert!(has("services.writer.volumes[]", "./writer.sql:"), "{paths:?}");
+    // Everything the compose file mounts exists.
+    for (path, value) in paths.iter().filter(|(p, _)| p.ends_with("volumes[]")) {
+        let source = value.trim_matches('"').split(':').next().unwrap();
+        if let Some(rel) = source.strip_prefix("./") {
+            assert!(root.join(rel).exists(), "{path}: {source} does not exist");
+        }
+    }
+
+    let dockerfile = repo_file("docker/Dockerfile");
+    let froms: Vec<&str> = dockerfile.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
+    assert!(
+        froms[0].contains("rust:1-bookworm") && froms[1].contains("debian:bookworm-slim"),
+        "{froms:?}"
+    );
+    assert!(dockerfile.lines().any(|l| l.starts_with("USER ") && !l.contains("root")), "non-root");
+    assert!(dockerfile
+        .contains(r#"ENTRYPOINT ["walrelay", "run", "--config", "/etc/walrelay/walrelay.toml"]"#));
+    for needed in ["build-essential", "pkg-config", "zlib1g-dev"] {
+        assert!(dockerfile.contains(needed), "the builder needs {needed} for librdkafka");
+    }
+
+    // The mounted config is one walrelay loads. (`walrelay check` would additionally need the
+    // compose services running; here the file's shape is what can be checked.)
+    let toml = repo_file("docker/walrelay.toml");
+    let config = walrelay::config::Config::parse(&toml)
+        .unwrap_or_else(|e| panic!("docker/walrelay.toml: {e}"));
+    assert_eq!(config.kafka.properties["bootstrap.servers"], "kafka:9092");
+    assert!(config.source.url.contains("@postgres:5432/"), "the compose service name");
+    assert_eq!((config.outbox.schema.as_str(), config.outbox.table.as_str()), ("public", "outbox"));
+
+    // The writer inserts into the table the config names, with the columns the router reads.
+    let writer = repo_file("docker/writer.sql");
+    assert!(
+        writer
+            .contains("INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)"),
+        "{writer}"
+    );
+    assert!(
+        has("services.writer.image", "postgres:16"),
+        "the writer uses psql from the postgres image"
+    );
+}
