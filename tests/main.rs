@@ -13,3 +13,4 @@ mod durability;
 mod goldens;
 mod ops;
 mod admin;
+mod migration;
