@@ -45,6 +45,7 @@ if [ "$(id -u)" = 0 ] && ! command -v runuser >/dev/null 2>&1; then want util-li
 if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
   want build-essential "C compiler and make for librdkafka, zstd"
 fi
+command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS test"
 command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
   want zlib1g-dev "zlib headers for librdkafka's gzip support"

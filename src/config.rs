@@ -44,6 +44,8 @@ pub struct SourceConfig {
     /// libpq-style URL or key=value string, password included (never printed).
     pub url: String,
     pub conn: tokio_postgres::Config,
+    /// `sslmode` / `sslrootcert`, applied by walrelay to both connections.
+    pub tls: crate::tls::Tls,
     pub slot: String,
     pub publication: String,
     /// How often the confirmed position is reported to PostgreSQL at most; also the idle
@@ -324,9 +326,16 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
     const S: &str = "source";
     reject_unknown(S, &opts, &["url", "slot", "publication", "status_interval_ms"])?;
     let url = required(S, &mut opts, "url", "set url = \"postgres://user@host:5432/dbname\"")?;
-    let mut conn: tokio_postgres::Config = url.parse().map_err(|e| {
+    let (plain_url, tls) = crate::tls::Tls::extract(&url, |k| std::env::var(k).ok())
+        .map_err(|reason| invalid(S, "url", &redact_url(&url), &reason))?;
+    let mut conn: tokio_postgres::Config = plain_url.parse().map_err(|e| {
         invalid(S, "url", &redact_url(&url), &format!("not a libpq URL or connection string: {e}"))
     })?;
+    conn.ssl_mode(match tls.mode {
+        crate::tls::SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+        crate::tls::SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        _ => tokio_postgres::config::SslMode::Require,
+    });
     if conn.get_dbname().is_none() {
         return Err(invalid(
             S,
@@ -363,6 +372,7 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
     Ok(SourceConfig {
         url,
         conn,
+        tls,
         slot,
         publication,
         status_interval: Duration::from_millis(status_ms),

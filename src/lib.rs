@@ -18,3 +18,4 @@ pub mod publish;
 pub mod relay;
 pub mod router;
 pub mod source;
+pub mod tls;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use pgwire_replication::{Lsn as WireLsn, ReplicationClient, ReplicationConfig, TlsConfig};
+use pgwire_replication::{Lsn as WireLsn, ReplicationClient, ReplicationConfig};
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, NoTls};
 
@@ -30,17 +30,42 @@ pub struct SlotState {
 }
 
 pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
-    let (client, connection) = cfg
-        .conn
-        .connect(NoTls)
-        .await
-        .map_err(|e| classify_pg("cannot connect to PostgreSQL", e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "control connection closed");
+    let tls = cfg.tls.client_config().map_err(|reason| {
+        Error::definite(
+            format!("cannot set up TLS to PostgreSQL: {reason}"),
+            "fix sslmode / sslrootcert in [source] url",
+        )
+    })?;
+    let client = match tls {
+        None => {
+            let (client, connection) = cfg
+                .conn
+                .connect(NoTls)
+                .await
+                .map_err(|e| classify_pg("cannot connect to PostgreSQL", e))?;
+            tokio::spawn(log_closed(connection));
+            client
         }
-    });
+        Some(tls) => {
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
+            let (client, connection) = cfg
+                .conn
+                .connect(tls)
+                .await
+                .map_err(|e| classify_pg("cannot connect to PostgreSQL", e))?;
+            tokio::spawn(log_closed(connection));
+            client
+        }
+    };
     Ok(client)
+}
+
+async fn log_closed<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(
+    connection: F,
+) {
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "control connection closed");
+    }
 }
 
 /// Checks what walrelay needs and creates the publication and slot when they are missing.
@@ -282,10 +307,7 @@ pub async fn start_stream(src: &SourceConfig, confirmed: Lsn) -> Result<Replicat
     let port = conn.get_ports().first().copied().unwrap_or(5432);
     let password =
         conn.get_password().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
-    let tls = match conn.get_ssl_mode() {
-        tokio_postgres::config::SslMode::Require => TlsConfig::require(),
-        _ => TlsConfig::disabled(),
-    };
+    let tls = src.tls.replication();
     let cfg = ReplicationConfig::new(
         host,
         conn.get_user().unwrap_or("postgres"),
@@ -342,6 +364,13 @@ pub fn classify_wire(e: pgwire_replication::PgWireError) -> Error {
             e,
         );
     }
+    if e.is_tls() {
+        return Error::definite_with(
+            "TLS to PostgreSQL failed on the replication connection",
+            "check sslmode and sslrootcert in [source] url: the CA must sign the server's certificate, and verify-full needs the host name in it",
+            e,
+        );
+    }
     if e.is_auth() {
         return Error::definite_with(
             "PostgreSQL rejected the credentials of the replication connection",
@@ -353,6 +382,8 @@ pub fn classify_wire(e: pgwire_replication::PgWireError) -> Error {
 }
 
 /// Control-plane errors: authentication and privilege problems stop the relay, the rest retries.
+const TLS_HINT: &str = "check sslmode and sslrootcert in [source] url: the CA must sign the server's certificate, and verify-full needs the host name in it";
+
 pub fn classify_pg(what: &str, e: tokio_postgres::Error) -> Error {
     use tokio_postgres::error::SqlState;
     let definite = e.code().is_some_and(|c| {
@@ -364,6 +395,11 @@ pub fn classify_pg(what: &str, e: tokio_postgres::Error) -> Error {
         ]
         .contains(c)
     });
+    // tokio-postgres has no public error kind for TLS; its message names the handshake.
+    let tls = e.to_string().contains("TLS");
+    if tls {
+        return Error::definite_with(what.to_string(), TLS_HINT, e);
+    }
     if definite {
         Error::definite_with(
             what.to_string(),
