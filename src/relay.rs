@@ -139,6 +139,8 @@ enum RelationState {
 struct Session<'c> {
     config: &'c Config,
     control: Client,
+    /// Resolves when the control connection ends (server shutting down, network gone).
+    control_closed: tokio::sync::oneshot::Receiver<()>,
     stream: ReplicationClient,
     publisher: Publisher,
     reports: mpsc::UnboundedReceiver<Report>,
@@ -162,7 +164,7 @@ struct Session<'c> {
 
 impl<'c> Session<'c> {
     async fn open(config: &'c Config, create: bool, metrics: &Arc<Metrics>) -> Result<Session<'c>> {
-        let control = source::connect_control(&config.source).await?;
+        let (control, control_closed) = source::connect_control(&config.source).await?;
         let slot = source::prepare(&control, &config.source, &config.outbox, create).await?;
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
         let (publisher, reports) = Publisher::new(&config.kafka, capture, metrics.clone())?;
@@ -178,6 +180,7 @@ impl<'c> Session<'c> {
         Ok(Session {
             config,
             control,
+            control_closed,
             stream,
             publisher,
             reports,
@@ -216,6 +219,11 @@ impl<'c> Session<'c> {
                         Some(event) => self.on_event(event, router).await?,
                         None => return Err(Error::transient_msg("the replication stream ended")),
                     }
+                }
+                // PostgreSQL is going away: end the session now rather than hold up a fast
+                // shutdown until the next query notices (the walsender waits for this client).
+                _ = &mut self.control_closed => {
+                    return Err(Error::transient_msg("the control connection to PostgreSQL closed"));
                 }
                 // A dropped table sends nothing on the stream; ask the catalog now and then.
                 _ = table_check.tick() => {

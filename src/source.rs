@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use pgwire_replication::{Lsn as WireLsn, ReplicationClient, ReplicationConfig};
+use tokio::sync::oneshot;
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, NoTls};
 
@@ -29,13 +30,16 @@ pub struct SlotState {
     pub outbox_relid: u32,
 }
 
-pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
+/// Connects the control connection. The receiver resolves when the connection ends, so a
+/// session notices a server going away (a fast shutdown waits for walrelay otherwise).
+pub async fn connect_control(cfg: &SourceConfig) -> Result<(Client, oneshot::Receiver<()>)> {
     let tls = cfg.tls.client_config().map_err(|reason| {
         Error::definite(
             format!("cannot set up TLS to PostgreSQL: {reason}"),
             "fix sslmode / sslrootcert in [source] url",
         )
     })?;
+    let (closed_tx, closed) = oneshot::channel();
     let client = match tls {
         None => {
             let (client, connection) = cfg
@@ -43,7 +47,7 @@ pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
                 .connect(NoTls)
                 .await
                 .map_err(|e| classify_pg("cannot connect to PostgreSQL", e))?;
-            tokio::spawn(log_closed(connection));
+            tokio::spawn(watch_closed(connection, closed_tx));
             client
         }
         Some(tls) => {
@@ -53,19 +57,21 @@ pub async fn connect_control(cfg: &SourceConfig) -> Result<Client> {
                 .connect(tls)
                 .await
                 .map_err(|e| classify_pg("cannot connect to PostgreSQL", e))?;
-            tokio::spawn(log_closed(connection));
+            tokio::spawn(watch_closed(connection, closed_tx));
             client
         }
     };
-    Ok(client)
+    Ok((client, closed))
 }
 
-async fn log_closed<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(
-    connection: F,
-) {
+async fn watch_closed<F>(connection: F, closed: oneshot::Sender<()>)
+where
+    F: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
     if let Err(e) = connection.await {
         tracing::debug!(error = %e, "control connection closed");
     }
+    let _ = closed.send(());
 }
 
 /// Checks what walrelay needs and creates the publication and slot when they are missing.
@@ -131,7 +137,7 @@ async fn ensure_publication(
         if !create {
             return Err(Error::definite(
                 format!("publication {publication} was dropped while walrelay was running"),
-                "changes after the drop cannot be decoded with it; recreate the publication and check the outbox against Kafka, then restart walrelay",
+                "changes written while it was missing cannot be decoded with it: recreate the publication, move the slot past the gap (pg_replication_slot_advance) or create a new slot, and reconcile the outbox rows of the gap with Kafka",
             ));
         }
         // Identifiers are validated as plain lower-case names by config, and quoted anyway.
@@ -353,7 +359,7 @@ pub fn classify_wire(e: pgwire_replication::PgWireError) -> Error {
     if text.contains("publication") && text.contains("does not exist") {
         return Error::definite_with(
             "the publication was dropped",
-            "restart walrelay to recreate it, or create it yourself",
+            "changes written while it was missing cannot be decoded with it: recreate the publication, move the slot past the gap (pg_replication_slot_advance) or create a new slot, and reconcile the outbox rows of the gap with Kafka",
             e,
         );
     }

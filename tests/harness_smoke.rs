@@ -14,8 +14,8 @@ async fn postgres_starts_with_logical_wal_level() {
     let client = db.connect().await;
     for (setting, want) in [
         ("wal_level", "logical"),
-        ("max_replication_slots", "40"),
-        ("max_wal_senders", "40"),
+        ("max_replication_slots", "120"),
+        ("max_wal_senders", "120"),
         ("wal_sender_timeout", "10s"),
         ("fsync", "off"),
         ("max_connections", "200"),

@@ -6,11 +6,13 @@ mod support;
 mod common;
 mod harness_smoke;
 
+mod admin;
 mod cli;
 mod database;
 mod delivery;
 mod durability;
+mod faults;
 mod goldens;
-mod ops;
-mod admin;
 mod migration;
+mod ops;
+mod security;

@@ -114,7 +114,7 @@ pub(crate) async fn connect(src: &SourceConfig) -> Result<Client> {
     if src.conn.get_connect_timeout().is_none() {
         src.conn.connect_timeout(Duration::from_secs(5));
     }
-    crate::source::connect_control(&src).await
+    crate::source::connect_control(&src).await.map(|(client, _closed)| client)
 }
 
 /// `postgres://user@host:port/db` without the password, for messages.

@@ -13,8 +13,8 @@ use tokio_postgres::{Client, NoTls};
 /// there, `shared_preload_libraries = 'pg_stat_statements'`).
 const SETTINGS: &[(&str, &str)] = &[
     ("wal_level", "logical"),
-    ("max_wal_senders", "40"),
-    ("max_replication_slots", "40"),
+    ("max_wal_senders", "120"),
+    ("max_replication_slots", "120"),
     ("wal_sender_timeout", "'10s'"),
     ("fsync", "off"),
     ("synchronous_commit", "off"),

@@ -1,0 +1,198 @@
+//! TLS and SCRAM to PostgreSQL with the least privileges walrelay needs: a role with LOGIN and
+//! REPLICATION only, a publication created by the table's owner, `sslmode=verify-full` against a
+//! CA this test makes. And a wrong CA stops the relay with a hint instead of retrying forever.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::ids;
+use crate::support::faults::PrivatePostgres;
+use crate::support::kafka::consume;
+use crate::support::relay::RelayProcess;
+use crate::support::{services, unique};
+
+const PASSWORD: &str = "tls-secret-789";
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA, and a server certificate it signs for 127.0.0.1 / localhost; plus a CA that signs nothing.
+fn make_certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=walrelay test CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "other.key",
+            "-out",
+            "other-ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=unrelated CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_verify_full_and_scram_with_a_replication_only_role_delivers_and_a_wrong_ca_stops_with_a_hint(
+) {
+    let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("tls")).await.unwrap();
+    let data = pg.pg.data_dir().to_path_buf();
+    make_certificates(&data);
+    let _ = Command::new("chown").args(["-R", "postgres"]).arg(&data).status();
+    let _ = Command::new("chmod").arg("600").arg(data.join("server.key")).status();
+    let conf = format!(
+        "ssl = on\nssl_cert_file = '{0}/server.crt'\nssl_key_file = '{0}/server.key'\npassword_encryption = 'scram-sha-256'\n",
+        data.display()
+    );
+    let mut pg_conf = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+    pg_conf.push_str(&conf);
+    std::fs::write(data.join("postgresql.conf"), pg_conf).unwrap();
+    // The relay's role only over TLS with SCRAM; the test's superuser keeps its trust line.
+    let hba = std::fs::read_to_string(data.join("pg_hba.conf")).unwrap();
+    let hba = format!(
+        "hostssl all walrelay_tls 127.0.0.1/32 scram-sha-256\nhostssl replication walrelay_tls 127.0.0.1/32 scram-sha-256\nhost all walrelay_tls 127.0.0.1/32 reject\n{hba}"
+    );
+    std::fs::write(data.join("pg_hba.conf"), hba).unwrap();
+    let restarted =
+        tokio::task::spawn_blocking(move || pg.restart_fast().map(|_| pg)).await.unwrap();
+    let pg = restarted.unwrap_or_else(|e| panic!("restart with TLS: {e}"));
+
+    let admin = pg.pg.connect_to("postgres").await;
+    admin.batch_execute("CREATE DATABASE app").await.unwrap();
+    admin
+        .batch_execute(&format!("CREATE ROLE walrelay_tls LOGIN REPLICATION PASSWORD '{PASSWORD}'"))
+        .await
+        .unwrap();
+    let app = pg.pg.connect_to("app").await;
+    app.batch_execute(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, \
+         aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, \
+         created_at timestamptz NOT NULL DEFAULT now());
+         CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert');",
+    )
+    .await
+    .unwrap();
+    // The slot before any outbox row: see tests/common.rs.
+    app.query_one("SELECT 1 FROM pg_create_logical_replication_slot('walrelay', 'pgoutput')", &[])
+        .await
+        .unwrap();
+
+    let prefix = unique("tls");
+    let config = |ca: &str| {
+        format!(
+            "[source]\nurl = \"postgres://walrelay_tls:{PASSWORD}@localhost:{port}/app?sslmode=verify-full&sslrootcert={ca}\"\n\
+             status_interval_ms = 200\n\
+             [router]\n\"route.topic.replacement\" = \"{prefix}.${{routedByValue}}\"\n\
+             [kafka]\n\"bootstrap.servers\" = \"{bootstrap}\"\n",
+            port = pg.pg.port(),
+            ca = data.join(ca).display(),
+            bootstrap = services().broker.bootstrap()
+        )
+    };
+
+    // A CA that did not sign the server's certificate: a definite error, not a retry loop.
+    let mut wrong = RelayProcess::start(&config("other-ca.pem"));
+    assert_eq!(wrong.wait_exit(Duration::from_secs(30)), Some(1), "{}", wrong.log());
+    assert!(wrong.log().contains("sslrootcert"), "{}", wrong.log());
+
+    let mut relay = RelayProcess::start(&config("ca.pem"));
+    let mut sent = Vec::new();
+    for i in 0..10 {
+        let row = app
+            .query_one(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (gen_random_uuid(), 'Order', 'o-1', 'Tls', $1::text::jsonb) RETURNING id::text",
+                &[&format!("{{\"n\": {i}}}")],
+            )
+            .await
+            .unwrap();
+        sent.push(row.get::<_, String>(0));
+    }
+    let got = consume(
+        services().broker.bootstrap(),
+        &format!("{prefix}.Order"),
+        10,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(ids(&got), sent, "relay log:\n{}\npostgres log:\n{}", relay.log(), pg.log_tail(30));
+
+    let encrypted: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.usename = 'walrelay_tls' AND s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(encrypted >= 2, "control and replication connections over TLS: {encrypted}");
+    assert_eq!(relay.terminate(), Some(0));
+    for log in [relay.log(), wrong.log()] {
+        assert!(!log.contains(PASSWORD), "password in the relay's log:\n{log}");
+    }
+    println!("TLS verify-full + SCRAM, role with LOGIN REPLICATION only: 10/10 delivered, {encrypted} TLS sessions; wrong CA: exit 1");
+}
