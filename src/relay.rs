@@ -198,6 +198,23 @@ impl<'c> Session<'c> {
     }
 
     async fn run(&mut self, router: &mut Router, shutdown: &mut Shutdown) -> Result<Outcome> {
+        match self.stream_until_stop(router, shutdown).await {
+            // Stopping for good on a row or a misconfiguration: the records before it are
+            // already with librdkafka; deliver and confirm them first, so a restart resumes at
+            // the row that stopped the relay and replays nothing before it.
+            Err(e @ Error::Definite { .. }) => {
+                self.stop().await?;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    async fn stream_until_stop(
+        &mut self,
+        router: &mut Router,
+        shutdown: &mut Shutdown,
+    ) -> Result<Outcome> {
         let limits = self.config.limits;
         let mut table_check = tokio::time::interval(TABLE_CHECK);
         loop {
