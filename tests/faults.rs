@@ -1467,3 +1467,71 @@ async fn passwords_never_appear_in_logs() {
     assert!(total > 10_000, "trace logging did not happen ({total} bytes)");
     release_slot(&s).await;
 }
+
+/// A `partition` placement naming a partition the topic does not have: the broker (or
+/// librdkafka, once it knows the topic) refuses the record for good; it is dead-lettered with
+/// the reason and the stream moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_placement_outside_the_topics_partitions_is_dead_lettered() {
+    let s = Setup::new("badpart").await;
+    s.db.execute("ALTER TABLE outbox ADD COLUMN part int").await;
+    let dlq = format!("{}.dlq", s.topic_prefix);
+    // The topic exists with 4 partitions before the relay produces to it.
+    kafka::create_topic(services().broker.bootstrap(), &s.topic("Order"), 4).await;
+    let mut relay = RelayProcess::start(&s.config_with(
+        "\"table.fields.additional.placement\" = \"part:partition\"",
+        "",
+        &dead_letter_section(&dlq),
+    ));
+    s.wait_streaming(&mut relay).await;
+    let client = s.db.connect().await;
+    let mut rows = Vec::new();
+    for part in [1, 99, 2] {
+        let row = client
+            .query_one(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, part) \
+                 VALUES (gen_random_uuid(), 'Order', 'o-1', 'E', '{}', $1) RETURNING id::text",
+                &[&part],
+            )
+            .await
+            .unwrap();
+        rows.push((part, row.get::<_, String>(0)));
+    }
+    let good: Vec<String> =
+        rows.iter().filter(|(p, _)| *p != 99).map(|(_, id)| id.clone()).collect();
+    let dead_id = rows[1].1.clone();
+    let delivered = s.read("Order", 2).await;
+    assert_eq!(ids(&delivered), good, "{}", s.diagnostics(&relay));
+    assert_eq!(delivered.iter().map(|r| r.partition).collect::<Vec<_>>(), vec![1, 2]);
+    let dead =
+        kafka::consume(services().broker.bootstrap(), &dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!(dead.len(), 1, "nothing dead-lettered:\n{}", relay.log());
+    assert_dead_letter_headers(&dead[0], Some(&dead_id));
+    println!("partition 99 of 4: dead-lettered with {:?}", dead[0].header_str("walrelay.error"));
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+/// `wal_level` no longer logical (PostgreSQL restarted with `replica`; it can only start that
+/// way once no logical slot is left): a definite error with the fix, never a retry loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_level_not_logical_stops_the_relay_with_a_hint() {
+    let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("walreplica")).await.unwrap();
+    let conf = pg.pg.data_dir().join("postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text.push_str("\nwal_level = replica\n");
+    std::fs::write(&conf, text).unwrap();
+    let pg =
+        tokio::task::spawn_blocking(move || pg.restart_fast().map(|_| pg)).await.unwrap().unwrap();
+    let db = pg.pg.create_database("walreplica").await;
+    db.create_outbox("outbox").await;
+    let config = format!(
+        "[source]\nurl = \"{}\"\n[kafka]\n\"bootstrap.servers\" = \"{}\"\n",
+        db.url,
+        services().broker.bootstrap()
+    );
+    let mut relay = RelayProcess::start(&config);
+    assert_eq!(relay.wait_exit(Duration::from_secs(30)), Some(1), "{}", relay.log());
+    let log = relay.log();
+    assert!(log.contains("wal_level is replica") && log.contains("wal_level = logical"), "{log}");
+}
