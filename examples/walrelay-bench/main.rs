@@ -1,0 +1,353 @@
+//! walrelay's benchmark: on the same rows, in one invocation, PostgreSQL's pgoutput decoding
+//! ceiling (`pg_recvlogical`), walrelay, and the classic polling relay (B = 50 and 5000, one and
+//! two instances) drain a backlog; then single-row transactions at fixed rates measure
+//! commit→consumer latency. Prints a table of medians and writes every figure as JSON.
+//!
+//! ```sh
+//! cargo run --release --example walrelay-bench -- [--events 1000000] [--repeat 3] \
+//!     [--rates 2000,20000] [--rate-seconds 30] [--json FILE] [--quick]
+//! ```
+//! It starts its own PostgreSQL and broker (the test harness's, tests/support) and builds the
+//! release `walrelay` binary first (`--no-build` or `WALRELAY_BIN` skip that). docs/benchmarks.md
+//! explains every figure.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod kafka;
+mod measure;
+mod polling;
+mod probe;
+mod report;
+mod steady;
+mod systems;
+mod walstream;
+mod workload;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+use crate::measure::{Meter, PgCpu};
+use crate::systems::Ctx;
+
+#[derive(Parser)]
+#[command(name = "walrelay-bench", about = "walrelay vs the pgoutput ceiling vs the polling relay")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    opts: Opts,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The polling relay as a child process (used by the benchmark itself).
+    #[command(hide = true)]
+    PollingRelay(polling::PollingArgs),
+    /// Time a fresh walrelay-like producer's first delivery (diagnostics).
+    ProbeProducer(probe::ProbeArgs),
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct Opts {
+    /// Backlog rows [default: 1000000; --quick: 100000].
+    #[arg(long)]
+    events: Option<u64>,
+    /// Repetitions of every measurement; medians are printed [default: 3; --quick: 1].
+    #[arg(long)]
+    repeat: Option<u32>,
+    /// Steady-phase rates, events/s [default: 2000,20000].
+    #[arg(long, value_delimiter = ',')]
+    rates: Option<Vec<u64>>,
+    /// Seconds per steady rate [default: 30; --quick: 5].
+    #[arg(long)]
+    rate_seconds: Option<f64>,
+    /// Where to write the JSON [default: target/walrelay-bench/bench-<unix time>.json].
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Fast iteration: 100,000 events, 1 repetition, 5 s per rate.
+    #[arg(long)]
+    quick: bool,
+    /// Rows per load transaction.
+    #[arg(long, default_value_t = 100)]
+    rows_per_txn: u64,
+    /// Distinct aggregate ids.
+    #[arg(long, default_value_t = 1000)]
+    aggregates: u32,
+    /// Polling relay batch sizes B.
+    #[arg(long, value_delimiter = ',', default_value = "50,5000")]
+    batches: Vec<u32>,
+    /// Polling relay instance counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    instances: Vec<u32>,
+    /// Polling relay: sleep after an empty batch, ms.
+    #[arg(long, default_value_t = 10)]
+    poll_ms: u64,
+    /// Steady rates for the polling relay (first batch size, one instance); "none" skips.
+    #[arg(long, default_value = "2000")]
+    polling_rates: String,
+    /// Which systems to run: ceiling, walrelay, polling (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "ceiling,walrelay,polling")]
+    systems: Vec<String>,
+    /// Don't build the release walrelay binary first.
+    #[arg(long)]
+    no_build: bool,
+    /// Steady-phase writers commit with synchronous_commit = off (the harness's server
+    /// default) instead of on (PostgreSQL's default).
+    #[arg(long)]
+    async_commit: bool,
+}
+
+/// The options after --quick and defaults are applied (recorded in the JSON).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Settings {
+    pub events: u64,
+    pub repeat: u32,
+    pub rates: Vec<u64>,
+    pub rate_seconds: f64,
+    pub rows_per_txn: u64,
+    pub aggregates: u32,
+    pub batches: Vec<u32>,
+    pub instances: Vec<u32>,
+    pub poll_ms: u64,
+    pub polling_rates: Vec<u64>,
+    pub systems: Vec<String>,
+    pub sync_commit: bool,
+    pub walrelay_bin: String,
+}
+
+impl Settings {
+    fn runs(&self, system: &str) -> bool {
+        self.systems.iter().any(|s| s == system)
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Some(Cmd::PollingRelay(args)) => return polling::child_main(args),
+        Some(Cmd::ProbeProducer(args)) => return probe::probe_main(args),
+        None => {}
+    }
+    let o = cli.opts;
+    let q = o.quick;
+    let settings = Settings {
+        events: o.events.unwrap_or(if q { 100_000 } else { 1_000_000 }),
+        repeat: o.repeat.unwrap_or(if q { 1 } else { 3 }).max(1),
+        rates: o.rates.clone().unwrap_or_else(|| vec![2_000, 20_000]),
+        rate_seconds: o.rate_seconds.unwrap_or(if q { 5.0 } else { 30.0 }),
+        rows_per_txn: o.rows_per_txn.max(1),
+        aggregates: o.aggregates.max(1),
+        batches: o.batches.clone(),
+        instances: o.instances.clone(),
+        poll_ms: o.poll_ms,
+        polling_rates: o.polling_rates.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        systems: o.systems.clone(),
+        sync_commit: !o.async_commit,
+        walrelay_bin: String::new(),
+    };
+    let mut settings = settings;
+    if settings.runs("walrelay") {
+        settings.walrelay_bin = prepare_walrelay(o.no_build).display().to_string();
+    }
+    let json_path = o.json.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        target_dir().join("walrelay-bench").join(format!("bench-{secs}.json"))
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let own_copy = std::env::var_os("WALRELAY_BIN")
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(target_dir().join("walrelay-bench").join("bin")));
+    let ok = rt.block_on(run(settings, json_path));
+    if let Some(copy) = own_copy {
+        let _ = std::fs::remove_file(copy);
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// Builds `target/release/walrelay` (unless told not to) and points the harness at it.
+fn prepare_walrelay(no_build: bool) -> PathBuf {
+    if let Some(bin) = std::env::var_os("WALRELAY_BIN").filter(|v| !v.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let bin = target_dir().join("release").join("walrelay");
+    if !no_build {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        eprintln!("[bench] cargo build --release --bin walrelay");
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--bin", "walrelay", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build --release --bin walrelay failed");
+    }
+    assert!(bin.is_file(), "{} is missing (build it, or set WALRELAY_BIN)", bin.display());
+    // A private copy: another `cargo build` may replace target/release/walrelay during a long
+    // run, and every repetition must run the same binary.
+    let dir = target_dir().join("walrelay-bench").join("bin");
+    let _ = std::fs::create_dir_all(&dir);
+    // Copies left by runs that died.
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.strip_prefix("walrelay-").and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let copy = dir.join(format!("walrelay-{}", std::process::id()));
+    std::fs::copy(&bin, &copy).unwrap_or_else(|e| panic!("copy {}: {e}", bin.display()));
+    // Read by tests/support's walrelay_bin().
+    std::env::set_var("WALRELAY_BIN", &copy);
+    copy
+}
+
+/// One repetition of everything.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Rep {
+    pub index: u32,
+    pub loads: Vec<(String, workload::Loaded)>,
+    pub drains: Vec<systems::Drain>,
+    pub steady: Vec<systems::SteadyRun>,
+    /// Latency floors: the broker alone (producer → ack / → consumer) and the pgoutput stream
+    /// alone (commit → decoded row, no Kafka), at the steady rates.
+    pub floors: Vec<steady::SteadyRunLike>,
+}
+
+async fn run(s: Settings, json_path: PathBuf) -> bool {
+    let svc = tokio::task::spawn_blocking(support::services).await.expect("services");
+    measure::epoch();
+    let meter = Meter { pg: PgCpu::new(svc.pg.data_dir()), broker_pid: svc.broker.pid() };
+    let ctx = Ctx {
+        meter: &meter,
+        aggregates: s.aggregates,
+        poll_ms: s.poll_ms,
+        sync_commit: s.sync_commit,
+    };
+    eprintln!("[bench] settings: {s:?}");
+    let mut reps: Vec<Rep> = Vec::new();
+    for index in 0..s.repeat {
+        eprintln!("[bench] === repetition {}/{}", index + 1, s.repeat);
+        let mut rep = Rep {
+            index,
+            loads: Vec::new(),
+            drains: Vec::new(),
+            steady: Vec::new(),
+            floors: Vec::new(),
+        };
+        for &rate in &s.rates {
+            for f in steady::calibrate(svc.broker.bootstrap(), rate, s.rate_seconds.min(10.0)).await
+            {
+                let l = &f.phases[0];
+                eprintln!(
+                    "[bench] {} at {rate}/s: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
+                    f.system, l.p50_ms, l.p99_ms, l.p999_ms
+                );
+                rep.floors.push(f);
+            }
+        }
+        if s.runs("ceiling") || s.runs("walrelay") {
+            let db = workload::create_db("bench_wal").await;
+            let publication = support::unique("bench_pub");
+            let (ceil_slot, relay_slot) = (support::unique("ceil"), support::unique("relay"));
+            workload::create_publication_and_slots(&db, &publication, &[&ceil_slot, &relay_slot])
+                .await;
+            let load = workload::load(&db, s.events, s.rows_per_txn, s.aggregates).await;
+            eprintln!(
+                "[bench] loaded {} rows in {:.1} s ({:.0}/s), {:.0} MB WAL, payload {:.0} B",
+                load.events,
+                load.seconds,
+                load.events as f64 / load.seconds,
+                load.wal_bytes as f64 / 1e6,
+                load.avg_payload_bytes
+            );
+            rep.loads.push(("ceiling+walrelay".into(), load));
+            // Both read the same backlog from their own slot; the order alternates between
+            // repetitions so neither always reads the WAL first.
+            let walrelay_first = index % 2 == 1;
+            for turn in 0..2 {
+                let ceiling_turn = (turn == 0) != walrelay_first;
+                let d = if ceiling_turn && s.runs("ceiling") {
+                    systems::ceiling(&ctx, &db, &ceil_slot, &publication, &load).await
+                } else if !ceiling_turn && s.runs("walrelay") {
+                    systems::walrelay_drain(&ctx, &db, &relay_slot, &publication, &load).await
+                } else {
+                    continue;
+                };
+                report::log_drain(&d);
+                rep.drains.push(d);
+            }
+            if s.runs("walrelay") && !s.rates.is_empty() {
+                eprintln!("[bench] walrelay steady phase");
+                let st = systems::walrelay_steady(
+                    &ctx,
+                    &db,
+                    &relay_slot,
+                    &publication,
+                    &s.rates,
+                    s.rate_seconds,
+                )
+                .await;
+                rep.steady.push(st);
+                eprintln!("[bench] pgoutput stream alone (latency floor)");
+                let f = walstream::wal_latency(
+                    &ctx,
+                    &db,
+                    &publication,
+                    &s.rates,
+                    s.rate_seconds.min(10.0),
+                )
+                .await;
+                rep.floors.push(f);
+            }
+            workload::drop_db(&db).await;
+        }
+        if s.runs("polling") {
+            for (bi, &batch) in s.batches.iter().enumerate() {
+                for &instances in &s.instances {
+                    let db = workload::create_db(&format!("bench_poll_{batch}_{instances}")).await;
+                    let load = workload::load(&db, s.events, s.rows_per_txn, s.aggregates).await;
+                    rep.loads.push((format!("polling B={batch} ×{instances}"), load));
+                    let d = systems::polling_drain(&ctx, &db, batch, instances, &load).await;
+                    report::log_drain(&d);
+                    rep.drains.push(d);
+                    if bi == 0 && instances == s.instances[0] && !s.polling_rates.is_empty() {
+                        eprintln!("[bench] polling B={batch} steady phase");
+                        let st = systems::polling_steady(
+                            &ctx,
+                            &db,
+                            batch,
+                            &s.polling_rates,
+                            s.rate_seconds,
+                        )
+                        .await;
+                        rep.steady.push(st);
+                    }
+                    workload::drop_db(&db).await;
+                }
+            }
+        }
+        reps.push(rep);
+        report::write_json(&json_path, &s, &reps);
+    }
+    let summary = report::summarize(&s, &reps);
+    println!("{}", report::render(&s, &summary));
+    report::write_json(&json_path, &s, &reps);
+    println!("JSON: {}", json_path.display());
+    summary.all_delivered
+}

@@ -1,0 +1,447 @@
+//! One function per measured system: the pgoutput ceiling (pg_recvlogical), walrelay and the
+//! polling relay, each draining the same backlog; plus walrelay's first record and the steady
+//! phases.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::kafka::{count_delivered, create_topics, Delivery, Tail};
+use crate::measure::{delta, now_us, peak_rss_mb, CpuDelta, Meter};
+use crate::polling::{sum_stats, InstanceStats, PollingArgs, PollingProcess};
+use crate::steady::{phases, Clocks, Latency};
+use crate::support::{services, unique, RelayProcess, TestDb};
+use crate::workload::{self, insert_one, table_stats, table_stats_settled, Loaded, TableStats};
+
+/// One system draining the backlog.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Drain {
+    pub system: String,
+    pub events: u64,
+    pub seconds: f64,
+    pub events_per_s: f64,
+    /// CPU of the relay process (pg_recvlogical for the ceiling).
+    pub relay_cpu_s: f64,
+    pub peak_rss_mb: Option<f64>,
+    pub cpu: CpuDelta,
+    pub table_before: Option<TableStats>,
+    pub table_after: Option<TableStats>,
+    pub delivery: Option<Delivery>,
+    pub polling_split: Option<InstanceStats>,
+    pub ok: bool,
+}
+
+pub struct Ctx<'a> {
+    pub meter: &'a Meter,
+    pub aggregates: u32,
+    pub poll_ms: u64,
+    /// `synchronous_commit` of the steady phase's writers.
+    pub sync_commit: bool,
+}
+
+fn bootstrap() -> &'static str {
+    services().broker.bootstrap()
+}
+
+fn drain_deadline(n: u64) -> Duration {
+    Duration::from_secs(60 + n / 2_000)
+}
+
+/// `pg_recvlogical` streams the slot (pgoutput, proto 1, the publication) to /dev/null until it
+/// passed the end of the load: PostgreSQL's logical decoding alone.
+pub async fn ceiling(
+    ctx: &Ctx<'_>,
+    db: &TestDb,
+    slot: &str,
+    publication: &str,
+    load: &Loaded,
+) -> Drain {
+    let pg = &services().pg;
+    let mut cmd = Command::new(pg.bin_dir().join("pg_recvlogical"));
+    cmd.args(["-h", "127.0.0.1", "-p", &pg.port().to_string(), "-U", "postgres"])
+        .args(["-d", &db.name, "--slot", slot, "--start", "--no-loop"])
+        .args(["-o", "proto_version=1", "-o", &format!("publication_names={publication}")])
+        .args(["-E", &workload::fmt_lsn(load.end_lsn), "-f", "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let a = ctx.meter.snap(None);
+    let mut child = cmd.spawn().expect("start pg_recvlogical");
+    let deadline = Instant::now() + drain_deadline(load.events);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait pg_recvlogical") {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let b = ctx.meter.snap(None);
+    let mut cpu = delta(&a, &b);
+    // pg_recvlogical was reaped by this process: its CPU is in our children's counters.
+    let client_cpu = b.bench - a.bench;
+    cpu.foreign_cores = (cpu.foreign_cores - client_cpu / cpu.wall_s).max(0.0);
+    let ok = status.is_some_and(|s| s.success());
+    if !ok {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        eprintln!("[bench] pg_recvlogical failed ({status:?}): {err}");
+    }
+    Drain {
+        system: "ceiling: pg_recvlogical (pgoutput → /dev/null)".into(),
+        events: load.events,
+        seconds: cpu.wall_s,
+        events_per_s: load.events as f64 / cpu.wall_s,
+        relay_cpu_s: client_cpu,
+        peak_rss_mb: None,
+        cpu,
+        table_before: None,
+        table_after: None,
+        delivery: None,
+        polling_split: None,
+        ok,
+    }
+}
+
+pub fn walrelay_config(db: &TestDb, slot: &str, publication: &str, prefix: &str) -> String {
+    format!(
+        r#"[source]
+url = "{url}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval_ms = 100
+
+[outbox]
+table = "public.outbox"
+
+[router]
+"route.topic.replacement" = "{prefix}.outbox.event.${{routedByValue}}"
+
+[kafka]
+"bootstrap.servers" = "{bootstrap}"
+{linger}
+{extra}
+"#,
+        url = db.url,
+        bootstrap = bootstrap(),
+        // Diagnostics: more [kafka] lines (or whole sections) for walrelay, e.g.
+        // WALRELAY_BENCH_EXTRA_TOML=$'"linger.ms" = 0\n[limits]\ninflight_records = 100000'.
+        extra = std::env::var("WALRELAY_BENCH_EXTRA_TOML").unwrap_or_default(),
+        linger =
+            if std::env::var("WALRELAY_BENCH_EXTRA_TOML").is_ok_and(|v| v.contains("linger.ms")) {
+                ""
+            } else {
+                "\"linger.ms\" = 5"
+            }
+    )
+}
+
+pub fn start_walrelay(config: &str) -> RelayProcess {
+    // Production log level (the harness default is debug, one line per transaction).
+    let level = std::env::var("WALRELAY_BENCH_LOG").unwrap_or_else(|_| "info".into());
+    RelayProcess::start_with(config, &[], &[("RUST_LOG", level.as_str())])
+}
+
+async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> u64 {
+    c.query_opt(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .await
+    .ok()
+    .flatten()
+    .and_then(|r| r.get::<_, Option<String>>(0))
+    .map(|t| workload::parse_lsn(&t))
+    .unwrap_or(0)
+}
+
+/// walrelay drains the backlog from its slot into the broker; done when the slot's
+/// confirmed_flush_lsn passed the end of the load (every record acknowledged).
+pub async fn walrelay_drain(
+    ctx: &Ctx<'_>,
+    db: &TestDb,
+    slot: &str,
+    publication: &str,
+    load: &Loaded,
+) -> Drain {
+    let prefix = unique("wr");
+    create_topics(bootstrap(), &prefix).await;
+    let config = walrelay_config(db, slot, publication, &prefix);
+    let before = table_stats(db).await;
+    let watch = workload::connect(&db.url).await;
+    let a = ctx.meter.snap(None);
+    let mut relay = start_walrelay(&config);
+    let pid = relay.pid();
+    let deadline = Instant::now() + drain_deadline(load.events);
+    let mut done = false;
+    let mut rss = None;
+    while Instant::now() < deadline {
+        if confirmed_lsn(&watch, slot).await >= load.end_lsn {
+            done = true;
+            break;
+        }
+        if !relay.is_running() {
+            break;
+        }
+        rss = peak_rss_mb(pid).or(rss);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = ctx.meter.snap(Some(pid));
+    let rss = peak_rss_mb(pid).or(rss);
+    let code = relay.terminate();
+    keep_log(&format!("{prefix}-drain"), &relay.log());
+    if !done {
+        eprintln!(
+            "[bench] walrelay did not drain (exit {code:?}); log tail:\n{}",
+            tail(&relay.log(), 40)
+        );
+    }
+    let cpu = delta(&a, &b);
+    let (b2, p2) = (bootstrap().to_string(), prefix.clone());
+    let (n, aggs) = (load.events, ctx.aggregates);
+    let delivery = tokio::task::spawn_blocking(move || {
+        count_delivered(
+            &b2,
+            &p2,
+            workload::BACKLOG_GROUP,
+            1..=n,
+            aggs,
+            Duration::from_secs(120 + n / 20_000),
+        )
+    })
+    .await
+    .expect("count");
+    let after = table_stats_settled(db).await;
+    Drain {
+        system: "walrelay".into(),
+        events: load.events,
+        seconds: cpu.wall_s,
+        events_per_s: load.events as f64 / cpu.wall_s,
+        relay_cpu_s: cpu.relay_cpu_s,
+        peak_rss_mb: rss,
+        cpu,
+        table_before: Some(before),
+        table_after: Some(after),
+        ok: done && delivery.complete(),
+        delivery: Some(delivery),
+        polling_split: None,
+    }
+}
+
+/// Keeps a relay's log under target/walrelay-bench/logs/ (the harness's scratch directory goes
+/// away with the process).
+pub fn keep_log(name: &str, log: &str) {
+    let dir = crate::target_dir().join("walrelay-bench").join("logs");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(format!("{name}.log")), log);
+}
+
+fn tail(log: &str, lines: usize) -> String {
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SteadyRun {
+    pub system: String,
+    /// Process start → first record seen by a consumer (walrelay only; slot already there).
+    pub first_record_ms: Option<f64>,
+    pub phases: Vec<Latency>,
+    pub peak_rss_mb: Option<f64>,
+    pub delivery: Option<Delivery>,
+    pub table_after: Option<TableStats>,
+}
+
+/// walrelay restarted on its existing slot (caught up): first-record latency, then the steady
+/// phases on the same process.
+pub async fn walrelay_steady(
+    ctx: &Ctx<'_>,
+    db: &TestDb,
+    slot: &str,
+    publication: &str,
+    rates: &[u64],
+    seconds: f64,
+) -> SteadyRun {
+    let prefix = unique("wrs");
+    create_topics(bootstrap(), &prefix).await;
+    let clocks = Clocks::new(crate::steady::total_events(rates, seconds));
+    let (b, p, r) = (bootstrap().to_string(), prefix.clone(), clocks.recv_us.clone());
+    let mut tail_consumer =
+        tokio::task::spawn_blocking(move || Tail::start(&b, &p, r)).await.expect("tail");
+    // One event committed while no relay runs: the first thing the new process must publish.
+    insert_one(db, ctx.sync_commit, 0, ctx.aggregates).await;
+    let t0 = now_us();
+    let mut relay = start_walrelay(&walrelay_config(db, slot, publication, &prefix));
+    let first_deadline = Instant::now() + Duration::from_secs(30);
+    while tail_consumer.first_us.load(std::sync::atomic::Ordering::Relaxed) == 0
+        && Instant::now() < first_deadline
+        && relay.is_running()
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let first = tail_consumer.first_us.load(std::sync::atomic::Ordering::Relaxed);
+    let first_record_ms = (first != 0).then(|| (first - t0) as f64 / 1000.0);
+    eprintln!("[bench]   walrelay first record after {first_record_ms:?} ms");
+    let lat = phases(
+        db,
+        rates,
+        seconds,
+        1,
+        ctx.aggregates,
+        &clocks,
+        ctx.meter,
+        relay.pid(),
+        ctx.sync_commit,
+        workload::STEADY_GROUP,
+    )
+    .await;
+    let rss = peak_rss_mb(relay.pid());
+    relay.terminate();
+    keep_log(&format!("{prefix}-steady"), &relay.log());
+    tail_consumer.stop();
+    let total = lat.iter().map(|l| l.events).sum::<u64>();
+    let (b, p, aggs) = (bootstrap().to_string(), prefix.clone(), ctx.aggregates);
+    let delivery = tokio::task::spawn_blocking(move || {
+        count_delivered(&b, &p, workload::STEADY_GROUP, 0..=total, aggs, Duration::from_secs(120))
+    })
+    .await
+    .expect("count");
+    SteadyRun {
+        system: "walrelay".into(),
+        first_record_ms,
+        phases: lat,
+        peak_rss_mb: rss,
+        delivery: Some(delivery),
+        table_after: Some(table_stats_settled(db).await),
+    }
+}
+
+/// The polling relay (B rows per batch, `instances` instances) drains the backlog.
+pub async fn polling_drain(
+    ctx: &Ctx<'_>,
+    db: &TestDb,
+    batch: u32,
+    instances: u32,
+    load: &Loaded,
+) -> Drain {
+    let prefix = unique(&format!("poll{batch}x{instances}"));
+    create_topics(bootstrap(), &prefix).await;
+    let before = table_stats(db).await;
+    let args = PollingArgs {
+        url: db.url.clone(),
+        bootstrap: bootstrap().to_string(),
+        topic_prefix: prefix.clone(),
+        batch,
+        instances,
+        expect: load.events,
+        poll_ms: ctx.poll_ms,
+    };
+    let a = ctx.meter.snap(None);
+    let mut child = PollingProcess::start(&args);
+    let pid = child.pid();
+    let drained = child.wait_line("DRAINED", drain_deadline(load.events)).await.is_some();
+    let b = ctx.meter.snap(Some(pid));
+    let rss = peak_rss_mb(pid);
+    let stats: Vec<InstanceStats> = match child.wait_line("STATS", Duration::from_secs(60)).await {
+        Some(json) => serde_json::from_str(&json).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    child.finish();
+    let cpu = delta(&a, &b);
+    let (b2, p2) = (bootstrap().to_string(), prefix.clone());
+    let (n, aggs) = (load.events, ctx.aggregates);
+    let delivery = tokio::task::spawn_blocking(move || {
+        count_delivered(
+            &b2,
+            &p2,
+            workload::BACKLOG_GROUP,
+            1..=n,
+            aggs,
+            Duration::from_secs(120 + n / 20_000),
+        )
+    })
+    .await
+    .expect("count");
+    let after = table_stats_settled(db).await;
+    Drain {
+        system: format!("polling B={batch} ×{instances}"),
+        events: load.events,
+        seconds: cpu.wall_s,
+        events_per_s: load.events as f64 / cpu.wall_s,
+        relay_cpu_s: cpu.relay_cpu_s,
+        peak_rss_mb: rss,
+        cpu,
+        table_before: Some(before),
+        table_after: Some(after),
+        ok: drained && delivery.complete(),
+        delivery: Some(delivery),
+        polling_split: Some(sum_stats(&stats)),
+    }
+}
+
+/// The polling relay (B, one instance) at the steady rates, on a table that already holds
+/// published rows (VACUUM ANALYZEd, as a deployment's would be).
+pub async fn polling_steady(
+    ctx: &Ctx<'_>,
+    db: &TestDb,
+    batch: u32,
+    rates: &[u64],
+    seconds: f64,
+) -> SteadyRun {
+    db.execute("VACUUM ANALYZE outbox").await;
+    let prefix = unique(&format!("polls{batch}"));
+    create_topics(bootstrap(), &prefix).await;
+    let clocks = Clocks::new(crate::steady::total_events(rates, seconds));
+    let (b, p, r) = (bootstrap().to_string(), prefix.clone(), clocks.recv_us.clone());
+    let mut tail_consumer =
+        tokio::task::spawn_blocking(move || Tail::start(&b, &p, r)).await.expect("tail");
+    let args = PollingArgs {
+        url: db.url.clone(),
+        bootstrap: bootstrap().to_string(),
+        topic_prefix: prefix.clone(),
+        batch,
+        instances: 1,
+        expect: 0,
+        poll_ms: ctx.poll_ms,
+    };
+    let mut child = PollingProcess::start(&args);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lat = phases(
+        db,
+        rates,
+        seconds,
+        1,
+        ctx.aggregates,
+        &clocks,
+        ctx.meter,
+        child.pid(),
+        ctx.sync_commit,
+        workload::STEADY_GROUP,
+    )
+    .await;
+    let rss = peak_rss_mb(child.pid());
+    child.request_stop();
+    let _ = child.wait_line("STATS", Duration::from_secs(60)).await;
+    child.finish();
+    tail_consumer.stop();
+    let total = lat.iter().map(|l| l.events).sum::<u64>();
+    let (b, p, aggs) = (bootstrap().to_string(), prefix.clone(), ctx.aggregates);
+    let delivery = tokio::task::spawn_blocking(move || {
+        count_delivered(&b, &p, workload::STEADY_GROUP, 1..=total, aggs, Duration::from_secs(120))
+    })
+    .await
+    .expect("count");
+    SteadyRun {
+        system: format!("polling B={batch} ×1 (poll {} ms)", ctx.poll_ms),
+        first_record_ms: None,
+        phases: lat,
+        peak_rss_mb: rss,
+        delivery: Some(delivery),
+        table_after: Some(table_stats_settled(db).await),
+    }
+}

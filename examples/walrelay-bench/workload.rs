@@ -1,0 +1,318 @@
+//! The rows: one outbox table that suits every system (Debezium's columns plus the `seq` and
+//! `published_at` a polling relay needs, and its partial index), the backlog load, and the
+//! single-row transactions of the steady phase.
+//!
+//! Event ids encode their number, `GGGGGGGG-0000-4000-8000-NNNNNNNNNNNN` (hex), so a consumer can
+//! tell which events arrived without keeping the rows: group 0 is the backlog, group 1 the
+//! steady phase.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, NoTls};
+
+use crate::measure::now_us;
+use crate::support::{services, TestDb};
+
+pub const AGGREGATE_TYPES: [&str; 4] = ["Order", "Customer", "Shipment", "Payment"];
+pub const BACKLOG_GROUP: u32 = 0;
+pub const STEADY_GROUP: u32 = 1;
+/// Ids of the pgoutput-alone latency floor (same table as walrelay's steady phase).
+pub const FLOOR_GROUP: u32 = 2;
+
+/// The row for event `g` (a bigint expression), as a SELECT list; `group` picks the id range.
+fn row_sql(g: &str, group: u32, aggregates: u32) -> String {
+    format!(
+        "(lpad(to_hex({group}), 8, '0') || '-0000-4000-8000-' || lpad(to_hex({g}), 12, '0'))::uuid, \
+         (ARRAY['Order','Customer','Shipment','Payment'])[1 + {g} % 4], \
+         'agg-' || lpad(({g} % {aggregates})::text, 5, '0'), \
+         'EventHappened', \
+         format('{{\"orderId\": %s, \"customerId\": \"customer-%s\", \"amount\": %s, \"currency\": \"EUR\", \"items\": [{{\"sku\": \"SKU-%s\", \"qty\": %s, \"price\": 19.99}}, \
+{{\"sku\": \"SKU-%s\", \"qty\": 1, \"price\": 4.5}}], \"shippingAddress\": {{\"street\": \"%s Main Street\", \
+\"city\": \"Berlin\", \"zip\": \"%s\", \"country\": \"DE\"}}}}', \
+         {g}, lpad(({g} % {aggregates})::text, 5, '0'), round(({g} % 100000) / 100.0, 2), lpad(({g} % 997)::text, 5, '0'), \
+         1 + {g} % 5, lpad(({g} % 991)::text, 5, '0'), {g} % 1000, 10000 + {g} % 90000)::jsonb"
+    )
+}
+
+const COLUMNS: &str = "id, aggregatetype, aggregateid, type, payload";
+
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) =
+        tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A new database holding an empty outbox table: Debezium's schema (tests/support), plus `seq`
+/// and `published_at` and the partial index a polling relay needs.
+pub async fn create_db(prefix: &str) -> TestDb {
+    let db = services().pg.create_database(prefix).await;
+    db.create_outbox("outbox").await;
+    db.execute(
+        "ALTER TABLE outbox ADD COLUMN seq bigserial, ADD COLUMN published_at timestamptz;
+         CREATE INDEX outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;",
+    )
+    .await;
+    db
+}
+
+pub async fn drop_db(db: &TestDb) {
+    let admin = services().pg.connect_to("postgres").await;
+    // Slots of this database must go first (they also pin WAL).
+    let _ = admin
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1",
+            &[&db.name],
+        )
+        .await;
+    if let Err(e) =
+        admin.batch_execute(&format!("DROP DATABASE \"{}\" WITH (FORCE)", db.name)).await
+    {
+        eprintln!("[bench] drop database {}: {e}", db.name);
+    }
+}
+
+/// Publication (INSERTs of the outbox only) and one pgoutput slot per name, before the load.
+pub async fn create_publication_and_slots(db: &TestDb, publication: &str, slots: &[&str]) {
+    let c = db.connect().await;
+    c.batch_execute(&format!(
+        "CREATE PUBLICATION \"{publication}\" FOR TABLE outbox WITH (publish = 'insert')"
+    ))
+    .await
+    .expect("create publication");
+    for slot in slots {
+        c.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[slot])
+            .await
+            .unwrap_or_else(|e| panic!("create slot {slot}: {e}"));
+    }
+}
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Loaded {
+    pub events: u64,
+    pub seconds: f64,
+    /// `pg_current_wal_insert_lsn()` right after the last load transaction committed: every
+    /// reader of the backlog is done once it has passed it.
+    pub end_lsn: u64,
+    pub wal_bytes: u64,
+    pub avg_payload_bytes: f64,
+}
+
+/// Inserts events 1..=n, `per_txn` rows per transaction (one `INSERT … SELECT generate_series`
+/// statement each), over two connections; then VACUUM ANALYZE and CHECKPOINT, so every system
+/// starts from the same clean table.
+pub async fn load(db: &TestDb, n: u64, per_txn: u64, aggregates: u32) -> Loaded {
+    let started = Instant::now();
+    let c0 = db.connect().await;
+    let start_lsn = lsn_query(&c0, "SELECT pg_current_wal_insert_lsn()::text").await;
+    let sql = format!(
+        "INSERT INTO outbox ({COLUMNS}) SELECT {} FROM generate_series($1::bigint, $2::bigint) g",
+        row_sql("g", BACKLOG_GROUP, aggregates)
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let txns = n.div_ceil(per_txn);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (url, sql, next) = (db.url.clone(), sql.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = connect(&url).await;
+            let stmt = c.prepare(&sql).await.expect("prepare load");
+            loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                if t >= txns {
+                    break;
+                }
+                let lo = (t * per_txn + 1) as i64;
+                let hi = ((t + 1) * per_txn).min(n) as i64;
+                c.execute(&stmt, &[&lo, &hi]).await.expect("load batch");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("load task");
+    }
+    let end_lsn = lsn_query(&c0, "SELECT pg_current_wal_insert_lsn()::text").await;
+    let seconds = started.elapsed().as_secs_f64();
+    let avg_payload_bytes: f64 = c0
+        .query_one("SELECT avg(octet_length(payload::text))::float8 FROM outbox", &[])
+        .await
+        .map(|r| r.get::<_, Option<f64>>(0).unwrap_or(0.0))
+        .unwrap_or(0.0);
+    c0.batch_execute("VACUUM ANALYZE outbox").await.expect("vacuum");
+    c0.batch_execute("CHECKPOINT").await.expect("checkpoint");
+    Loaded { events: n, seconds, end_lsn, wal_bytes: end_lsn - start_lsn, avg_payload_bytes }
+}
+
+pub async fn lsn_query(c: &Client, sql: &str) -> u64 {
+    let text: String = c.query_one(sql, &[]).await.expect("lsn query").get(0);
+    parse_lsn(&text)
+}
+
+pub fn parse_lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').expect("LSN text");
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+pub fn fmt_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}
+
+/// `(group, n)` from an event id written by [`row_sql`].
+pub fn parse_event_id(id: &[u8]) -> Option<(u32, u64)> {
+    if id.len() != 36 {
+        return None;
+    }
+    let s = std::str::from_utf8(id).ok()?;
+    let group = u32::from_str_radix(&s[..8], 16).ok()?;
+    let n = u64::from_str_radix(&s[24..], 16).ok()?;
+    Some((group, n))
+}
+
+/// The outbox table's state, from the statistics views.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct TableStats {
+    pub total_mb: f64,
+    pub heap_mb: f64,
+    pub live_tup: i64,
+    pub dead_tup: i64,
+    pub tup_upd: i64,
+    /// seq_scan + idx_scan: reads of the table.
+    pub scans: i64,
+    pub autovacuums: i64,
+}
+
+pub async fn table_stats(db: &TestDb) -> TableStats {
+    let c = db.connect().await;
+    let r = c
+        .query_one(
+            "SELECT pg_total_relation_size('outbox')::float8 / 1048576, \
+                    pg_relation_size('outbox')::float8 / 1048576, \
+                    n_live_tup, n_dead_tup, n_tup_upd, \
+                    coalesce(seq_scan, 0) + coalesce(idx_scan, 0), autovacuum_count \
+             FROM pg_stat_user_tables WHERE relname = 'outbox'",
+            &[],
+        )
+        .await
+        .expect("table stats");
+    TableStats {
+        total_mb: r.get(0),
+        heap_mb: r.get(1),
+        live_tup: r.get(2),
+        dead_tup: r.get(3),
+        tup_upd: r.get(4),
+        scans: r.get(5),
+        autovacuums: r.get(6),
+    }
+}
+
+/// Table statistics once the statistics collector caught up (PostgreSQL flushes backend
+/// counters at most once a second).
+pub async fn table_stats_settled(db: &TestDb) -> TableStats {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    table_stats(db).await
+}
+
+/// Result of one fixed-rate phase of single-row transactions.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RatePhase {
+    pub target_rate: u64,
+    pub first_n: u64,
+    pub events: u64,
+    pub achieved_rate: f64,
+    /// Events whose INSERT statement failed (should be 0).
+    pub failed: u64,
+}
+
+/// Inserts single-row transactions for events `first_n..first_n + rate * seconds` (steady
+/// group) on a fixed schedule (open loop: event i is due at start + i / rate), over `conns`
+/// pipelined connections; stores each event's commit time (µs, [`now_us`], taken when COMMIT
+/// returned) in `commit_us[n]`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_rate(
+    db: &TestDb,
+    group: u32,
+    sync_commit: bool,
+    conns: usize,
+    rate: u64,
+    seconds: f64,
+    first_n: u64,
+    aggregates: u32,
+    commit_us: Arc<Vec<AtomicU64>>,
+) -> RatePhase {
+    let sql = format!(
+        "INSERT INTO outbox ({COLUMNS}) SELECT {} FROM (SELECT $1::bigint AS g) s",
+        row_sql("g", group, aggregates)
+    );
+    let mut clients = Vec::new();
+    for _ in 0..conns {
+        let c = connect(&db.url).await;
+        set_sync_commit(&c, sync_commit).await;
+        let stmt = c.prepare(&sql).await.expect("prepare steady insert");
+        clients.push(Arc::new((c, stmt)));
+    }
+    let total = (rate as f64 * seconds) as u64;
+    let inflight = Arc::new(tokio::sync::Semaphore::new(1024));
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut issued = 0u64;
+    // Bounded: the loop ends after `total` events, or 3× the planned time.
+    while issued < total && start.elapsed().as_secs_f64() < seconds * 3.0 + 5.0 {
+        let due = ((start.elapsed().as_secs_f64() * rate as f64) as u64 + 1).min(total);
+        while issued < due {
+            let n = first_n + issued;
+            let permit = inflight.clone().acquire_owned().await.expect("semaphore");
+            let cs = clients[(issued as usize) % clients.len()].clone();
+            let (commit_us, failed) = (commit_us.clone(), failed.clone());
+            tokio::spawn(async move {
+                let g = n as i64;
+                match cs.0.execute(&cs.1, &[&g]).await {
+                    Ok(_) => commit_us[n as usize].store(now_us().max(1), Ordering::Relaxed),
+                    Err(e) => {
+                        if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                            eprintln!("[bench] steady insert failed: {e} {:?}", e.as_db_error());
+                        }
+                    }
+                }
+                drop(permit);
+            });
+            issued += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Every insert has finished once all permits are back.
+    let _all = inflight.acquire_many(1024).await.expect("semaphore");
+    let elapsed = start.elapsed().as_secs_f64();
+    RatePhase {
+        target_rate: rate,
+        first_n,
+        events: issued,
+        achieved_rate: issued as f64 / elapsed,
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+/// Inserts steady-group event `n` in a transaction of its own, committed before return.
+pub async fn insert_one(db: &TestDb, sync_commit: bool, n: u64, aggregates: u32) {
+    let c = connect(&db.url).await;
+    set_sync_commit(&c, sync_commit).await;
+    let sql = format!(
+        "INSERT INTO outbox ({COLUMNS}) SELECT {} FROM (SELECT $1::bigint AS g) s",
+        row_sql("g", STEADY_GROUP, aggregates)
+    );
+    c.execute(&sql, &[&(n as i64)]).await.expect("insert one");
+}
+
+/// The steady phase's writers commit like an application on a default PostgreSQL
+/// (`synchronous_commit = on`, WAL flushed at commit); the harness's server default is `off`,
+/// under which a commit reaches the WAL readers only when the WAL writer flushes (every
+/// `wal_writer_delay` = 200 ms, or per 1 MB).
+async fn set_sync_commit(c: &Client, on: bool) {
+    let v = if on { "on" } else { "off" };
+    c.batch_execute(&format!("SET synchronous_commit = {v}"))
+        .await
+        .expect("SET synchronous_commit");
+}
