@@ -68,3 +68,91 @@ async fn metrics_match_the_records_read_back_and_readyz_reports_streaming() {
     assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
     assert_eq!(relay.terminate(), Some(0));
 }
+
+/// The counters that only move when something goes wrong move exactly as often as it did: one
+/// dead-lettered row, one reconnect after the walsender was terminated; and once everything is
+/// acknowledged nothing is in flight and the lag is small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_dead_letters_reconnects_and_show_nothing_in_flight_when_idle() {
+    let s = Setup::new("metrics2").await;
+    s.db.execute("ALTER TABLE outbox ADD COLUMN event_id uuid").await;
+    let port = free_port();
+    let dlq = format!("{}.dlq", s.topic_prefix);
+    let config = s.config_with(
+        "\"table.field.event.id\" = \"event_id\"",
+        "",
+        &format!("[dead_letter]\ntopic = \"{dlq}\"\n[http]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let client = s.db.connect().await;
+    for id in ["11111111-1111-1111-1111-111111111111", "", "22222222-2222-2222-2222-222222222222"] {
+        client
+            .execute(
+                "INSERT INTO outbox (id, event_id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (gen_random_uuid(), NULLIF($1, '')::uuid, 'Order', 'o-1', 'E', '{}')",
+                &[&id],
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.read("Order", 2).await.len(), 2, "{}", s.diagnostics(&relay));
+    // Everything so far confirmed, so the reconnect replays nothing (a replayed row would be
+    // dead-lettered again, and counted again).
+    let target: String =
+        client.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.unwrap().get(0);
+    let (c, slot, t) = (&client, s.slot.as_str(), target.as_str());
+    let confirmed = wait_until("slot confirmed past the rows", Duration::from_secs(30), || async move {
+        c.query_one(
+            "SELECT confirmed_flush_lsn >= $2::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot, &t],
+        )
+        .await
+        .map(|r| r.get::<_, bool>(0))
+        .unwrap_or(false)
+    })
+    .await;
+    assert!(confirmed, "{}", s.diagnostics(&relay));
+    let terminated: bool = client
+        .query_one(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&s.slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(terminated);
+    client
+        .execute(
+            "INSERT INTO outbox (id, event_id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), gen_random_uuid(), 'Order', 'o-1', 'AfterReconnect', '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.read("Order", 3).await.len(), 3, "{}", s.diagnostics(&relay));
+    let last_seen = std::sync::Mutex::new(String::new());
+    let seen = &last_seen;
+    let settled = wait_until("metrics settle", Duration::from_secs(30), || async move {
+        let text = get(port, "/metrics").await.unwrap_or_default();
+        let done = metric(&text, "walrelay_reconnects_total") == Some(1.0)
+            && metric(&text, "walrelay_inflight_records") == Some(0.0)
+            && metric(&text, "walrelay_streaming") == Some(1.0);
+        *seen.lock().unwrap() = text;
+        done
+    })
+    .await;
+    let text = last_seen.into_inner().unwrap();
+    assert!(settled, "metrics:\n{text}\n{}", s.diagnostics(&relay));
+    assert_eq!(metric(&text, "walrelay_dead_lettered_total"), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "walrelay_inflight_bytes"), Some(0.0), "{text}");
+    assert!(metric(&text, "walrelay_lag_bytes").unwrap() < 16.0 * 1024.0 * 1024.0, "{text}");
+    println!(
+        "metrics: dead_lettered {:?}, reconnects {:?}, inflight {:?}, lag_bytes {:?}",
+        metric(&text, "walrelay_dead_lettered_total"),
+        metric(&text, "walrelay_reconnects_total"),
+        metric(&text, "walrelay_inflight_records"),
+        metric(&text, "walrelay_lag_bytes")
+    );
+    assert_eq!(relay.terminate(), Some(0));
+}
