@@ -64,6 +64,7 @@ async fn metrics_match_the_records_read_back_and_readyz_reports_streaming() {
         .find(|l| l.starts_with("walrelay_commit_to_ack_seconds_bucket{le=\"1\"}"))
         .unwrap();
     println!("metrics after 40 events: {published} 40; {p99_bucket}");
+    println!("--- /metrics ---\n{}", last.split("\r\n\r\n").nth(1).unwrap_or(&last));
     let readyz = get(port, "/readyz").await.unwrap();
     assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
     assert_eq!(relay.terminate(), Some(0));
