@@ -29,8 +29,6 @@ use crate::router::Record;
 pub enum Report {
     Delivered {
         seq: Seq,
-        partition: i32,
-        offset: i64,
     },
     /// A failure retrying may cure (timeout, broker gone): replay from the confirmed position.
     Failed {
@@ -115,9 +113,9 @@ impl ProducerContext for RelayContext {
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         let seq = seq as Seq;
         let report = match result {
-            Ok(m) => {
+            Ok(_) => {
                 self.metrics.broker_up.store(true, Relaxed);
-                Report::Delivered { seq, partition: m.partition(), offset: m.offset() }
+                Report::Delivered { seq }
             }
             Err((error, m)) if is_permanent(error) => {
                 let event_id = m.headers().and_then(|h| {
@@ -227,15 +225,5 @@ impl Publisher {
             }
             Err((e, _)) => Err(SendError::Rejected(e)),
         }
-    }
-
-    /// Waits up to `timeout` for every queued record's delivery report.
-    pub fn flush(&self, timeout: Duration) -> bool {
-        self.producer.flush(timeout).is_ok()
-    }
-
-    /// Records queued or in flight inside librdkafka.
-    pub fn in_flight(&self) -> i32 {
-        self.producer.in_flight_count()
     }
 }

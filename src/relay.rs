@@ -293,7 +293,7 @@ impl<'c> Session<'c> {
 
     fn on_report(&mut self, report: Option<Report>) -> Result<()> {
         match report {
-            Some(Report::Delivered { seq, .. }) => {
+            Some(Report::Delivered { seq }) => {
                 if let Some(sent) = self.frontier.ack(seq) {
                     self.acked.push(sent);
                 }

@@ -25,7 +25,6 @@ const WALSENDER_OPTIONS: &str =
 pub struct SlotState {
     /// Where the slot resumes: the last position a relay confirmed.
     pub confirmed_flush: Lsn,
-    pub created: bool,
     /// The outbox table's oid, to notice it being dropped.
     pub outbox_relid: u32,
 }
@@ -93,9 +92,8 @@ pub async fn prepare(
     }
     let relid = outbox_oid(client, outbox).await?;
     ensure_publication(client, &src.publication, outbox, relid, create).await?;
-    let mut state = ensure_slot(client, &src.slot, create).await?;
-    state.outbox_relid = relid;
-    Ok(state)
+    let confirmed_flush = ensure_slot(client, &src.slot, create).await?;
+    Ok(SlotState { confirmed_flush, outbox_relid: relid })
 }
 
 async fn outbox_oid(client: &Client, outbox: &OutboxConfig) -> Result<u32> {
@@ -182,7 +180,8 @@ async fn ensure_publication(
     Ok(())
 }
 
-async fn ensure_slot(client: &Client, slot: &str, create: bool) -> Result<SlotState> {
+/// Returns the slot's confirmed position, creating the slot when `create` allows.
+async fn ensure_slot(client: &Client, slot: &str, create: bool) -> Result<Lsn> {
     let row = client
         .query_opt(
             "SELECT plugin, slot_type, database = current_database(), wal_status, confirmed_flush_lsn::text \
@@ -213,7 +212,7 @@ async fn ensure_slot(client: &Client, slot: &str, create: bool) -> Result<SlotSt
             })?;
         let lsn = parse_lsn(row.get::<_, &str>(0))?;
         tracing::info!(%slot, lsn = %fmt_lsn(lsn), "created replication slot");
-        return Ok(SlotState { confirmed_flush: lsn, created: true, outbox_relid: 0 });
+        return Ok(lsn);
     };
     let plugin: Option<String> = row.get(0);
     let kind: Option<String> = row.get(1);
@@ -241,7 +240,7 @@ async fn ensure_slot(client: &Client, slot: &str, create: bool) -> Result<SlotSt
     }
     let confirmed: Option<String> = row.get(4);
     let confirmed_flush = confirmed.as_deref().map(parse_lsn).transpose()?.unwrap_or(0);
-    Ok(SlotState { confirmed_flush, created: false, outbox_relid: 0 })
+    Ok(confirmed_flush)
 }
 
 /// Whether the outbox table still exists under the same oid; called periodically, since a

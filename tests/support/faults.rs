@@ -399,22 +399,7 @@ pub async fn consume_while(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(Ok(m)) => {
-                let record = Consumed {
-                    topic: m.topic().to_string(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    headers: m
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    timestamp_ms: m.timestamp().to_millis(),
-                };
+                let record = Consumed::from_message(&m);
                 if !f(Next::Record(record)) {
                     return true;
                 }
@@ -701,8 +686,13 @@ async fn write(
                     _ => None,
                 })
                 .unwrap_or(u64::MAX),
-            Err(e) if e.code().is_none() || client.is_closed() => {
-                // The connection broke: the COMMIT may or may not have happened.
+            // The connection broke, or the server is restarting (57xxx: admin shutdown, cannot
+            // connect now): the COMMIT may or may not have happened.
+            Err(e)
+                if e.code().is_none()
+                    || client.is_closed()
+                    || e.code().map(|c| c.code()).is_some_and(|c| c.starts_with("57")) =>
+            {
                 report.reconnects += 1;
                 client = reconnect(&cfg.url, cfg.reconnect_for).await?;
                 let exists = client
@@ -711,20 +701,6 @@ async fn write(
                     .map_err(|e| format!("check commit after reconnect: {e}"))?;
                 if exists.is_none() {
                     // Rolled back: write the same rows again (same ids, same numbers).
-                    continue;
-                }
-                report.commits_confirmed_after_reconnect += 1;
-                u64::MAX
-            }
-            Err(e) if e.code().map(|c| c.code()).is_some_and(|c| c.starts_with("57")) => {
-                // admin shutdown / cannot connect now: the server is restarting.
-                report.reconnects += 1;
-                client = reconnect(&cfg.url, cfg.reconnect_for).await?;
-                let exists = client
-                    .query_opt("SELECT 1 FROM outbox WHERE id = $1::text::uuid", &[&rows[0].0])
-                    .await
-                    .map_err(|e| format!("check commit after reconnect: {e}"))?;
-                if exists.is_none() {
                     continue;
                 }
                 report.commits_confirmed_after_reconnect += 1;

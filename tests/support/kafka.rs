@@ -29,6 +29,24 @@ pub struct Consumed {
 }
 
 impl Consumed {
+    /// A copy of a message read from the broker.
+    pub fn from_message(m: &impl Message) -> Consumed {
+        Consumed {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers: m
+                .headers()
+                .map(|hs| {
+                    hs.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect()
+                })
+                .unwrap_or_default(),
+            timestamp_ms: m.timestamp().to_millis(),
+        }
+    }
+
     /// The value of the first header called `name` (None if absent or null).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers.iter().find(|(k, _)| k == name).and_then(|(_, v)| v.as_deref())
@@ -229,22 +247,7 @@ pub async fn consume_topics(
                 eprintln!("[support] consume {topics:?}: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Ok(Ok(m)) => out.push(Consumed {
-                topic: m.topic().to_string(),
-                partition: m.partition(),
-                offset: m.offset(),
-                key: m.key().map(<[u8]>::to_vec),
-                value: m.payload().map(<[u8]>::to_vec),
-                headers: m
-                    .headers()
-                    .map(|hs| {
-                        hs.iter()
-                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                timestamp_ms: m.timestamp().to_millis(),
-            }),
+            Ok(Ok(m)) => out.push(Consumed::from_message(&m)),
         }
     }
     if out.len() < expected {
