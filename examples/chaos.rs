@@ -232,7 +232,6 @@ table = "public.outbox"
 
 [kafka]
 "bootstrap.servers" = "{bootstrap}"
-"linger.ms" = 5
 "message.timeout.ms" = {timeout}
 "#,
         url = db.url,

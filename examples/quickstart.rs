@@ -37,7 +37,6 @@ table = "public.outbox"
 
 [kafka]
 "bootstrap.servers" = "{bootstrap}"
-"linger.ms" = 5
 "#,
         url = db.url,
         bootstrap = svc.broker.bootstrap()

@@ -18,7 +18,7 @@ use crate::support::faults::{
     WriterConfig,
 };
 use crate::support::postgres::Postgres;
-use crate::support::relay::RelayProcess;
+use crate::support::relay::{http_get, metric, RelayProcess};
 use crate::support::{free_port, kafka, services, unique, wait_until};
 
 /// A [`Setup`] on another PostgreSQL instance (same shape: slot first, then the outbox table).
@@ -56,26 +56,6 @@ async fn wait_active_pid(url: &str, slot: &str, not: Option<i32>, within: Durati
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     None
-}
-
-/// One HTTP/1.1 GET to the relay's [http] listener; the whole response.
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fetch = async {
-        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        conn.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.ok()?;
-        let mut response = String::new();
-        conn.read_to_string(&mut response).await.ok()?;
-        Some(response)
-    };
-    tokio::time::timeout(Duration::from_secs(2), fetch).await.ok().flatten()
-}
-
-/// The value of an unlabelled metric in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l[name.len() + 1..].trim().parse().ok())
 }
 
 /// Drops the test's slot once nothing streams from it: the shared PostgreSQL has

@@ -3,25 +3,9 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use crate::common::Setup;
-use crate::support::relay::RelayProcess;
+use crate::support::relay::{http_get as get, metric, RelayProcess};
 use crate::support::{free_port, wait_until};
-
-async fn get(port: u16, path: &str) -> Option<String> {
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    conn.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.ok()?;
-    let mut response = String::new();
-    conn.read_to_string(&mut response).await.ok()?;
-    Some(response)
-}
-
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l[name.len() + 1..].parse().ok())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_match_the_records_read_back_and_readyz_reports_streaming() {

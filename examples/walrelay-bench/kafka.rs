@@ -5,6 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The polling relay's and the broker-alone producer's `linger.ms`: walrelay's default, so every
+/// producer in the benchmark batches alike.
+pub const LINGER_MS: &str = "1";
+
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -124,10 +128,9 @@ pub fn count_delivered(
 }
 
 /// A consumer thread that records, for every steady-group event, when it arrived (µs,
-/// [`now_us`]), and when the first record of any kind arrived.
+/// [`now_us`]).
 pub struct Tail {
     stop: Arc<AtomicBool>,
-    pub first_us: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -136,10 +139,9 @@ impl Tail {
     /// has its connection and has fetched once.
     pub fn start(bootstrap: &str, prefix: &str, recv_us: Arc<Vec<AtomicU64>>) -> Tail {
         let stop = Arc::new(AtomicBool::new(false));
-        let first_us = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (b, p) = (bootstrap.to_string(), prefix.to_string());
-        let (st, fu) = (stop.clone(), first_us.clone());
+        let st = stop.clone();
         let thread = std::thread::spawn(move || {
             // fetch.wait.max.ms 10: tansu holds a fetch for the whole wait even when records
             // arrive, and at 1 ms the consumer's own request rate slows it; 10 ms measured best
@@ -159,7 +161,6 @@ impl Tail {
                 }
                 let Some(Ok(m)) = m else { continue };
                 let t = now_us();
-                let _ = fu.compare_exchange(0, t, Ordering::Relaxed, Ordering::Relaxed);
                 if let Some((_, n)) = m
                     .headers()
                     .and_then(|hs| hs.iter().find(|h| h.key == "id").and_then(|h| h.value))
@@ -174,7 +175,7 @@ impl Tail {
         let _ = ready_rx.recv_timeout(Duration::from_secs(10));
         // Let the fetch loop settle on every partition.
         std::thread::sleep(Duration::from_millis(500));
-        Tail { stop, first_us, thread: Some(thread) }
+        Tail { stop, thread: Some(thread) }
     }
 
     pub fn stop(&mut self) {

@@ -14,6 +14,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod ackhist;
 mod kafka;
 mod measure;
 mod polling;

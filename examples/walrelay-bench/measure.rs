@@ -128,6 +128,10 @@ pub struct CpuDelta {
     pub pg_cpu_s: f64,
     pub broker_cpu_s: f64,
     pub relay_cpu_s: f64,
+    /// This benchmark's own process: the steady phase's writers' client side, consumers.
+    pub bench_cpu_s: f64,
+    /// Busy CPU of the whole machine (cores, averaged over the run; 2.0 = saturated here).
+    pub machine_cores: f64,
     /// Busy CPU of the machine not used by PostgreSQL, the broker, the relay or this
     /// benchmark: other people's work sharing the machine (cores, averaged over the run).
     pub foreign_cores: f64,
@@ -162,6 +166,8 @@ pub fn delta(a: &Snap, b: &Snap) -> CpuDelta {
         pg_cpu_s: pg,
         broker_cpu_s: broker,
         relay_cpu_s: relay,
+        bench_cpu_s: bench,
+        machine_cores: if wall > 0.0 { (b.machine - a.machine) / wall } else { 0.0 },
         foreign_cores: if wall > 0.0 { (foreign / wall).max(0.0) } else { 0.0 },
     }
 }

@@ -14,7 +14,7 @@
 //! COMMIT;
 //! ```
 //! sleeping `poll_ms` only after an empty batch. Producer settings match walrelay's:
-//! `enable.idempotence=true`, `acks=all`, `partitioner=murmur2_random`, `linger.ms=5`,
+//! `enable.idempotence=true`, `acks=all`, `partitioner=murmur2_random`, `linger.ms=1` (walrelay's default),
 //! `message.timeout.ms=30000`.
 
 use std::io::{BufRead, Write};
@@ -123,7 +123,7 @@ async fn instance(
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
+        .set("linger.ms", crate::kafka::LINGER_MS)
         .set("message.timeout.ms", "30000")
         .create()
         .expect("producer");

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::ackhist::{self, AckQuantiles};
 use crate::measure::{delta, percentile, CpuDelta, Meter};
 use crate::support::TestDb;
 use crate::workload::run_rate;
@@ -28,6 +29,8 @@ pub struct Latency {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// commit→ack from walrelay's own histogram (walrelay only; measured after the warm-up).
+    pub ack: Option<AckQuantiles>,
     pub relay_cores: f64,
     pub pg_cores: f64,
     pub cpu: CpuDelta,
@@ -45,8 +48,21 @@ impl Clocks {
     }
 }
 
+/// How a phase learns that its events arrived.
+#[derive(Clone, Copy)]
+pub enum Observer {
+    /// A consumer tailing the topics fills `Clocks::recv_us` (commit → consumer latency).
+    Tail,
+    /// walrelay's /metrics on this port: its commit→ack histogram, read after the warm-up and
+    /// once every event of the phase was acknowledged. No consumer runs during the phase: on
+    /// this 2-core machine a tailing consumer made the broker burn ~1 core (its fetches), which
+    /// is load a production relay's host doesn't carry. The events are read back afterwards.
+    Histogram(u16),
+}
+
 /// Runs each rate for `seconds` (events numbered from `first_n` on), waiting after each phase
-/// until the consumer saw every event of it (or 30 s + twice the phase passed). `relay_pid` is sampled for CPU.
+/// until every event of it arrived (or 30 s + twice the phase passed). `relay_pid` is sampled
+/// for CPU.
 #[allow(clippy::too_many_arguments)]
 pub async fn phases(
     db: &TestDb,
@@ -59,37 +75,64 @@ pub async fn phases(
     relay_pid: u32,
     sync_commit: bool,
     group: u32,
+    observer: Observer,
 ) -> Vec<Latency> {
     let mut out = Vec::new();
+    let scrape = || async move {
+        match observer {
+            Observer::Histogram(port) => ackhist::scrape(port).await,
+            Observer::Tail => Vec::new(),
+        }
+    };
     for &rate in rates {
         let conns = if rate > 5_000 { 8 } else { 2 };
         let pid = (relay_pid != 0).then_some(relay_pid);
+        let acked_before = ackhist::count(&scrape().await);
         let a = meter.snap(pid);
-        let phase = run_rate(
-            db,
-            group,
-            sync_commit,
-            conns,
-            rate,
-            seconds,
-            first_n,
-            aggregates,
-            clocks.commit_us.clone(),
-        )
-        .await;
+        let warmup = (seconds / 5.0).min(5.0);
+        let after_warmup = async {
+            tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
+            scrape().await
+        };
+        let (phase, hist_warm) = tokio::join!(
+            run_rate(
+                db,
+                group,
+                sync_commit,
+                conns,
+                rate,
+                seconds,
+                first_n,
+                aggregates,
+                clocks.commit_us.clone(),
+            ),
+            after_warmup
+        );
         let b = meter.snap(pid);
         let range = phase.first_n as usize..(phase.first_n + phase.events) as usize;
-        let all_in = || range.clone().all(|n| clocks.recv_us[n].load(Ordering::Relaxed) != 0);
         let wait_start = Instant::now();
         // A relay that fell behind gets time to catch up (bounded).
         let catch_up = Duration::from_secs_f64(30.0 + 2.0 * seconds);
-        while !all_in() && wait_start.elapsed() < catch_up {
+        let (ack, acked) = loop {
+            let now = scrape().await;
+            let acked = ackhist::count(&now).saturating_sub(acked_before);
+            let all_in = match observer {
+                Observer::Tail => {
+                    range.clone().all(|n| clocks.recv_us[n].load(Ordering::Relaxed) != 0)
+                }
+                Observer::Histogram(_) => acked >= phase.events,
+            };
+            if all_in || wait_start.elapsed() > catch_up {
+                break (ackhist::between(&hist_warm, &now), acked);
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let warmup = (seconds / 5.0).min(5.0);
+        };
         let skip = (warmup * rate as f64) as usize;
         let mut lat = Vec::with_capacity(range.len());
-        let mut delivered = 0;
+        let mut delivered = match observer {
+            Observer::Histogram(_) => acked.min(phase.events),
+            Observer::Tail => 0,
+        };
         for n in range.clone() {
             let r = clocks.recv_us[n].load(Ordering::Relaxed);
             let c = clocks.commit_us[n].load(Ordering::Relaxed);
@@ -112,18 +155,16 @@ pub async fn phases(
             p99_ms: percentile(&lat, 99.0),
             p999_ms: percentile(&lat, 99.9),
             max_ms: lat.last().copied().unwrap_or(f64::NAN),
+            ack,
             relay_cores: if pid.is_some() { cpu.relay_cpu_s / cpu.wall_s } else { f64::NAN },
             pg_cores: cpu.pg_cpu_s / cpu.wall_s,
             cpu,
         });
         first_n += phase.events;
+        let l = out.last().unwrap();
         eprintln!(
-            "[bench]   {rate}/s: achieved {:.0}/s, delivered {delivered}/{}, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
-            phase.achieved_rate,
-            phase.events,
-            out.last().unwrap().p50_ms,
-            out.last().unwrap().p99_ms,
-            out.last().unwrap().p999_ms
+            "[bench]   {rate}/s: achieved {:.0}/s, arrived {delivered}/{}, commit→consumer p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms; commit→ack {:?}",
+            phase.achieved_rate, phase.events, l.p50_ms, l.p99_ms, l.p999_ms, l.ack
         );
     }
     out
@@ -135,7 +176,7 @@ pub fn total_events(rates: &[u64], seconds: f64) -> usize {
 }
 
 /// The measuring path alone: records produced straight to the broker (acks=all, idempotent,
-/// linger.ms 5, like the relays) at `rate`/s for `seconds`, timed from send to delivery report
+/// linger.ms 1, like the relays) at `rate`/s for `seconds`, timed from send to delivery report
 /// ("broker alone: send → ack") and from send to the tailing consumer ("… → consumer"). The
 /// first second is warm-up and not counted.
 pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRunLike> {
@@ -154,7 +195,7 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
+        .set("linger.ms", crate::kafka::LINGER_MS)
         .create()
         .expect("producer");
     let topics = crate::kafka::topics(&prefix);
@@ -218,6 +259,7 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
                 p99_ms: percentile(&l, 99.0),
                 p999_ms: percentile(&l, 99.9),
                 max_ms: l.last().copied().unwrap_or(f64::NAN),
+                ack: None,
                 relay_cores: f64::NAN,
                 pg_cores: f64::NAN,
                 cpu: CpuDelta::default(),
@@ -225,7 +267,7 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
         }
     };
     vec![
-        row("broker alone: send → ack (librdkafka, linger 5 ms)", &ack_us),
+        row("broker alone: send → ack (librdkafka, linger 1 ms)", &ack_us),
         row("broker alone: send → consumer", &clocks.recv_us),
     ]
 }

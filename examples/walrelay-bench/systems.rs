@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::kafka::{count_delivered, create_topics, Delivery, Tail};
 use crate::measure::{delta, now_us, peak_rss_mb, CpuDelta, Meter};
 use crate::polling::{sum_stats, InstanceStats, PollingArgs, PollingProcess};
-use crate::steady::{phases, Clocks, Latency};
+use crate::steady::{phases, Clocks, Latency, Observer};
 use crate::support::{services, unique, RelayProcess, TestDb};
 use crate::workload::{self, insert_one, table_stats, table_stats_settled, Loaded, TableStats};
 
@@ -108,7 +108,14 @@ pub async fn ceiling(
     }
 }
 
-pub fn walrelay_config(db: &TestDb, slot: &str, publication: &str, prefix: &str) -> String {
+/// `http_port`: where walrelay serves /metrics (the steady phase reads commit→ack there).
+pub fn walrelay_config(
+    db: &TestDb,
+    slot: &str,
+    publication: &str,
+    prefix: &str,
+    http_port: u16,
+) -> String {
     format!(
         r#"[source]
 url = "{url}"
@@ -122,22 +129,19 @@ table = "public.outbox"
 [router]
 "route.topic.replacement" = "{prefix}.outbox.event.${{routedByValue}}"
 
+[http]
+listen = "127.0.0.1:{http_port}"
+
 [kafka]
 "bootstrap.servers" = "{bootstrap}"
-{linger}
 {extra}
 "#,
         url = db.url,
         bootstrap = bootstrap(),
         // Diagnostics: more [kafka] lines (or whole sections) for walrelay, e.g.
         // WALRELAY_BENCH_EXTRA_TOML=$'"linger.ms" = 0\n[limits]\ninflight_records = 100000'.
+        // Otherwise walrelay runs on its defaults (linger.ms 1).
         extra = std::env::var("WALRELAY_BENCH_EXTRA_TOML").unwrap_or_default(),
-        linger =
-            if std::env::var("WALRELAY_BENCH_EXTRA_TOML").is_ok_and(|v| v.contains("linger.ms")) {
-                ""
-            } else {
-                "\"linger.ms\" = 5"
-            }
     )
 }
 
@@ -171,7 +175,7 @@ pub async fn walrelay_drain(
 ) -> Drain {
     let prefix = unique("wr");
     create_topics(bootstrap(), &prefix).await;
-    let config = walrelay_config(db, slot, publication, &prefix);
+    let config = walrelay_config(db, slot, publication, &prefix, crate::support::free_port());
     let before = table_stats(db).await;
     let watch = workload::connect(&db.url).await;
     let a = ctx.meter.snap(None);
@@ -270,22 +274,22 @@ pub async fn walrelay_steady(
     let prefix = unique("wrs");
     create_topics(bootstrap(), &prefix).await;
     let clocks = Clocks::new(crate::steady::total_events(rates, seconds));
-    let (b, p, r) = (bootstrap().to_string(), prefix.clone(), clocks.recv_us.clone());
-    let mut tail_consumer =
-        tokio::task::spawn_blocking(move || Tail::start(&b, &p, r)).await.expect("tail");
     // One event committed while no relay runs: the first thing the new process must publish.
     insert_one(db, ctx.sync_commit, 0, ctx.aggregates).await;
+    let http_port = crate::support::free_port();
     let t0 = now_us();
-    let mut relay = start_walrelay(&walrelay_config(db, slot, publication, &prefix));
+    let mut relay = start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port));
+    // Published = acknowledged by the broker: the first ack counted in walrelay's histogram.
     let first_deadline = Instant::now() + Duration::from_secs(30);
-    while tail_consumer.first_us.load(std::sync::atomic::Ordering::Relaxed) == 0
-        && Instant::now() < first_deadline
-        && relay.is_running()
-    {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    let mut first = None;
+    while first.is_none() && Instant::now() < first_deadline && relay.is_running() {
+        if crate::ackhist::count(&crate::ackhist::scrape(http_port).await) > 0 {
+            first = Some(now_us());
+        } else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
-    let first = tail_consumer.first_us.load(std::sync::atomic::Ordering::Relaxed);
-    let first_record_ms = (first != 0).then(|| (first - t0) as f64 / 1000.0);
+    let first_record_ms = first.map(|f| (f - t0) as f64 / 1000.0);
     eprintln!("[bench]   walrelay first record after {first_record_ms:?} ms");
     let lat = phases(
         db,
@@ -298,12 +302,12 @@ pub async fn walrelay_steady(
         relay.pid(),
         ctx.sync_commit,
         workload::STEADY_GROUP,
+        Observer::Histogram(http_port),
     )
     .await;
     let rss = peak_rss_mb(relay.pid());
     relay.terminate();
     keep_log(&format!("{prefix}-steady"), &relay.log());
-    tail_consumer.stop();
     let total = lat.iter().map(|l| l.events).sum::<u64>();
     let (b, p, aggs) = (bootstrap().to_string(), prefix.clone(), ctx.aggregates);
     let delivery = tokio::task::spawn_blocking(move || {
@@ -422,6 +426,7 @@ pub async fn polling_steady(
         child.pid(),
         ctx.sync_commit,
         workload::STEADY_GROUP,
+        Observer::Tail,
     )
     .await;
     let rss = peak_rss_mb(child.pid());

@@ -85,6 +85,7 @@ pub async fn wal_latency(
         0,
         ctx.sync_commit,
         crate::workload::FLOOR_GROUP,
+        crate::steady::Observer::Tail,
     )
     .await;
     stop.store(true, Ordering::Relaxed);

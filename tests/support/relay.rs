@@ -212,3 +212,24 @@ impl Drop for RelayProcess {
         }
     }
 }
+
+/// GET `path` from walrelay's HTTP listener on 127.0.0.1:`port`: the whole response (status
+/// line, headers, body), or None when nothing answered within 2 s.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        conn.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).await.ok()?;
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.ok()?;
+        Some(response)
+    };
+    tokio::time::timeout(Duration::from_secs(2), fetch).await.ok().flatten()
+}
+
+/// The value of an unlabelled metric in Prometheus text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l[name.len() + 1..].trim().parse().ok())
+}
