@@ -15,6 +15,7 @@
 mod support;
 
 mod ackhist;
+mod fresh;
 mod kafka;
 mod measure;
 mod polling;
@@ -233,7 +234,7 @@ pub struct Rep {
 async fn run(s: Settings, json_path: PathBuf) -> bool {
     let svc = tokio::task::spawn_blocking(support::services).await.expect("services");
     measure::epoch();
-    let meter = Meter { pg: PgCpu::new(svc.pg.data_dir()), broker_pid: svc.broker.pid() };
+    let meter = Meter { pg: PgCpu::new(svc.pg.data_dir()) };
     let ctx = Ctx {
         meter: &meter,
         aggregates: s.aggregates,
@@ -252,8 +253,8 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             floors: Vec::new(),
         };
         for &rate in &s.rates {
-            for f in steady::calibrate(svc.broker.bootstrap(), rate, s.rate_seconds.min(10.0)).await
-            {
+            fresh::broker();
+            for f in steady::calibrate(fresh::bootstrap(), rate, s.rate_seconds.min(10.0)).await {
                 let l = &f.phases[0];
                 eprintln!(
                     "[bench] {} at {rate}/s: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",

@@ -139,7 +139,6 @@ pub struct CpuDelta {
 
 pub struct Meter {
     pub pg: PgCpu,
-    pub broker_pid: u32,
 }
 
 impl Meter {
@@ -148,7 +147,7 @@ impl Meter {
         Snap {
             at: Instant::now(),
             pg: self.pg.total(),
-            broker: proc_cpu(self.broker_pid).unwrap_or(0.0),
+            broker: proc_cpu(crate::fresh::pid()).unwrap_or(0.0),
             bench: proc_cpu_with_children(std::process::id()).unwrap_or(0.0),
             machine: machine_busy(),
             relay: relay.and_then(proc_cpu).unwrap_or(0.0),

@@ -39,7 +39,7 @@ pub struct Ctx<'a> {
 }
 
 fn bootstrap() -> &'static str {
-    services().broker.bootstrap()
+    crate::fresh::bootstrap()
 }
 
 fn drain_deadline(n: u64) -> Duration {
@@ -174,6 +174,7 @@ pub async fn walrelay_drain(
     load: &Loaded,
 ) -> Drain {
     let prefix = unique("wr");
+    crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
     let config = walrelay_config(db, slot, publication, &prefix, crate::support::free_port());
     let before = table_stats(db).await;
@@ -272,6 +273,7 @@ pub async fn walrelay_steady(
     seconds: f64,
 ) -> SteadyRun {
     let prefix = unique("wrs");
+    crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
     let clocks = Clocks::new(crate::steady::total_events(rates, seconds));
     // One event committed while no relay runs: the first thing the new process must publish.
@@ -334,6 +336,7 @@ pub async fn polling_drain(
     load: &Loaded,
 ) -> Drain {
     let prefix = unique(&format!("poll{batch}x{instances}"));
+    crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
     let before = table_stats(db).await;
     let args = PollingArgs {
@@ -399,6 +402,7 @@ pub async fn polling_steady(
 ) -> SteadyRun {
     db.execute("VACUUM ANALYZE outbox").await;
     let prefix = unique(&format!("polls{batch}"));
+    crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
     let clocks = Clocks::new(crate::steady::total_events(rates, seconds));
     let (b, p, r) = (bootstrap().to_string(), prefix.clone(), clocks.recv_us.clone());
