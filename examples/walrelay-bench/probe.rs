@@ -57,7 +57,7 @@ pub fn probe_main(a: ProbeArgs) {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
-            .set("linger.ms", "1");
+            .set("linger.ms", crate::kafka::LINGER_MS);
         if !a.debug.is_empty() {
             cfg.set("debug", &a.debug);
         }

@@ -176,7 +176,7 @@ pub fn total_events(rates: &[u64], seconds: f64) -> usize {
 }
 
 /// The measuring path alone: records produced straight to the broker (acks=all, idempotent,
-/// linger.ms 1, like the relays) at `rate`/s for `seconds`, timed from send to delivery report
+/// linger.ms 3, like the relays) at `rate`/s for `seconds`, timed from send to delivery report
 /// ("broker alone: send → ack") and from send to the tailing consumer ("… → consumer"). The
 /// first second is warm-up and not counted.
 pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRunLike> {
@@ -267,7 +267,7 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
         }
     };
     vec![
-        row("broker alone: send → ack (librdkafka, linger 1 ms)", &ack_us),
+        row("broker alone: send → ack (librdkafka, linger 3 ms)", &ack_us),
         row("broker alone: send → consumer", &clocks.recv_us),
     ]
 }

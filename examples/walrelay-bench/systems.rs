@@ -140,7 +140,7 @@ listen = "127.0.0.1:{http_port}"
         bootstrap = bootstrap(),
         // Diagnostics: more [kafka] lines (or whole sections) for walrelay, e.g.
         // WALRELAY_BENCH_EXTRA_TOML=$'"linger.ms" = 0\n[limits]\ninflight_records = 100000'.
-        // Otherwise walrelay runs on its defaults (linger.ms 1).
+        // Otherwise walrelay runs on its defaults (linger.ms 3).
         extra = std::env::var("WALRELAY_BENCH_EXTRA_TOML").unwrap_or_default(),
     )
 }
