@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::kafka::{self, Consumed};
-use crate::support::postgres::TestDb;
+use crate::support::postgres::{Postgres, TestDb};
 use crate::support::relay::RelayProcess;
 use crate::support::{services, unique};
 
@@ -18,7 +18,12 @@ pub struct Setup {
 
 impl Setup {
     pub async fn new(name: &str) -> Setup {
-        let db = services().pg.create_database(name).await;
+        Setup::on(&services().pg, name).await
+    }
+
+    /// Like [`Setup::new`] on another PostgreSQL instance.
+    pub async fn on(pg: &Postgres, name: &str) -> Setup {
+        let db = pg.create_database(name).await;
         let slot = unique(&format!("{name}_slot"));
         // The slot is created before the table and the publication. On this shared, busy
         // cluster a slot created while other databases' transactions run can start from a

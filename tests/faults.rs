@@ -17,22 +17,8 @@ use crate::support::faults::{
     slot_active_pid, slot_confirmed, transactions_read, verify, PrivatePostgres, Rng, Writer,
     WriterConfig,
 };
-use crate::support::postgres::Postgres;
 use crate::support::relay::{http_get, metric, RelayProcess};
 use crate::support::{free_port, kafka, services, unique, wait_until};
-
-/// A [`Setup`] on another PostgreSQL instance (same shape: slot first, then the outbox table).
-async fn setup_on(pg: &Postgres, name: &str) -> Setup {
-    let db = pg.create_database(name).await;
-    let slot = unique(&format!("{name}_slot"));
-    db.connect()
-        .await
-        .query_one("SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot])
-        .await
-        .unwrap();
-    db.create_outbox("outbox").await;
-    Setup { db, slot, publication: unique(&format!("{name}_pub")), topic_prefix: unique(name) }
-}
 
 /// Everything the relay logged plus the end of a server log, for assertion messages.
 fn diag(relay: &RelayProcess, pg_log: &str) -> String {
@@ -249,7 +235,7 @@ async fn walsender_terminated_relay_reconnects_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_fast_restart_relay_reconnects_and_loses_nothing() {
     let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("pgrestart")).await.unwrap();
-    let s = setup_on(&pg.pg, "pgrestart").await;
+    let s = Setup::on(&pg.pg, "pgrestart").await;
     let mut relay = s.start_relay();
     s.wait_streaming(&mut relay).await;
     let before = slot_active_pid(&s.db.url, &s.slot).await.expect("walsender pid");
@@ -315,7 +301,7 @@ async fn postgres_fast_restart_relay_reconnects_and_loses_nothing() {
 async fn postgres_fast_shutdown_is_not_blocked_while_the_relay_waits_for_kafka_acks() {
     let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("pgunacked")).await.unwrap();
     let broker = tokio::task::spawn_blocking(|| private_broker(None)).await.unwrap();
-    let s = setup_on(&pg.pg, "pgunacked").await;
+    let s = Setup::on(&pg.pg, "pgunacked").await;
     let config =
         s.config_for_bootstrap(broker.bootstrap(), "", "\"message.timeout.ms\" = 60000", "");
     let mut relay = RelayProcess::start(&config);
@@ -1277,7 +1263,7 @@ async fn dropped_key_column_stops_the_relay_with_a_hint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidated_slot_stops_the_relay_with_a_hint() {
     let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("invalid")).await.unwrap();
-    let s = setup_on(&pg.pg, "invalid").await;
+    let s = Setup::on(&pg.pg, "invalid").await;
     s.db.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'").await;
     s.db.execute("SELECT pg_reload_conf()").await;
     s.db.execute("CREATE TABLE filler (n int)").await;

@@ -19,44 +19,16 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A self-signed CA certificate (`pem`) with its key (`key`), valid for 2 days.
+fn make_ca(dir: &Path, key: &str, pem: &str, subject: &str) {
+    let args = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", pem];
+    openssl(dir, &[&args[..], &["-days", "2", "-subj", subject]].concat());
+}
+
 /// A CA, and a server certificate it signs for 127.0.0.1 / localhost; plus a CA that signs nothing.
 fn make_certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=walrelay test CA",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "other.key",
-            "-out",
-            "other-ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=unrelated CA",
-        ],
-    );
+    make_ca(dir, "ca.key", "ca.pem", "/CN=walrelay test CA");
+    make_ca(dir, "other.key", "other-ca.pem", "/CN=unrelated CA");
     openssl(
         dir,
         &[

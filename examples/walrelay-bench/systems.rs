@@ -42,6 +42,23 @@ fn bootstrap() -> &'static str {
     crate::fresh::bootstrap()
 }
 
+/// Reads the prefix's topics back on a blocking thread and checks events `range` of `group`
+/// (missing, duplicates, wrong topic or key), allowing 2 minutes plus 1 s per 20,000 events.
+async fn read_back(
+    prefix: &str,
+    group: u32,
+    range: std::ops::RangeInclusive<u64>,
+    aggregates: u32,
+) -> Delivery {
+    let (bootstrap, prefix) = (bootstrap().to_string(), prefix.to_string());
+    let within = Duration::from_secs(120 + range.end() / 20_000);
+    tokio::task::spawn_blocking(move || {
+        count_delivered(&bootstrap, &prefix, group, range, aggregates, within)
+    })
+    .await
+    .expect("count")
+}
+
 fn drain_deadline(n: u64) -> Duration {
     Duration::from_secs(60 + n / 2_000)
 }
@@ -207,20 +224,8 @@ pub async fn walrelay_drain(
         );
     }
     let cpu = delta(&a, &b);
-    let (b2, p2) = (bootstrap().to_string(), prefix.clone());
-    let (n, aggs) = (load.events, ctx.aggregates);
-    let delivery = tokio::task::spawn_blocking(move || {
-        count_delivered(
-            &b2,
-            &p2,
-            workload::BACKLOG_GROUP,
-            1..=n,
-            aggs,
-            Duration::from_secs(120 + n / 20_000),
-        )
-    })
-    .await
-    .expect("count");
+    let delivery =
+        read_back(&prefix, workload::BACKLOG_GROUP, 1..=load.events, ctx.aggregates).await;
     let after = table_stats_settled(db).await;
     Drain {
         system: "walrelay".into(),
@@ -311,12 +316,7 @@ pub async fn walrelay_steady(
     relay.terminate();
     keep_log(&format!("{prefix}-steady"), &relay.log());
     let total = lat.iter().map(|l| l.events).sum::<u64>();
-    let (b, p, aggs) = (bootstrap().to_string(), prefix.clone(), ctx.aggregates);
-    let delivery = tokio::task::spawn_blocking(move || {
-        count_delivered(&b, &p, workload::STEADY_GROUP, 0..=total, aggs, Duration::from_secs(120))
-    })
-    .await
-    .expect("count");
+    let delivery = read_back(&prefix, workload::STEADY_GROUP, 0..=total, ctx.aggregates).await;
     SteadyRun {
         system: "walrelay".into(),
         first_record_ms,
@@ -360,20 +360,8 @@ pub async fn polling_drain(
     };
     child.finish();
     let cpu = delta(&a, &b);
-    let (b2, p2) = (bootstrap().to_string(), prefix.clone());
-    let (n, aggs) = (load.events, ctx.aggregates);
-    let delivery = tokio::task::spawn_blocking(move || {
-        count_delivered(
-            &b2,
-            &p2,
-            workload::BACKLOG_GROUP,
-            1..=n,
-            aggs,
-            Duration::from_secs(120 + n / 20_000),
-        )
-    })
-    .await
-    .expect("count");
+    let delivery =
+        read_back(&prefix, workload::BACKLOG_GROUP, 1..=load.events, ctx.aggregates).await;
     let after = table_stats_settled(db).await;
     Drain {
         system: format!("polling B={batch} ×{instances}"),
@@ -439,12 +427,7 @@ pub async fn polling_steady(
     child.finish();
     tail_consumer.stop();
     let total = lat.iter().map(|l| l.events).sum::<u64>();
-    let (b, p, aggs) = (bootstrap().to_string(), prefix.clone(), ctx.aggregates);
-    let delivery = tokio::task::spawn_blocking(move || {
-        count_delivered(&b, &p, workload::STEADY_GROUP, 1..=total, aggs, Duration::from_secs(120))
-    })
-    .await
-    .expect("count");
+    let delivery = read_back(&prefix, workload::STEADY_GROUP, 1..=total, ctx.aggregates).await;
     SteadyRun {
         system: format!("polling B={batch} ×1 (poll {} ms)", ctx.poll_ms),
         first_record_ms: None,
