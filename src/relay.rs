@@ -224,11 +224,8 @@ impl<'c> Session<'c> {
             tokio::select! {
                 biased;
                 _ = shutdown.wait() => return self.stop().await,
-                report = self.reports.recv() => {
-                    self.on_report(report)?;
-                    while let Ok(report) = self.reports.try_recv() {
-                        self.on_report(Some(report))?;
-                    }
+                _ = self.publisher.reports_ready() => {
+                    self.serve_reports()?;
                 }
                 event = self.stream.recv(), if room => {
                     let mut event = event;
@@ -289,6 +286,31 @@ impl<'c> Session<'c> {
             self.stream.update_applied_lsn(WireLsn(confirmed));
             self.reported = confirmed;
         }
+    }
+
+    /// Runs librdkafka's waiting callbacks and handles the delivery reports they produced.
+    /// Returns whether there was any.
+    fn serve_reports(&mut self) -> Result<bool> {
+        self.publisher.serve_reports();
+        let mut any = false;
+        loop {
+            match self.reports.try_recv() {
+                Ok(report) => self.on_report(Some(report))?,
+                Err(mpsc::error::TryRecvError::Empty) => return Ok(any),
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    return self.on_report(None).map(|_| any)
+                }
+            }
+            any = true;
+        }
+    }
+
+    /// Waits until at least one delivery report was handled.
+    async fn next_reports(&mut self) -> Result<()> {
+        while !self.serve_reports()? {
+            self.publisher.reports_ready().await;
+        }
+        Ok(())
     }
 
     fn on_report(&mut self, report: Option<Report>) -> Result<()> {
@@ -470,10 +492,7 @@ impl<'c> Session<'c> {
             match self.publisher.send(&record, seq) {
                 Ok(()) => return Ok(()),
                 // librdkafka's own queue is full: wait for a delivery report, then retry.
-                Err(SendError::QueueFull) => {
-                    let report = self.reports.recv().await;
-                    self.on_report(report)?;
-                }
+                Err(SendError::QueueFull) => self.next_reports().await?,
                 // Refused before it left the process (too large, unknown partition): replaced by
                 // its dead letter under the same number, or the relay stops here.
                 Err(SendError::Rejected(e)) => {
@@ -550,8 +569,8 @@ impl<'c> Session<'c> {
         let deadline = tokio::time::Instant::now() + grace;
         while self.frontier.unacked() > 0 {
             tokio::select! {
-                report = self.reports.recv() => {
-                    if let Err(e) = self.on_report(report) {
+                result = self.next_reports() => {
+                    if let Err(e) = result {
                         tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed");
                         break;
                     }
