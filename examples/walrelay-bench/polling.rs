@@ -218,16 +218,16 @@ pub struct PollingProcess {
 impl PollingProcess {
     pub fn start(a: &PollingArgs) -> PollingProcess {
         let exe = std::env::current_exe().expect("current exe");
-        let mut child = Command::new(exe)
-            .arg("polling-relay")
+        let mut cmd = Command::new(exe);
+        cmd.arg("polling-relay")
             .args(["--url", &a.url, "--bootstrap", &a.bootstrap, "--topic-prefix", &a.topic_prefix])
             .args(["--batch", &a.batch.to_string(), "--instances", &a.instances.to_string()])
             .args(["--expect", &a.expect.to_string(), "--poll-ms", &a.poll_ms.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the polling relay");
+            .stderr(Stdio::inherit());
+        crate::support::own_session(&mut cmd);
+        let mut child = cmd.spawn().expect("start the polling relay");
         let stdout = child.stdout.take().expect("stdout");
         let stdin = child.stdin.take();
         let (tx, lines) = mpsc::unbounded_channel();

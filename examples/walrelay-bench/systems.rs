@@ -81,6 +81,7 @@ pub async fn ceiling(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    crate::support::own_session(&mut cmd);
     let a = ctx.meter.snap(None);
     let mut child = cmd.spawn().expect("start pg_recvlogical");
     let deadline = Instant::now() + drain_deadline(load.events);

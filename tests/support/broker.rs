@@ -135,7 +135,7 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        super::own_session(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("start {}: {e}", bin.display()))?;
         let pid = child.id();
         let _ = std::fs::write(dir.join(PID_FILE), pid.to_string());

@@ -197,6 +197,25 @@ rm -rf {root}
     )
 }
 
+/// Starts the child in a session of its own, as a service manager starts a service. Linux's
+/// autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`, on by default) shares the
+/// CPU between sessions first and between threads second, and every PostgreSQL backend calls
+/// `setsid` itself: a relay or broker left in the harness's session would share one slice with
+/// each other and with the benchmark's writers while each backend had a slice of its own (at
+/// 20,000 transactions/s that starved the relay and the broker: each waited longer to run than
+/// it ran). Also keeps a Ctrl-C of the test run from reaching the child.
+pub fn own_session(cmd: &mut Command) {
+    // SAFETY: setsid is async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 fn spawn_watchdog(root: &Path) {
     let script = format!(
         "while kill -0 {pid} 2>/dev/null; do sleep 1; done\n{}",

@@ -86,6 +86,7 @@ impl RelayProcess {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
+        super::own_session(&mut cmd);
         // ETXTBSY: a just-written executable may briefly be held open for writing by a child
         // another thread forked at that moment; retry a few times.
         let mut attempts = 0;
