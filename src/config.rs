@@ -129,12 +129,11 @@ const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
 
 /// librdkafka waits `linger.ms` (its default: 5) before sending a batch. A relay's records arrive
 /// a transaction at a time, so at low rates that wait is most of commit→ack; under load it sets
-/// how many produce requests the broker has to handle, and a broker that pays per request
-/// (tansu does) then takes CPU the walsender needs. Measured (benchmark, 1M-event drain and
-/// single-row transactions; docs/benchmarks.md): linger 1 and 2 ms gave p99 5–7 ms at 2,000/s
-/// but drains at 0.5–0.7× the decoding ceiling; 3 and 5 ms drained at 1.2–1.3× with p99
-/// 8.7–9.7 ms at 2,000/s.
-const DEFAULT_LINGER_MS: &str = "3";
+/// how many produce requests the broker has to handle. Measured (benchmark, 1M-event drain and
+/// single-row transactions; docs/benchmarks.md): 2 ms gave p99 6 ms at 2,000/s against 8–10 ms
+/// at 3 ms, with the same drain (1.3× the decoding ceiling). Below 2 ms the broker's per-request
+/// cost grows (1 ms once halved a drain on the 2-core test machine).
+const DEFAULT_LINGER_MS: &str = "2";
 
 /// The sections of the file, in the order they are documented.
 const SECTIONS: &[&str] =
@@ -548,7 +547,7 @@ mod tests {
     "#;
 
     #[test]
-    fn linger_defaults_to_three_ms_unless_either_spelling_is_set() {
+    fn linger_defaults_to_two_ms_unless_either_spelling_is_set() {
         let own = Config::parse(&format!("{MINIMAL}\n\"linger.ms\" = 20\n")).unwrap();
         assert_eq!(own.kafka.properties["linger.ms"], "20");
         let alias = Config::parse(&format!("{MINIMAL}\n\"queue.buffering.max.ms\" = 7\n")).unwrap();
@@ -563,7 +562,7 @@ mod tests {
         assert_eq!(c.outbox, OutboxConfig { schema: "public".into(), table: "outbox".into() });
         assert_eq!(c.kafka.properties["enable.idempotence"], "true");
         assert_eq!(c.kafka.properties["acks"], "all");
-        assert_eq!(c.kafka.properties["linger.ms"], "3");
+        assert_eq!(c.kafka.properties["linger.ms"], "2");
         assert_eq!(c.kafka.properties["partitioner"], "murmur2_random");
         assert_eq!(c.kafka.properties["message.timeout.ms"], "30000");
         assert!(c.http.is_none());

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-/// Upper bounds of the commit→ack histogram buckets, in seconds. Millisecond steps up to 10 ms
+/// Upper bounds of the latency histograms' buckets, in seconds. Millisecond steps up to 10 ms
 /// and narrow ones up to 50 ms, so a p99 read from the histogram is good to about 10 % where
 /// latency targets live (a 10 ms p99 must be told apart from 12 ms); coarse above.
 const BUCKETS: [f64; 32] = [
@@ -36,6 +36,8 @@ pub struct Metrics {
     /// librdkafka reaches at least one broker (false after "all brokers down").
     pub broker_up: AtomicBool,
     commit_to_ack: Histogram,
+    /// PostgreSQL's share of commit→ack: until the relay read the transaction from the stream.
+    commit_to_read: Histogram,
 }
 
 #[derive(Debug)]
@@ -63,11 +65,11 @@ impl Metrics {
     }
 
     pub fn observe_commit_to_ack(&self, seconds: f64) {
-        let h = &self.commit_to_ack;
-        let i = BUCKETS.partition_point(|&b| b < seconds);
-        h.counts[i].fetch_add(1, Relaxed);
-        h.count.fetch_add(1, Relaxed);
-        h.sum_micros.fetch_add((seconds.max(0.0) * 1e6) as u64, Relaxed);
+        self.commit_to_ack.observe(seconds);
+    }
+
+    pub fn observe_commit_to_read(&self, seconds: f64) {
+        self.commit_to_read.observe(seconds);
     }
 
     /// Replication lag: the server's WAL end minus what the slot has confirmed.
@@ -165,19 +167,39 @@ impl Metrics {
             self.streaming.load(Relaxed) as u64,
         );
 
-        let h = &self.commit_to_ack;
-        let name = "walrelay_commit_to_ack_seconds";
-        let _ = writeln!(out, "# HELP {name} From the transaction's commit to the broker's acknowledgement of each record.\n# TYPE {name} histogram");
+        self.commit_to_ack.render(
+            &mut out,
+            "walrelay_commit_to_ack_seconds",
+            "From the transaction's commit to the broker's acknowledgement of each record.",
+        );
+        self.commit_to_read.render(
+            &mut out,
+            "walrelay_commit_to_read_seconds",
+            "From the transaction's commit to the relay reading it from the replication stream, per record: PostgreSQL's share of commit to ack.",
+        );
+        out
+    }
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        let i = BUCKETS.partition_point(|&b| b < seconds);
+        self.counts[i].fetch_add(1, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+        self.sum_micros.fetch_add((seconds.max(0.0) * 1e6) as u64, Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cumulative = 0;
         for (i, bound) in BUCKETS.iter().enumerate() {
-            cumulative += h.counts[i].load(Relaxed);
+            cumulative += self.counts[i].load(Relaxed);
             let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
         }
-        cumulative += h.counts[BUCKETS.len()].load(Relaxed);
+        cumulative += self.counts[BUCKETS.len()].load(Relaxed);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum {}", h.sum_micros.load(Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {}", h.count.load(Relaxed));
-        out
+        let _ = writeln!(out, "{name}_sum {}", self.sum_micros.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", self.count.load(Relaxed));
     }
 }
 
@@ -212,5 +234,12 @@ mod tests {
         assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"+Inf\"} 4"), "{text}");
         assert!(text.contains("walrelay_commit_to_ack_seconds_count 4"), "{text}");
         assert!(text.contains("walrelay_lag_bytes 600"), "{text}");
+        // Nothing read yet: the second histogram is there, empty.
+        assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"+Inf\"} 0"), "{text}");
+        m.observe_commit_to_read(0.0007);
+        let text = m.render();
+        assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"0.0005\"} 0"), "{text}");
+        assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"0.001\"} 1"), "{text}");
+        assert!(text.contains("walrelay_commit_to_read_seconds_count 1"), "{text}");
     }
 }

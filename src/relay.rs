@@ -157,6 +157,8 @@ struct Session<'c> {
     pending_dead: Vec<(Seq, Record)>,
     /// The current transaction's commit time, microseconds since the Unix epoch.
     commit_micros: i64,
+    /// How long after its commit the current transaction was read, in seconds.
+    read_lag: f64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
     metrics: Arc<Metrics>,
@@ -193,6 +195,7 @@ impl<'c> Session<'c> {
             table: format!("{}.{}", config.outbox.schema, config.outbox.table),
             pending_dead: Vec::new(),
             commit_micros: 0,
+            read_lag: 0.0,
             acked: Vec::new(),
             metrics: metrics.clone(),
         })
@@ -341,6 +344,7 @@ impl<'c> Session<'c> {
                 self.frontier.begin();
                 self.change_lsn = final_lsn.0;
                 self.commit_micros = commit_time_micros + PG_EPOCH_UNIX_MICROS;
+                self.read_lag = (unix_micros() - self.commit_micros).max(0) as f64 / 1e6;
             }
             ReplicationEvent::XLogData { wal_start, wal_end, data, .. } => {
                 if wal_start.0 != 0 {
@@ -482,6 +486,7 @@ impl<'c> Session<'c> {
             + record.value.as_ref().map_or(0, |v| v.len())
             + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         let sent = Sent { topic: record.topic.clone(), commit_micros: self.commit_micros };
+        self.metrics.observe_commit_to_read(self.read_lag);
         let seq = self.frontier.sent(bytes, self.change_lsn, sent);
         self.send(seq, record).await
     }

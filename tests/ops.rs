@@ -38,6 +38,13 @@ async fn metrics_match_the_records_read_back_and_readyz_reports_streaming() {
     let last = last_seen.into_inner().unwrap();
     assert!(counted, "metrics:\n{last}");
     assert_eq!(metric(&last, "walrelay_commit_to_ack_seconds_count"), Some(40.0), "{last}");
+    // Every record also counts in commit→read, which can't exceed its commit→ack.
+    assert_eq!(metric(&last, "walrelay_commit_to_read_seconds_count"), Some(40.0), "{last}");
+    let sum = |name: &str| metric(&last, name).unwrap();
+    assert!(
+        sum("walrelay_commit_to_read_seconds_sum") <= sum("walrelay_commit_to_ack_seconds_sum"),
+        "{last}"
+    );
     assert!(metric(&last, "walrelay_transactions_total").unwrap() >= 40.0, "{last}");
     assert_eq!(metric(&last, "walrelay_delivery_errors_total"), Some(0.0), "{last}");
     assert_eq!(metric(&last, "walrelay_dead_lettered_total"), Some(0.0), "{last}");

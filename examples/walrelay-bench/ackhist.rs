@@ -1,10 +1,20 @@
 //! commit→ack as walrelay itself measures it: the `walrelay_commit_to_ack_seconds` histogram on
 //! its `/metrics` (commit time from the transaction's Begin message, ack time when the loop
-//! handles the delivery report). Two scrapes bracket a phase; the quantiles come from the
-//! difference, interpolated linearly inside a bucket as Prometheus' `histogram_quantile` does.
-//! The buckets are 1 ms wide up to 10 ms and 2.5–5 ms wide up to 50 ms, which bounds the error.
+//! handles the delivery report), and PostgreSQL's share of it, `walrelay_commit_to_read_seconds`
+//! (until the loop read the transaction). Two scrapes bracket a phase; the quantiles come from
+//! the difference, interpolated linearly inside a bucket as Prometheus' `histogram_quantile`
+//! does. The buckets are 1 ms wide up to 10 ms and 2.5–10 ms wide up to 50 ms, which bounds the
+//! error.
 
-const NAME: &str = "walrelay_commit_to_ack_seconds_bucket{le=\"";
+const ACK: &str = "walrelay_commit_to_ack_seconds_bucket{le=\"";
+const READ: &str = "walrelay_commit_to_read_seconds_bucket{le=\"";
+
+/// Both histograms of one scrape.
+#[derive(Debug, Clone, Default)]
+pub struct Scrape {
+    pub ack: Vec<(f64, u64)>,
+    pub read: Vec<(f64, u64)>,
+}
 
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct AckQuantiles {
@@ -15,10 +25,11 @@ pub struct AckQuantiles {
     pub p999_ms: f64,
 }
 
-/// Cumulative buckets (upper bound in seconds, +Inf as infinity, count) of one scrape.
-pub fn parse(text: &str) -> Vec<(f64, u64)> {
+/// Cumulative buckets (upper bound in seconds, +Inf as infinity, count) of the histogram whose
+/// bucket lines start with `prefix`.
+pub fn parse(text: &str, prefix: &str) -> Vec<(f64, u64)> {
     text.lines()
-        .filter_map(|l| l.strip_prefix(NAME))
+        .filter_map(|l| l.strip_prefix(prefix))
         .filter_map(|rest| {
             let (le, count) = rest.split_once("\"} ")?;
             let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
@@ -64,9 +75,10 @@ fn quantile(cumulative: &[(f64, u64)], count: u64, q: f64) -> f64 {
     lower
 }
 
-/// One scrape of walrelay's histogram (empty when it did not answer).
-pub async fn scrape(port: u16) -> Vec<(f64, u64)> {
-    crate::support::relay::http_get(port, "/metrics").await.map(|t| parse(&t)).unwrap_or_default()
+/// One scrape of walrelay's histograms (empty when it did not answer).
+pub async fn scrape(port: u16) -> Scrape {
+    let text = crate::support::relay::http_get(port, "/metrics").await.unwrap_or_default();
+    Scrape { ack: parse(&text, ACK), read: parse(&text, READ) }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// The polling relay's and the broker-alone producer's `linger.ms`: walrelay's default, so every
 /// producer in the benchmark batches alike.
-pub const LINGER_MS: &str = "3";
+pub const LINGER_MS: &str = "2";
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};

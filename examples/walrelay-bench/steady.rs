@@ -31,6 +31,8 @@ pub struct Latency {
     pub max_ms: f64,
     /// commit→ack from walrelay's own histogram (walrelay only; measured after the warm-up).
     pub ack: Option<AckQuantiles>,
+    /// commit→read (PostgreSQL's share of commit→ack) from walrelay's histogram, likewise.
+    pub read: Option<AckQuantiles>,
     pub relay_cores: f64,
     pub pg_cores: f64,
     pub cpu: CpuDelta,
@@ -81,13 +83,13 @@ pub async fn phases(
     let scrape = || async move {
         match observer {
             Observer::Histogram(port) => ackhist::scrape(port).await,
-            Observer::Tail => Vec::new(),
+            Observer::Tail => ackhist::Scrape::default(),
         }
     };
     for &rate in rates {
         let conns = if rate > 5_000 { 8 } else { 2 };
         let pid = (relay_pid != 0).then_some(relay_pid);
-        let acked_before = ackhist::count(&scrape().await);
+        let acked_before = ackhist::count(&scrape().await.ack);
         let a = meter.snap(pid);
         let warmup = (seconds / 5.0).min(5.0);
         let after_warmup = async {
@@ -113,9 +115,9 @@ pub async fn phases(
         let wait_start = Instant::now();
         // A relay that fell behind gets time to catch up (bounded).
         let catch_up = Duration::from_secs_f64(30.0 + 2.0 * seconds);
-        let (ack, acked) = loop {
+        let ((ack, read), acked) = loop {
             let now = scrape().await;
-            let acked = ackhist::count(&now).saturating_sub(acked_before);
+            let acked = ackhist::count(&now.ack).saturating_sub(acked_before);
             let all_in = match observer {
                 Observer::Tail => {
                     range.clone().all(|n| clocks.recv_us[n].load(Ordering::Relaxed) != 0)
@@ -123,7 +125,8 @@ pub async fn phases(
                 Observer::Histogram(_) => acked >= phase.events,
             };
             if all_in || wait_start.elapsed() > catch_up {
-                break (ackhist::between(&hist_warm, &now), acked);
+                let read = ackhist::between(&hist_warm.read, &now.read);
+                break ((ackhist::between(&hist_warm.ack, &now.ack), read), acked);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
@@ -156,6 +159,7 @@ pub async fn phases(
             p999_ms: percentile(&lat, 99.9),
             max_ms: lat.last().copied().unwrap_or(f64::NAN),
             ack,
+            read,
             relay_cores: if pid.is_some() { cpu.relay_cpu_s / cpu.wall_s } else { f64::NAN },
             pg_cores: cpu.pg_cpu_s / cpu.wall_s,
             cpu,
@@ -260,6 +264,7 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
                 p999_ms: percentile(&l, 99.9),
                 max_ms: l.last().copied().unwrap_or(f64::NAN),
                 ack: None,
+                read: None,
                 relay_cores: f64::NAN,
                 pg_cores: f64::NAN,
                 cpu: CpuDelta::default(),
@@ -267,7 +272,13 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
         }
     };
     vec![
-        row("broker alone: send → ack (librdkafka, linger 3 ms)", &ack_us),
+        row(
+            &format!(
+                "broker alone: send → ack (librdkafka, linger {} ms)",
+                crate::kafka::LINGER_MS
+            ),
+            &ack_us,
+        ),
         row("broker alone: send → consumer", &clocks.recv_us),
     ]
 }

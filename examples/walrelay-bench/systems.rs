@@ -158,7 +158,7 @@ listen = "127.0.0.1:{http_port}"
         bootstrap = bootstrap(),
         // Diagnostics: more [kafka] lines (or whole sections) for walrelay, e.g.
         // WALRELAY_BENCH_EXTRA_TOML=$'"linger.ms" = 0\n[limits]\ninflight_records = 100000'.
-        // Otherwise walrelay runs on its defaults (linger.ms 3).
+        // Otherwise walrelay runs on its defaults (linger.ms 2).
         extra = std::env::var("WALRELAY_BENCH_EXTRA_TOML").unwrap_or_default(),
     )
 }
@@ -291,7 +291,7 @@ pub async fn walrelay_steady(
     let first_deadline = Instant::now() + Duration::from_secs(30);
     let mut first = None;
     while first.is_none() && Instant::now() < first_deadline && relay.is_running() {
-        if crate::ackhist::count(&crate::ackhist::scrape(http_port).await) > 0 {
+        if crate::ackhist::count(&crate::ackhist::scrape(http_port).await.ack) > 0 {
             first = Some(now_us());
         } else {
             tokio::time::sleep(Duration::from_millis(1)).await;
