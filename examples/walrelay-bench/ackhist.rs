@@ -84,6 +84,20 @@ pub async fn scrape(port: u16) -> Scrape {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn parses_each_histogram_by_name_from_one_scrape() {
+        let text = "walrelay_commit_to_ack_seconds_bucket{le=\"0.001\"} 3\n\
+                    walrelay_commit_to_ack_seconds_bucket{le=\"+Inf\"} 5\n\
+                    walrelay_commit_to_ack_seconds_count 5\n\
+                    walrelay_commit_to_read_seconds_bucket{le=\"0.001\"} 4\n\
+                    walrelay_commit_to_read_seconds_bucket{le=\"+Inf\"} 5\n";
+        let ack = super::parse(text, super::ACK);
+        let read = super::parse(text, super::READ);
+        assert_eq!(ack, vec![(0.001, 3), (f64::INFINITY, 5)]);
+        assert_eq!(read, vec![(0.001, 4), (f64::INFINITY, 5)]);
+        assert_eq!(super::count(&ack), 5);
+    }
+
+    #[test]
     fn interpolates_inside_the_bucket_like_histogram_quantile() {
         let before = [(0.001, 0), (0.01, 0), (f64::INFINITY, 0)];
         // 100 acks: 50 at ≤ 1 ms, 49 in (1, 10] ms, 1 above 10 ms.

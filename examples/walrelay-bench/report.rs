@@ -382,7 +382,7 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
     if !sum.latency.is_empty() {
         let _ = writeln!(
             o,
-            "\n### Steady rate: single-row transactions, {} s per rate\n\ncommit → ack: walrelay's `walrelay_commit_to_ack_seconds` histogram (Begin message's commit time → delivery report), read after the warm-up; commit → read: its `walrelay_commit_to_read_seconds` (→ the relay loop read the transaction: PostgreSQL's share). commit → consumer: the writer's commit → a tailing consumer receives the record, for every system (an upper bound of commit → ack).\n",
+            "\n### Steady rate: single-row transactions, {} s per rate\n\ncommit → ack: walrelay's `walrelay_commit_to_ack_seconds` histogram (Begin message's commit time → delivery report), read after the warm-up; commit → read: its `walrelay_commit_to_read_seconds` (→ the relay loop read the transaction from the stream). commit → consumer: the writer's commit → a tailing consumer receives the record, for every system (an upper bound of commit → ack).\n",
             s.rate_seconds
         );
         let _ = writeln!(o, "| system | rate/s | achieved/s | commit→ack p50 / p99 / p99.9 ms | commit→read p50 / p99 / p99.9 ms | commit→consumer p50 ms | p99 ms | p99.9 ms | max ms | relay cores | PostgreSQL cores | broker cores | writers (bench) cores | machine busy cores | delivered | foreign cores |");
