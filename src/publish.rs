@@ -362,7 +362,7 @@ mod tests {
         rx: &mut mpsc::UnboundedReceiver<Report>,
         want: usize,
     ) -> Vec<Seq> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut seqs = Vec::new();
         while seqs.len() < want {
             let woke = tokio::time::timeout_at(deadline, publisher.reports_ready()).await;
@@ -395,6 +395,25 @@ mod tests {
         let mut seqs = delivered(&publisher, &mut rx, 1_000).await;
         seqs.sort_unstable();
         assert_eq!(seqs, (0..1_000).collect::<Vec<Seq>>());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn every_burst_is_served_to_its_last_report_without_a_lost_wake_up() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("outbox.event.order", 4, 1).expect("topic");
+        let (publisher, mut rx) =
+            Publisher::new(&kafka(&mock.bootstrap_servers(), &[]), 0, Metrics::new()).unwrap();
+        let mut next: Seq = 0;
+        for burst in 0..300u64 {
+            let size = 1 + (burst * 7919) % 97;
+            for _ in 0..size {
+                assert!(publisher.send(&record(next as u32), next).is_ok());
+                next += 1;
+            }
+            // After the burst nothing else arrives: its last reports must wake the loop.
+            let seqs = delivered(&publisher, &mut rx, size as usize).await;
+            assert_eq!(seqs.len() as u64, size, "burst {burst}");
+        }
     }
 
     #[tokio::test(flavor = "current_thread")]

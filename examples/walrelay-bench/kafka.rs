@@ -124,6 +124,18 @@ pub fn count_delivered(
         }
     }
     d.missing = expected - d.distinct;
+    if d.missing > 0 {
+        // Which ones, so a loss can be traced (in the relay's log, in the WAL) rather than counted.
+        let first: Vec<u64> = (0..expected)
+            .filter(|&i| seen[i as usize] == 0)
+            .take(20)
+            .map(|i| range.start() + i)
+            .collect();
+        eprintln!(
+            "[bench] {prefix}: {} of {expected} events missing; the first: {first:?}",
+            d.missing
+        );
+    }
     d
 }
 
