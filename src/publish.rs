@@ -281,6 +281,11 @@ impl Publisher {
         self.queue.ready.notified().await
     }
 
+    /// Events waiting on librdkafka's main queue (delivery reports, errors, logs).
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Runs the callbacks of what waits on librdkafka's main queue, on this thread: delivery
     /// reports land in the reports channel. Serves at most `MAX_EVENTS` events (each holds a
     /// produce response's reports) and leaves a wake-up behind if more wait, so the relay loop
