@@ -272,10 +272,9 @@ impl<'c> Session<'c> {
                 _ = table_check.tick() => {
                     source::check_table(&self.control, &self.config.outbox, self.outbox_relid).await?;
                 }
-                // Safety net for the queue's wake-up (see REPORT_CHECK): reports found waiting
-                // here were not announced, which must be seen, not just survived.
-                // Events waiting at two checks in a row with no serve in between were never
-                // announced (an announced wake-up is served before the next check).
+                // Safety net for the queue's wake-up (see REPORT_CHECK). Events waiting at two
+                // checks in a row with no serve in between were never announced (an announced
+                // wake-up is served first): serve them, and say so once.
                 _ = report_check.tick(), if self.frontier.inflight_records() > 0 => {
                     let waiting = self.publisher.waiting();
                     if waiting == 0 {
