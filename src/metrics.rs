@@ -65,11 +65,12 @@ impl Metrics {
     }
 
     pub fn observe_commit_to_ack(&self, seconds: f64) {
-        self.commit_to_ack.observe(seconds);
+        self.commit_to_ack.observe(seconds, 1);
     }
 
-    pub fn observe_commit_to_read(&self, seconds: f64) {
-        self.commit_to_read.observe(seconds);
+    /// `records` records of one transaction, all read `seconds` after its commit.
+    pub fn observe_commit_to_read(&self, seconds: f64, records: u64) {
+        self.commit_to_read.observe(seconds, records);
     }
 
     /// Replication lag: the server's WAL end minus what the slot has confirmed.
@@ -182,11 +183,12 @@ impl Metrics {
 }
 
 impl Histogram {
-    fn observe(&self, seconds: f64) {
+    /// `n` observations of the same value.
+    fn observe(&self, seconds: f64, n: u64) {
         let i = BUCKETS.partition_point(|&b| b < seconds);
-        self.counts[i].fetch_add(1, Relaxed);
-        self.count.fetch_add(1, Relaxed);
-        self.sum_micros.fetch_add((seconds.max(0.0) * 1e6) as u64, Relaxed);
+        self.counts[i].fetch_add(n, Relaxed);
+        self.count.fetch_add(n, Relaxed);
+        self.sum_micros.fetch_add((seconds.max(0.0) * 1e6) as u64 * n, Relaxed);
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
@@ -236,7 +238,7 @@ mod tests {
         assert!(text.contains("walrelay_lag_bytes 600"), "{text}");
         // Nothing read yet: the second histogram is there, empty.
         assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"+Inf\"} 0"), "{text}");
-        m.observe_commit_to_read(0.0007);
+        m.observe_commit_to_read(0.0007, 1);
         let text = m.render();
         assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"0.0005\"} 0"), "{text}");
         assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"0.001\"} 1"), "{text}");

@@ -156,9 +156,9 @@ pub struct Publisher {
 /// thread took 13 % of the relay's CPU while draining a backlog).
 struct MainQueue {
     queue: *mut rdsys::rd_kafka_queue_t,
-    /// Notified by librdkafka whenever the queue turns non-empty; owned through `ready_raw`.
-    ready: Arc<Notify>,
-    ready_raw: *const Notify,
+    /// Notified by librdkafka whenever the queue turns non-empty. Boxed so its address, which
+    /// librdkafka holds, stays put; it outlives the callback (disabled first thing in Drop).
+    ready: Box<Notify>,
 }
 
 // The queue handle is librdkafka's, which is thread-safe; the Notify is Sync.
@@ -171,26 +171,22 @@ unsafe extern "C" fn queue_turned_non_empty(
     _rk: *mut rdsys::rd_kafka_t,
     opaque: *mut std::ffi::c_void,
 ) {
-    // SAFETY: `opaque` is `MainQueue::ready_raw`, alive until the callback is disabled.
+    // SAFETY: `opaque` is `MainQueue::ready`, alive until the callback is disabled.
     unsafe { (*(opaque as *const Notify)).notify_one() };
 }
 
 impl MainQueue {
     fn new(producer: &BaseProducer<RelayContext>) -> MainQueue {
-        let ready = Arc::new(Notify::new());
-        let ready_raw = Arc::into_raw(ready.clone());
+        let ready = Box::new(Notify::new());
+        let opaque = &*ready as *const Notify as *mut std::ffi::c_void;
         // SAFETY: the handle is released in Drop, after the callback is disabled.
         let queue = unsafe { rdsys::rd_kafka_queue_get_main(producer.client().native_ptr()) };
         unsafe {
-            rdsys::rd_kafka_queue_cb_event_enable(
-                queue,
-                Some(queue_turned_non_empty),
-                ready_raw as *mut std::ffi::c_void,
-            )
+            rdsys::rd_kafka_queue_cb_event_enable(queue, Some(queue_turned_non_empty), opaque)
         };
         // Whatever arrived before the callback was set is served on the first turn.
         ready.notify_one();
-        MainQueue { queue, ready, ready_raw }
+        MainQueue { queue, ready }
     }
 
     fn len(&self) -> usize {
@@ -201,12 +197,11 @@ impl MainQueue {
 
 impl Drop for MainQueue {
     fn drop(&mut self) {
-        // SAFETY: after the callback is disabled (under the queue's lock) nothing uses
-        // `ready_raw`; the producer serves the queue itself when it is dropped.
+        // SAFETY: after the callback is disabled (under the queue's lock) nothing uses `ready`;
+        // the producer serves the queue itself when it is dropped.
         unsafe {
             rdsys::rd_kafka_queue_cb_event_enable(self.queue, None, std::ptr::null_mut());
             rdsys::rd_kafka_queue_destroy(self.queue);
-            drop(Arc::from_raw(self.ready_raw));
         }
     }
 }
@@ -348,6 +343,22 @@ mod tests {
         KafkaConfig { properties }
     }
 
+    /// A mock cluster with the test topic, and a publisher on it.
+    fn publisher_on_mock(
+        partitions: i32,
+        extra: &[(&str, &str)],
+    ) -> (
+        MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        Publisher,
+        mpsc::UnboundedReceiver<Report>,
+    ) {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("outbox.event.order", partitions, 1).expect("topic");
+        let (publisher, rx) =
+            Publisher::new(&kafka(&mock.bootstrap_servers(), extra), 0, Metrics::new()).unwrap();
+        (mock, publisher, rx)
+    }
+
     fn record(n: u32) -> Record {
         Record {
             topic: Arc::from("outbox.event.order"),
@@ -385,10 +396,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn delivery_reports_wake_the_relay_thread_and_are_served_on_it() {
-        let mock = MockCluster::new(1).expect("mock cluster");
-        mock.create_topic("outbox.event.order", 4, 1).expect("topic");
-        let (publisher, mut rx) =
-            Publisher::new(&kafka(&mock.bootstrap_servers(), &[]), 0, Metrics::new()).unwrap();
+        let (_mock, publisher, mut rx) = publisher_on_mock(4, &[]);
         for n in 0..1_000u32 {
             assert!(publisher.send(&record(n), n as Seq).is_ok());
         }
@@ -404,10 +412,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn every_burst_is_served_to_its_last_report_without_a_lost_wake_up() {
-        let mock = MockCluster::new(1).expect("mock cluster");
-        mock.create_topic("outbox.event.order", 4, 1).expect("topic");
-        let (publisher, mut rx) =
-            Publisher::new(&kafka(&mock.bootstrap_servers(), &[]), 0, Metrics::new()).unwrap();
+        let (_mock, publisher, mut rx) = publisher_on_mock(4, &[]);
         let mut next: Seq = 0;
         for burst in 0..300u64 {
             let size = 1 + (burst * 7919) % 97;
@@ -423,10 +428,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_producer_queue_empties_as_reports_are_served() {
-        let mock = MockCluster::new(1).expect("mock cluster");
-        mock.create_topic("outbox.event.order", 1, 1).expect("topic");
-        let config = kafka(&mock.bootstrap_servers(), &[("queue.buffering.max.messages", "10")]);
-        let (publisher, mut rx) = Publisher::new(&config, 0, Metrics::new()).unwrap();
+        let (_mock, publisher, mut rx) =
+            publisher_on_mock(1, &[("queue.buffering.max.messages", "10")]);
         let mut sent = 0u32;
         while publisher.send(&record(sent), sent as Seq).is_ok() {
             sent += 1;

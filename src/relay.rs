@@ -164,6 +164,8 @@ struct Session<'c> {
     commit_micros: i64,
     /// How long after its commit the current transaction was read, in seconds.
     read_lag: f64,
+    /// Records of the current transaction, counted into commit→read at its Commit.
+    read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
     /// How often librdkafka's queue was served (for the missed wake-up check).
@@ -203,6 +205,7 @@ impl<'c> Session<'c> {
             pending_dead: Vec::new(),
             commit_micros: 0,
             read_lag: 0.0,
+            read_records: 0,
             acked: Vec::new(),
             serves: 0,
             metrics: metrics.clone(),
@@ -396,6 +399,11 @@ impl<'c> Session<'c> {
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.frontier.commit(end_lsn.0);
+                if self.read_records > 0 {
+                    // Once per transaction: its records share the read time.
+                    self.metrics.observe_commit_to_read(self.read_lag, self.read_records);
+                    self.read_records = 0;
+                }
                 self.metrics.transactions.fetch_add(1, Relaxed);
                 tracing::debug!(end_lsn = %fmt_lsn(end_lsn.0), inflight = self.frontier.inflight_records(), "transaction read");
             }
@@ -518,7 +526,7 @@ impl<'c> Session<'c> {
             + record.value.as_ref().map_or(0, |v| v.len())
             + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         let sent = Sent { topic: record.topic.clone(), commit_micros: self.commit_micros };
-        self.metrics.observe_commit_to_read(self.read_lag);
+        self.read_records += 1;
         let seq = self.frontier.sent(bytes, self.change_lsn, sent);
         self.send(seq, record).await
     }
