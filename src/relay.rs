@@ -247,22 +247,22 @@ impl<'c> Session<'c> {
                     self.serve_reports()?;
                 }
                 event = self.stream.recv(), if room => {
-                    let mut event = event;
                     // Events already buffered are handled without another trip through
-                    // select!: at 100k+ events/s that trip is a good part of the cost. (If the
-                    // worker ends during such a poll its error can be lost; the session then
-                    // ends as transient and the next one's checks find any definite cause.)
-                    for _ in 0..BATCH {
+                    // select!: at 100k+ events/s that trip is a good part of the cost. An event
+                    // is taken from the stream only to be handled here: one taken and then
+                    // dropped is a row lost. (If the worker ends during such a poll its error
+                    // can be lost; the session then ends as transient and the next one's checks
+                    // find any definite cause.)
+                    let mut next = Some(event);
+                    let mut handled = 0;
+                    while let Some(event) = next.take() {
                         match event.map_err(source::classify_wire)? {
                             Some(e) => self.on_event(e, router).await?,
                             None => return Err(Error::transient_msg("the replication stream ended")),
                         }
-                        if !self.has_room() {
-                            break;
-                        }
-                        match ready_now(self.stream.recv()) {
-                            Some(next) => event = next,
-                            None => break,
+                        handled += 1;
+                        if handled < BATCH && self.has_room() {
+                            next = ready_now(self.stream.recv());
                         }
                     }
                 }

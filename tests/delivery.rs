@@ -199,3 +199,43 @@ async fn per_aggregate_order_holds_over_10000_events_in_interleaved_transactions
     );
     assert_eq!(relay.terminate(), Some(0));
 }
+
+/// A backlog in which every row is followed by `ANALYZE outbox`, as autovacuum does on a busy
+/// table. Each ANALYZE invalidates the table's relcache entry, so pgoutput sends a Relation
+/// message again before the next row, and the relay answers it with a catalog query: the loop
+/// waits in the middle of a run of already-buffered events. Every row must still arrive once,
+/// in order (a run of buffered events once lost the event read after its 256th).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlog_with_a_relation_message_before_every_row_is_delivered_whole_and_in_order() {
+    const ROWS: usize = 2_000;
+    let s = Setup::new("relmsg").await;
+    // The first start creates the publication; the backlog is written while the relay is down.
+    let mut relay = s.start_relay();
+    s.wait_streaming(&mut relay).await;
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    let mut sql = String::new();
+    for i in 0..ROWS {
+        sql.push_str(&format!(
+            "BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES \
+             (gen_random_uuid(), 'Order', 'o-1', 'E', '{{\"n\": {i}}}'); COMMIT; \
+             BEGIN; ANALYZE outbox; COMMIT;"
+        ));
+    }
+    s.db.connect().await.batch_execute(&sql).await.unwrap();
+
+    let mut relay = s.start_relay();
+    let got = s.read("Order", ROWS).await;
+    let ns: Vec<u64> = got.iter().map(|r| r.value_json().unwrap()["n"].as_u64().unwrap()).collect();
+    let missing: Vec<u64> = (0..ROWS as u64).filter(|n| !ns.contains(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} rows missing: {missing:?}\n{}",
+        missing.len(),
+        s.diagnostics(&relay)
+    );
+    assert_eq!(ns, (0..ROWS as u64).collect::<Vec<_>>(), "rows out of commit order");
+    let more = s.read_within("Order", ROWS + 1, Duration::from_secs(2)).await;
+    assert_eq!(more.len(), ROWS, "a row was published twice");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+}
