@@ -36,7 +36,8 @@ pub struct Metrics {
     /// librdkafka reaches at least one broker (false after "all brokers down").
     pub broker_up: AtomicBool,
     commit_to_ack: Histogram,
-    /// PostgreSQL's share of commit→ack: until the relay read the transaction from the stream.
+    /// commit → the relay loop read the transaction from the stream: PostgreSQL's share of
+    /// commit→ack, plus the loop's own wait to be scheduled.
     commit_to_read: Histogram,
 }
 
@@ -176,7 +177,7 @@ impl Metrics {
         self.commit_to_read.render(
             &mut out,
             "walrelay_commit_to_read_seconds",
-            "From the transaction's commit to the relay reading it from the replication stream, per record: PostgreSQL's share of commit to ack.",
+            "From the transaction's commit to the relay reading it from the replication stream, per record: PostgreSQL's share of commit to ack, plus the relay's wait to be scheduled.",
         );
         out
     }

@@ -165,8 +165,11 @@ struct MainQueue {
 unsafe impl Send for MainQueue {}
 unsafe impl Sync for MainQueue {}
 
-/// Called by librdkafka, on whichever thread enqueues, when the main queue turns non-empty.
-/// It holds the queue's lock meanwhile, so this only sets a wake-up.
+/// Called by librdkafka, on whichever thread enqueues, when the main queue turns non-empty
+/// (`rd_kafka_q_enq1`: length 1 after the enqueue, under the queue's lock). A serve that stops
+/// only at an empty queue, or leaves a wake-up behind, therefore can't miss an event: whatever
+/// arrives after it found the queue empty turns the queue non-empty again. The lock is held
+/// meanwhile, so this only sets a wake-up (a `Notify` permit, kept until the loop awaits it).
 unsafe extern "C" fn queue_turned_non_empty(
     _rk: *mut rdsys::rd_kafka_t,
     opaque: *mut std::ffi::c_void,
@@ -274,11 +277,6 @@ impl Publisher {
     /// wake-up that arrives while nobody waits is kept for the next call).
     pub async fn reports_ready(&self) {
         self.queue.ready.notified().await
-    }
-
-    /// Events waiting on librdkafka's main queue (delivery reports, errors, logs).
-    pub fn waiting(&self) -> usize {
-        self.queue.len()
     }
 
     /// Runs the callbacks of what waits on librdkafka's main queue, on this thread: delivery

@@ -75,11 +75,6 @@ fn unix_micros() -> i64 {
 const STANDBY_POLL: Duration = Duration::from_secs(2);
 /// How often the control connection checks that the outbox table still exists.
 const TABLE_CHECK: Duration = Duration::from_secs(5);
-/// How often the loop looks at librdkafka's queue without being woken while records are in
-/// flight. The queue's callback wakes the loop; in one benchmark phase of 600,000 records one
-/// acknowledgement was never counted before shutdown, cause unknown, so a missed wake-up now
-/// costs at most two intervals and is logged.
-const REPORT_CHECK: Duration = Duration::from_millis(100);
 
 /// Runs sessions until shutdown or a definite error, retrying transient failures with capped
 /// exponential backoff.
@@ -168,8 +163,6 @@ struct Session<'c> {
     read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
-    /// How often librdkafka's queue was served (for the missed wake-up check).
-    serves: u64,
     metrics: Arc<Metrics>,
 }
 
@@ -207,7 +200,6 @@ impl<'c> Session<'c> {
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
-            serves: 0,
             metrics: metrics.clone(),
         })
     }
@@ -231,11 +223,6 @@ impl<'c> Session<'c> {
         shutdown: &mut Shutdown,
     ) -> Result<Outcome> {
         let mut table_check = tokio::time::interval(TABLE_CHECK);
-        let mut report_check = tokio::time::interval(REPORT_CHECK);
-        report_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut missed_wake_up = false;
-        // `serves` when the last check found events waiting, if it did.
-        let mut suspect: Option<u64> = None;
         loop {
             // Backpressure (I7): stop reading WAL while too much is unconfirmed. The replication
             // worker keeps answering keepalives meanwhile, and PostgreSQL buffers the WAL.
@@ -275,24 +262,6 @@ impl<'c> Session<'c> {
                 _ = table_check.tick() => {
                     source::check_table(&self.control, &self.config.outbox, self.outbox_relid).await?;
                 }
-                // Safety net for the queue's wake-up (see REPORT_CHECK). Events waiting at two
-                // checks in a row with no serve in between were never announced (an announced
-                // wake-up is served first): serve them, and say so once.
-                _ = report_check.tick(), if self.frontier.inflight_records() > 0 => {
-                    let waiting = self.publisher.waiting();
-                    if waiting == 0 {
-                        suspect = None;
-                    } else if suspect == Some(self.serves) {
-                        if !missed_wake_up {
-                            missed_wake_up = true;
-                            tracing::warn!(waiting, "librdkafka's queue held events for a whole check interval without waking the relay loop; serving them now (reported once per session)");
-                        }
-                        self.serve_reports()?;
-                        suspect = None;
-                    } else {
-                        suspect = Some(self.serves);
-                    }
-                }
             }
             self.send_dead_letters().await?;
             self.report_progress();
@@ -328,7 +297,6 @@ impl<'c> Session<'c> {
     /// Runs librdkafka's waiting callbacks and handles the delivery reports they produced.
     /// Returns whether there was any.
     fn serve_reports(&mut self) -> Result<bool> {
-        self.serves += 1;
         self.publisher.serve_reports();
         let mut any = false;
         loop {

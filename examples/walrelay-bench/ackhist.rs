@@ -1,10 +1,10 @@
 //! commit→ack as walrelay itself measures it: the `walrelay_commit_to_ack_seconds` histogram on
 //! its `/metrics` (commit time from the transaction's Begin message, ack time when the loop
-//! handles the delivery report), and PostgreSQL's share of it, `walrelay_commit_to_read_seconds`
-//! (until the loop read the transaction). Two scrapes bracket a phase; the quantiles come from
-//! the difference, interpolated linearly inside a bucket as Prometheus' `histogram_quantile`
-//! does. The buckets are 1 ms wide up to 10 ms and 2.5–10 ms wide up to 50 ms, which bounds the
-//! error.
+//! handles the delivery report), and the part until the loop read the transaction,
+//! `walrelay_commit_to_read_seconds` (PostgreSQL's share plus the loop's wait to run). Two
+//! scrapes bracket a phase; the quantiles come from the difference, interpolated linearly inside
+//! a bucket as Prometheus' `histogram_quantile` does. The buckets are 1 ms wide up to 10 ms and
+//! 2.5–10 ms wide up to 50 ms, which bounds the error.
 
 const ACK: &str = "walrelay_commit_to_ack_seconds_bucket{le=\"";
 const READ: &str = "walrelay_commit_to_read_seconds_bucket{le=\"";

@@ -14,7 +14,7 @@
 //! COMMIT;
 //! ```
 //! sleeping `poll_ms` only after an empty batch. Producer settings match walrelay's:
-//! `enable.idempotence=true`, `acks=all`, `partitioner=murmur2_random`, `linger.ms=3` (walrelay's default),
+//! `enable.idempotence=true`, `acks=all`, `partitioner=murmur2_random`, `linger.ms` = `kafka::LINGER_MS` (walrelay's default),
 //! `message.timeout.ms=30000`.
 
 use std::io::{BufRead, Write};

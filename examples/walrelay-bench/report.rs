@@ -72,7 +72,7 @@ pub struct LatencyRow {
     pub ack_p50_ms: Stat,
     pub ack_p99_ms: Stat,
     pub ack_p999_ms: Stat,
-    /// commit→read from walrelay's histogram: PostgreSQL's share of commit→ack.
+    /// commit→read from walrelay's histogram (until the relay loop read the transaction).
     pub read_p50_ms: Stat,
     pub read_p99_ms: Stat,
     pub read_p999_ms: Stat,

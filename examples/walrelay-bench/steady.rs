@@ -31,7 +31,7 @@ pub struct Latency {
     pub max_ms: f64,
     /// commit→ack from walrelay's own histogram (walrelay only; measured after the warm-up).
     pub ack: Option<AckQuantiles>,
-    /// commit→read (PostgreSQL's share of commit→ack) from walrelay's histogram, likewise.
+    /// commit→read (until the relay loop read the transaction) from walrelay's histogram, likewise.
     pub read: Option<AckQuantiles>,
     pub relay_cores: f64,
     pub pg_cores: f64,
@@ -180,7 +180,7 @@ pub fn total_events(rates: &[u64], seconds: f64) -> usize {
 }
 
 /// The measuring path alone: records produced straight to the broker (acks=all, idempotent,
-/// linger.ms 3, like the relays) at `rate`/s for `seconds`, timed from send to delivery report
+/// `kafka::LINGER_MS`, like the relays) at `rate`/s for `seconds`, timed from send to delivery report
 /// ("broker alone: send → ack") and from send to the tailing consumer ("… → consumer"). The
 /// first second is warm-up and not counted.
 pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRunLike> {
