@@ -9,14 +9,14 @@ use walrelay::pgoutput::{self, Begin, Commit, Message};
 fn decode(c: &mut Criterion) {
     let insert = common::insert_bytes(common::PAYLOAD);
     let begin = pgoutput::encode(&Message::Begin(Begin {
-        final_lsn: 0x1_6B37_48A0,
+        final_lsn: walrelay::lsn::Lsn(0x1_6B37_48A0),
         commit_ts: 818_000_000_000_000,
         xid: 4242,
     }));
     let commit = pgoutput::encode(&Message::Commit(Commit {
         flags: 0,
-        commit_lsn: 0x1_6B37_48A0,
-        end_lsn: 0x1_6B37_48D8,
+        commit_lsn: walrelay::lsn::Lsn(0x1_6B37_48A0),
+        end_lsn: walrelay::lsn::Lsn(0x1_6B37_48D8),
         commit_ts: 818_000_000_000_000,
     }));
     let relation = pgoutput::encode(&Message::Relation(common::relation()));

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use crate::pgoutput::Lsn;
+use crate::lsn::Lsn;
 
 /// Sequence number of one record sent to Kafka.
 pub type Seq = u64;
@@ -28,6 +28,8 @@ struct Slot {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sent {
     pub topic: std::sync::Arc<str>,
+    /// `schema.table` of the row, for dead letters.
+    pub table: std::sync::Arc<str>,
     /// The transaction's commit time, microseconds since the Unix epoch.
     pub commit_micros: i64,
 }
@@ -123,6 +125,12 @@ impl Frontier {
         self.slots.get(i).map(|s| s.lsn)
     }
 
+    /// What was registered with an unconfirmed record.
+    pub fn sent_of(&self, seq: Seq) -> Option<&Sent> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        self.slots.get(i).map(|s| &s.sent)
+    }
+
     pub fn confirmed(&self) -> Lsn {
         self.confirmed
     }
@@ -148,77 +156,77 @@ mod tests {
 
     #[test]
     fn commit_is_confirmed_only_after_all_its_records_are_acked() {
-        let mut f = Frontier::new(100);
-        let a = f.sent(10, 0, Sent::default());
-        let b = f.sent(10, 0, Sent::default());
-        f.commit(200);
-        assert_eq!(f.confirmed(), 100);
+        let mut f = Frontier::new(Lsn(100));
+        let a = f.sent(10, Lsn(0), Sent::default());
+        let b = f.sent(10, Lsn(0), Sent::default());
+        f.commit(Lsn(200));
+        assert_eq!(f.confirmed(), Lsn(100));
         f.ack(b);
-        assert_eq!(f.confirmed(), 100, "one record of the transaction is still unacked");
+        assert_eq!(f.confirmed(), Lsn(100), "one record of the transaction is still unacked");
         f.ack(a);
-        assert_eq!(f.confirmed(), 200);
+        assert_eq!(f.confirmed(), Lsn(200));
         assert_eq!(f.inflight_records(), 0);
         assert_eq!(f.inflight_bytes(), 0);
     }
 
     #[test]
     fn later_transaction_acked_first_does_not_move_the_frontier_past_an_earlier_one() {
-        let mut f = Frontier::new(0);
-        let t1 = f.sent(1, 0, Sent::default());
-        f.commit(10);
-        let t2 = f.sent(1, 0, Sent::default());
-        f.commit(20);
+        let mut f = Frontier::new(Lsn(0));
+        let t1 = f.sent(1, Lsn(0), Sent::default());
+        f.commit(Lsn(10));
+        let t2 = f.sent(1, Lsn(0), Sent::default());
+        f.commit(Lsn(20));
         f.ack(t2);
-        assert_eq!(f.confirmed(), 0);
+        assert_eq!(f.confirmed(), Lsn(0));
         assert_eq!(f.inflight_records(), 2, "the acked record behind an unacked one still counts");
         f.ack(t1);
-        assert_eq!(f.confirmed(), 20);
+        assert_eq!(f.confirmed(), Lsn(20));
     }
 
     #[test]
     fn transaction_without_records_is_confirmed_once_earlier_ones_are() {
-        let mut f = Frontier::new(0);
-        f.commit(5);
-        assert_eq!(f.confirmed(), 5);
-        let r = f.sent(1, 0, Sent::default());
-        f.commit(10);
-        f.commit(15);
-        assert_eq!(f.confirmed(), 5);
+        let mut f = Frontier::new(Lsn(0));
+        f.commit(Lsn(5));
+        assert_eq!(f.confirmed(), Lsn(5));
+        let r = f.sent(1, Lsn(0), Sent::default());
+        f.commit(Lsn(10));
+        f.commit(Lsn(15));
+        assert_eq!(f.confirmed(), Lsn(5));
         f.ack(r);
-        assert_eq!(f.confirmed(), 15);
+        assert_eq!(f.confirmed(), Lsn(15));
     }
 
     #[test]
     fn open_transaction_records_are_not_confirmed_before_its_commit() {
-        let mut f = Frontier::new(0);
-        let r = f.sent(1, 0, Sent::default());
+        let mut f = Frontier::new(Lsn(0));
+        let r = f.sent(1, Lsn(0), Sent::default());
         f.ack(r);
-        assert_eq!(f.confirmed(), 0);
-        f.commit(50);
-        assert_eq!(f.confirmed(), 50);
+        assert_eq!(f.confirmed(), Lsn(0));
+        f.commit(Lsn(50));
+        assert_eq!(f.confirmed(), Lsn(50));
     }
 
     #[test]
     fn keepalive_is_confirmed_only_when_idle() {
-        let mut f = Frontier::new(0);
+        let mut f = Frontier::new(Lsn(0));
         f.begin();
-        let r = f.sent(1, 0, Sent::default());
-        f.idle(1000);
-        assert_eq!(f.confirmed(), 0, "a record is in flight");
+        let r = f.sent(1, Lsn(0), Sent::default());
+        f.idle(Lsn(1000));
+        assert_eq!(f.confirmed(), Lsn(0), "a record is in flight");
         f.ack(r);
-        f.idle(1000);
-        assert_eq!(f.confirmed(), 0, "its transaction is still open");
-        f.commit(20);
-        f.idle(1000);
-        assert_eq!(f.confirmed(), 1000);
-        f.idle(500);
-        assert_eq!(f.confirmed(), 1000, "never moves backwards");
+        f.idle(Lsn(1000));
+        assert_eq!(f.confirmed(), Lsn(0), "its transaction is still open");
+        f.commit(Lsn(20));
+        f.idle(Lsn(1000));
+        assert_eq!(f.confirmed(), Lsn(1000));
+        f.idle(Lsn(500));
+        assert_eq!(f.confirmed(), Lsn(1000), "never moves backwards");
     }
 
     #[test]
     fn repeated_and_unknown_acks_are_ignored() {
-        let mut f = Frontier::new(0);
-        let r = f.sent(3, 0, Sent::default());
+        let mut f = Frontier::new(Lsn(0));
+        let r = f.sent(3, Lsn(0), Sent::default());
         assert_eq!(f.ack(r + 7), None);
         assert_eq!(f.inflight_records(), 1);
         assert!(f.ack(r).is_some());
@@ -229,14 +237,14 @@ mod tests {
 
     #[test]
     fn huge_transaction_keeps_only_unacked_records_in_memory() {
-        let mut f = Frontier::new(0);
+        let mut f = Frontier::new(Lsn(0));
         for _ in 0..1_000_000u32 {
-            let s = f.sent(300, 0, Sent::default());
+            let s = f.sent(300, Lsn(0), Sent::default());
             f.ack(s);
         }
         assert_eq!(f.inflight_records(), 0);
-        assert_eq!(f.confirmed(), 0, "not committed yet");
-        f.commit(77);
-        assert_eq!(f.confirmed(), 77);
+        assert_eq!(f.confirmed(), Lsn(0), "not committed yet");
+        f.commit(Lsn(77));
+        assert_eq!(f.confirmed(), Lsn(77));
     }
 }

@@ -51,6 +51,8 @@ pub struct SourceConfig {
     /// How often the confirmed position is reported to PostgreSQL at most; also the idle
     /// wake-up. Below half of any sane `wal_sender_timeout`.
     pub status_interval: Duration,
+    /// Create the slot as a failover slot (PostgreSQL 17+). `None`: wherever supported.
+    pub failover: Option<bool>,
 }
 
 impl fmt::Debug for SourceConfig {
@@ -60,15 +62,41 @@ impl fmt::Debug for SourceConfig {
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("status_interval", &self.status_interval)
+            .field("failover", &self.failover)
             .finish()
     }
 }
 
-/// `[outbox]`: the table whose INSERTs become records.
+/// `[outbox]`: the tables whose INSERTs become records. One slot and one publication serve
+/// them all, so their events keep the WAL's commit order across tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxConfig {
+    /// At least one, no duplicates, in the order configured.
+    pub tables: Vec<TableName>,
+}
+
+/// A schema-qualified table name as configured (plain lower-case identifiers).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
     pub schema: String,
-    pub table: String,
+    pub name: String,
+}
+
+impl TableName {
+    pub fn new(schema: &str, name: &str) -> TableName {
+        TableName { schema: schema.to_string(), name: name.to_string() }
+    }
+
+    /// `"schema"."name"`, for SQL.
+    pub fn quoted(&self) -> String {
+        format!("\"{}\".\"{}\"", self.schema, self.name)
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
 }
 
 /// `[kafka]`: librdkafka producer properties, relay-owned ones already applied.
@@ -247,12 +275,31 @@ fn flatten(
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
+            // A list is written as the comma-separated text Debezium and librdkafka use for
+            // their list options (`tables = ["a", "b"]` is `tables = "a,b"`).
+            toml::Value::Array(items) => {
+                let mut texts = Vec::with_capacity(items.len());
+                for item in items {
+                    match scalar_text(item) {
+                        Some(text) => texts.push(text),
+                        None => {
+                            return Err(invalid(
+                                section,
+                                &name,
+                                &item.to_string(),
+                                "list items must be strings, numbers or booleans",
+                            ))
+                        }
+                    }
+                }
+                texts.join(",")
+            }
             other => {
                 return Err(invalid(
                     section,
                     &name,
                     &other.to_string(),
-                    "values must be strings, numbers or booleans",
+                    "values must be strings, numbers, booleans or lists of them",
                 ))
             }
         };
@@ -261,6 +308,16 @@ fn flatten(
         }
     }
     Ok(())
+}
+
+fn scalar_text(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
 }
 
 fn invalid(section: &'static str, key: &str, value: &str, reason: &str) -> ConfigError {
@@ -331,10 +388,19 @@ pub fn check_identifier(section: &'static str, key: &str, value: &str) -> Result
 }
 
 fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
+    parse_source_with(&mut opts, &|k: &str| std::env::var(k).ok())
+}
+
+/// `[source]`, with libpq's environment read through `env`. Without `url` the connection comes
+/// from the `PG*` variables alone, as `psql` with no arguments would connect.
+fn parse_source_with(
+    opts: &mut Options,
+    env: crate::source::libpq::Env,
+) -> Result<SourceConfig, ConfigError> {
     const S: &str = "source";
-    reject_unknown(S, &opts, &["url", "slot", "publication", "status_interval_ms"])?;
-    let url = required(S, &mut opts, "url", "set url = \"postgres://user@host:5432/dbname\"")?;
-    let (plain_url, tls) = crate::tls::Tls::extract(&url, |k| std::env::var(k).ok())
+    reject_unknown(S, opts, &["url", "slot", "publication", "status_interval_ms", "failover"])?;
+    let url = opts.remove("url").unwrap_or_default();
+    let (plain_url, tls) = crate::tls::Tls::extract(&url, env)
         .map_err(|reason| invalid(S, "url", &redact_url(&url), &reason))?;
     let mut conn: tokio_postgres::Config = plain_url.parse().map_err(|e| {
         invalid(S, "url", &redact_url(&url), &format!("not a libpq URL or connection string: {e}"))
@@ -344,23 +410,8 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
         crate::tls::SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
         _ => tokio_postgres::config::SslMode::Require,
     });
-    if conn.get_dbname().is_none() {
-        return Err(invalid(
-            S,
-            "url",
-            &redact_url(&url),
-            "names no database: add /dbname to the URL",
-        ));
-    }
-    if conn.get_password().is_none() {
-        if let Ok(pw) = std::env::var("PGPASSWORD") {
-            conn.password(pw);
-        }
-    }
-    if conn.get_user().is_none() {
-        let user = std::env::var("PGUSER").unwrap_or_else(|_| "postgres".to_string());
-        conn.user(&user);
-    }
+    crate::source::libpq::apply_env(&mut conn, &url, env)
+        .map_err(|reason| invalid(S, "url", &redact_url(&url), &reason))?;
     let slot = opts.remove("slot").unwrap_or_else(|| "walrelay".to_string());
     check_identifier(S, "slot", &slot)?;
     let publication = opts.remove("publication").unwrap_or_else(|| "walrelay".to_string());
@@ -377,6 +428,10 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
             "must be between 10 and 10000",
         ));
     }
+    let failover = match opts.remove("failover") {
+        None => None,
+        Some(v) => Some(parse_bool(S, "failover", &v)?),
+    };
     Ok(SourceConfig {
         url,
         conn,
@@ -384,20 +439,46 @@ fn parse_source(mut opts: Options) -> Result<SourceConfig, ConfigError> {
         slot,
         publication,
         status_interval: Duration::from_millis(status_ms),
+        failover,
     })
+}
+
+fn parse_bool(section: &'static str, key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(invalid(section, key, other, "must be true or false")),
+    }
 }
 
 fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
     const S: &str = "outbox";
-    reject_unknown(S, &opts, &["table"])?;
-    let table = opts.remove("table").unwrap_or_else(|| "public.outbox".to_string());
-    let (schema, name) = match table.split_once('.') {
-        Some((s, t)) => (s.to_string(), t.to_string()),
-        None => ("public".to_string(), table.clone()),
+    reject_unknown(S, &opts, &["table", "tables"])?;
+    let (key, list) = match (opts.remove("table"), opts.remove("tables")) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                S,
+                "table/tables",
+                "",
+                "set one of them: `table` for one outbox table, `tables` for several",
+            ))
+        }
+        (Some(one), None) => ("table", one),
+        (None, Some(many)) => ("tables", many),
+        (None, None) => ("table", "public.outbox".to_string()),
     };
-    check_identifier(S, "table", &schema)?;
-    check_identifier(S, "table", &name)?;
-    Ok(OutboxConfig { schema, table: name })
+    let mut tables: Vec<TableName> = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        let (schema, name) = item.split_once('.').unwrap_or(("public", item));
+        check_identifier(S, key, schema)?;
+        check_identifier(S, key, name)?;
+        let table = TableName::new(schema, name);
+        if tables.contains(&table) {
+            return Err(invalid(S, key, &list, &format!("names {table} twice")));
+        }
+        tables.push(table);
+    }
+    Ok(OutboxConfig { tables })
 }
 
 fn parse_kafka(mut properties: Options) -> Result<KafkaConfig, ConfigError> {
@@ -559,7 +640,7 @@ mod tests {
         let c = Config::parse(MINIMAL).unwrap();
         assert_eq!(c.source.slot, "walrelay");
         assert_eq!(c.source.publication, "walrelay");
-        assert_eq!(c.outbox, OutboxConfig { schema: "public".into(), table: "outbox".into() });
+        assert_eq!(c.outbox, OutboxConfig { tables: vec![TableName::new("public", "outbox")] });
         assert_eq!(c.kafka.properties["enable.idempotence"], "true");
         assert_eq!(c.kafka.properties["acks"], "all");
         assert_eq!(c.kafka.properties["linger.ms"], "2");
@@ -609,11 +690,57 @@ mod tests {
     }
 
     #[test]
-    fn missing_url_and_bootstrap_servers_say_what_to_set() {
-        let e = Config::parse("[kafka]\n\"bootstrap.servers\"=\"x:1\"\n").unwrap_err().to_string();
-        assert!(e.contains("missing required key `url`"), "{e}");
+    fn missing_bootstrap_servers_says_what_to_set() {
         let e = Config::parse("[source]\nurl=\"postgres://a@b/c\"\n").unwrap_err().to_string();
         assert!(e.contains("bootstrap.servers"), "{e}");
+    }
+
+    #[test]
+    fn source_without_url_connects_from_the_libpq_environment() {
+        let env = |k: &str| match k {
+            "PGHOST" => Some("db1,db2".to_string()),
+            "PGDATABASE" => Some("app".to_string()),
+            "PGUSER" => Some("relay".to_string()),
+            "PGTARGETSESSIONATTRS" => Some("read-write".to_string()),
+            _ => None,
+        };
+        let mut opts = Options::new();
+        let src = parse_source_with(&mut opts, &env).unwrap();
+        assert_eq!(src.conn.get_hosts().len(), 2);
+        assert_eq!((src.conn.get_dbname(), src.conn.get_user()), (Some("app"), Some("relay")));
+        assert_eq!(src.failover, None);
+    }
+
+    #[test]
+    fn source_failover_is_a_boolean() {
+        let c = Config::parse(&MINIMAL.replace("[kafka]", "failover = false\n[kafka]")).unwrap();
+        assert_eq!(c.source.failover, Some(false));
+        let e = Config::parse(&MINIMAL.replace("[kafka]", "failover = \"maybe\"\n[kafka]"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("failover") && e.contains("true or false"), "{e}");
+    }
+
+    #[test]
+    fn outbox_tables_take_a_list_or_one_table_but_not_both() {
+        let c = Config::parse(&format!(
+            "{MINIMAL}\n[outbox]\ntables = [\"public.outbox\", \"billing.outbox\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.outbox.tables,
+            [TableName::new("public", "outbox"), TableName::new("billing", "outbox")]
+        );
+        let one = Config::parse(&format!("{MINIMAL}\n[outbox]\ntable = \"events\"\n")).unwrap();
+        assert_eq!(one.outbox.tables, [TableName::new("public", "events")]);
+        let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntable = \"a\"\ntables = [\"b\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("table/tables"), "{e}");
+        let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = [\"a\", \"public.a\"]\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("twice"), "{e}");
     }
 
     #[test]

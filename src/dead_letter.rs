@@ -10,9 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::config::DeadLetterConfig;
-use crate::pgoutput::Lsn;
+use crate::lsn::Lsn;
 use crate::router::Record;
-use crate::source::fmt_lsn;
 
 pub const HEADER_ERROR: &str = "walrelay.error";
 pub const HEADER_TABLE: &str = "walrelay.table";
@@ -37,7 +36,7 @@ pub fn record(cfg: &DeadLetterConfig, letter: Letter<'_>) -> Record {
     let mut headers: Vec<(Arc<str>, Bytes)> = vec![
         (Arc::from(HEADER_ERROR), Bytes::from(letter.reason.into_bytes())),
         (Arc::from(HEADER_TABLE), Bytes::copy_from_slice(letter.table.as_bytes())),
-        (Arc::from(HEADER_LSN), Bytes::from(fmt_lsn(letter.lsn).into_bytes())),
+        (Arc::from(HEADER_LSN), Bytes::from(letter.lsn.to_string().into_bytes())),
     ];
     if let Some(id) = &letter.event_id {
         headers.push((Arc::from(HEADER_EVENT_ID), Bytes::copy_from_slice(id.as_bytes())));
@@ -69,7 +68,7 @@ mod tests {
             Letter {
                 reason: "too large".into(),
                 table: "public.outbox",
-                lsn: 0x1_0000_0010,
+                lsn: Lsn(0x1_0000_0010),
                 topic: Some("outbox.event.Order"),
                 key: Some(Bytes::from_static(b"order-1")),
                 value: Some(Bytes::from_static(b"0123456789")),

@@ -12,6 +12,7 @@ pub mod dead_letter;
 pub mod error;
 pub mod http;
 pub mod import;
+pub mod lsn;
 pub mod metrics;
 pub mod pgoutput;
 pub mod publish;

@@ -9,8 +9,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-/// A WAL position, as PostgreSQL's `XLogRecPtr`.
-pub type Lsn = u64;
+pub use crate::lsn::Lsn;
 
 /// Microseconds since 2000-01-01 00:00:00 UTC (PostgreSQL's epoch).
 pub type PgTimestamp = i64;
@@ -167,14 +166,16 @@ pub fn decode(buf: &Bytes) -> Result<Message, DecodeError> {
     let mut r = Reader { buf, pos: 1, message };
     // Struct fields below are evaluated in the order written, which is the wire order.
     let decoded = match tag {
-        b'B' => Message::Begin(Begin { final_lsn: r.u64()?, commit_ts: r.i64()?, xid: r.u32()? }),
+        b'B' => {
+            Message::Begin(Begin { final_lsn: Lsn(r.u64()?), commit_ts: r.i64()?, xid: r.u32()? })
+        }
         b'C' => Message::Commit(Commit {
             flags: r.u8()?,
-            commit_lsn: r.u64()?,
-            end_lsn: r.u64()?,
+            commit_lsn: Lsn(r.u64()?),
+            end_lsn: Lsn(r.u64()?),
             commit_ts: r.i64()?,
         }),
-        b'O' => Message::Origin(Origin { commit_lsn: r.u64()?, name: r.cstr("origin name")? }),
+        b'O' => Message::Origin(Origin { commit_lsn: Lsn(r.u64()?), name: r.cstr("origin name")? }),
         b'R' => Message::Relation(relation(&mut r)?),
         b'Y' => Message::Type(TypeInfo {
             id: r.u32()?,
@@ -298,7 +299,7 @@ fn logical_message(r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
     // Only bit 1 is defined; other bits are ignored rather than rejected, as the server
     // promises nothing about them.
     let transactional = r.u8()? & 1 != 0;
-    let lsn = r.u64()?;
+    let lsn = Lsn(r.u64()?);
     let prefix = r.cstr("prefix")?;
     let content = r.len_prefixed("content length")?;
     Ok(LogicalMessage { transactional, lsn, prefix, content })
@@ -460,20 +461,20 @@ pub fn encode(msg: &Message) -> Bytes {
     match msg {
         Message::Begin(m) => {
             out.put_u8(b'B');
-            out.put_u64(m.final_lsn);
+            out.put_u64(m.final_lsn.0);
             out.put_i64(m.commit_ts);
             out.put_u32(m.xid);
         }
         Message::Commit(m) => {
             out.put_u8(b'C');
             out.put_u8(m.flags);
-            out.put_u64(m.commit_lsn);
-            out.put_u64(m.end_lsn);
+            out.put_u64(m.commit_lsn.0);
+            out.put_u64(m.end_lsn.0);
             out.put_i64(m.commit_ts);
         }
         Message::Origin(m) => {
             out.put_u8(b'O');
-            out.put_u64(m.commit_lsn);
+            out.put_u64(m.commit_lsn.0);
             put_cstr(&mut out, &m.name);
         }
         Message::Relation(m) => {
@@ -527,7 +528,7 @@ pub fn encode(msg: &Message) -> Bytes {
         Message::LogicalMessage(m) => {
             out.put_u8(b'M');
             out.put_u8(u8::from(m.transactional));
-            out.put_u64(m.lsn);
+            out.put_u64(m.lsn.0);
             put_cstr(&mut out, &m.prefix);
             put_i32_len(&mut out, m.content.len());
             out.put_slice(&m.content);
@@ -613,7 +614,7 @@ mod tests {
     /// Messages built by hand from the protocol documentation, with what they must decode to.
     #[rustfmt::skip]
     fn fixtures() -> Vec<(Bytes, Message)> {
-        let (id, lsn, ts) = (16385, 0x0000_0001_6B37_4D48, 0x0002_C31A_5E7F_1000);
+        let (id, lsn, ts) = (16385, Lsn(0x0000_0001_6B37_4D48), 0x0002_C31A_5E7F_1000);
         let end_lsn = [0, 0, 0, 0x01, 0x6B, 0x37, 0x4D, 0x78];
         let seven: &[u8] = &[b't', 0, 0, 0, 1, b'7'];
         let key7 = Tuple(vec![text("7")]);
@@ -628,7 +629,7 @@ mod tests {
             (
                 cat(&[b"C", &[0], &LSN, &end_lsn, &TS]),
                 Message::Commit(Commit {
-                    flags: 0, commit_lsn: lsn, end_lsn: 0x0000_0001_6B37_4D78, commit_ts: ts,
+                    flags: 0, commit_lsn: lsn, end_lsn: Lsn(0x0000_0001_6B37_4D78), commit_ts: ts,
                 }),
             ),
             (
@@ -878,15 +879,22 @@ mod tests {
         );
         prop_oneof![
             (any::<u64>(), any::<i64>(), any::<u32>()).prop_map(|(final_lsn, commit_ts, xid)| {
-                Message::Begin(Begin { final_lsn, commit_ts, xid })
+                Message::Begin(Begin { final_lsn: Lsn(final_lsn), commit_ts, xid })
             }),
             (any::<u8>(), any::<u64>(), any::<u64>(), any::<i64>()).prop_map(
                 |(flags, commit_lsn, end_lsn, commit_ts)| {
-                    Message::Commit(Commit { flags, commit_lsn, end_lsn, commit_ts })
+                    Message::Commit(Commit {
+                        flags,
+                        commit_lsn: Lsn(commit_lsn),
+                        end_lsn: Lsn(end_lsn),
+                        commit_ts,
+                    })
                 }
             ),
-            (any::<u64>(), arb_name())
-                .prop_map(|(commit_lsn, name)| Message::Origin(Origin { commit_lsn, name })),
+            (any::<u64>(), arb_name()).prop_map(|(commit_lsn, name)| Message::Origin(Origin {
+                commit_lsn: Lsn(commit_lsn),
+                name
+            })),
             (any::<u32>(), arb_name(), arb_name(), any::<u8>(), vec(column, 0..4)).prop_map(
                 |(id, namespace, name, replica_identity, columns)| {
                     Message::Relation(Relation { id, namespace, name, replica_identity, columns })
@@ -906,7 +914,12 @@ mod tests {
             }),
             (any::<bool>(), any::<u64>(), arb_name(), arb_bytes()).prop_map(
                 |(transactional, lsn, prefix, content)| {
-                    Message::LogicalMessage(LogicalMessage { transactional, lsn, prefix, content })
+                    Message::LogicalMessage(LogicalMessage {
+                        transactional,
+                        lsn: Lsn(lsn),
+                        prefix,
+                        content,
+                    })
                 }
             ),
         ]

@@ -177,7 +177,7 @@ async fn setup_creates_and_teardown_drops_publication_and_slot() {
     assert_eq!(run.code, Some(0), "{run}");
     assert!(
         run.stdout.contains(&format!(
-            "created publication {} FOR TABLE public.outbox WITH (publish = 'insert')",
+            "created publication {} FOR TABLE public.outbox WITH (publish = 'insert', publish_via_partition_root = true)",
             s.publication
         )),
         "{run}"
@@ -342,6 +342,7 @@ async fn status_reports_lag_and_active_pid_as_table_and_json() {
         "retained WAL",
         "active pid",
         "wal_status",
+        "failover",
         "last status update",
     ];
     assert_eq!(lines.len(), labels.len(), "{run}");
@@ -404,8 +405,10 @@ fn import_debezium_prints_toml_on_stdout_and_one_warning_line_per_option_on_stde
     let config =
         walrelay::config::Config::parse(&run.stdout).unwrap_or_else(|e| panic!("{e}\n{run}"));
     assert_eq!(config.source.slot, "inv_slot");
-    assert_eq!(config.outbox.schema, "inventory");
-    assert_eq!(config.outbox.table, "outboxevent");
+    assert_eq!(
+        config.outbox.tables,
+        [walrelay::config::TableName::new("inventory", "outboxevent")]
+    );
     let warnings: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("warning: ")).collect();
     assert!(warnings.iter().any(|w| w.contains("snapshot.mode = initial")), "{run}");
     assert!(warnings.iter().any(|w| w.contains("heartbeat.action.query")), "{run}");
@@ -673,7 +676,7 @@ fn docker_files_parse_and_the_mounted_config_is_accepted() {
         .unwrap_or_else(|e| panic!("docker/walrelay.toml: {e}"));
     assert_eq!(config.kafka.properties["bootstrap.servers"], "kafka:9092");
     assert!(config.source.url.contains("@postgres:5432/"), "the compose service name");
-    assert_eq!((config.outbox.schema.as_str(), config.outbox.table.as_str()), ("public", "outbox"));
+    assert_eq!(config.outbox.tables, [walrelay::config::TableName::new("public", "outbox")]);
 
     // The writer inserts into the table the config names, with the columns the router reads.
     let writer = repo_file("docker/writer.sql");

@@ -13,11 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Subcommand;
-use tokio_postgres::Client;
-
 use crate::config::{redact_url, Config, SourceConfig};
 use crate::error::Result;
+use crate::source::Control;
+use clap::Subcommand;
 
 pub use self::status::SlotStatus;
 
@@ -108,24 +107,33 @@ fn load(path: &Path) -> Result<Config, ExitCode> {
     })
 }
 
-/// The control connection with a connect timeout, so a black-holed host fails in seconds.
-pub(crate) async fn connect(src: &SourceConfig) -> Result<Client> {
-    let mut src = src.clone();
-    if src.conn.get_connect_timeout().is_none() {
-        src.conn.connect_timeout(Duration::from_secs(5));
-    }
-    crate::source::connect_control(&src).await.map(|(client, _closed)| client)
+/// The control connection, as `walrelay run` makes it (same server choice, same deadlines).
+pub(crate) async fn connect(src: &SourceConfig) -> Result<Control> {
+    crate::source::connect(src).await
 }
 
-/// `postgres://user@host:port/db` without the password, for messages.
+/// Where `[source]` points, without the password, for messages: the URL as written, or the
+/// hosts and database it resolved to from libpq's environment.
 pub(crate) fn describe_source(src: &SourceConfig) -> String {
-    redact_url(&src.url)
+    if !src.url.trim().is_empty() {
+        return redact_url(&src.url);
+    }
+    let hosts: Vec<String> = src
+        .conn
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(dir) => dir.display().to_string(),
+        })
+        .collect();
+    format!(
+        "host={} dbname={} user={} (from the PG* environment)",
+        hosts.join(","),
+        src.conn.get_dbname().unwrap_or(""),
+        src.conn.get_user().unwrap_or("")
+    )
 }
-
-/// The server's current WAL position: on a standby (PG16 decodes there) the replayed position.
-pub(crate) const SERVER_LSN: &str =
-    "CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() \
-     ELSE pg_catalog.pg_current_wal_lsn() END";
 
 /// A byte count as an operator reads it: `512 B`, `1.5 KiB`, `12.3 MiB`, `1.0 GiB`.
 pub fn human_bytes(bytes: i64) -> String {

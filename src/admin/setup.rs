@@ -6,27 +6,23 @@
 
 use std::process::ExitCode;
 
-use tokio_postgres::Client;
-
 use super::{connect, describe_source, quote_ident};
 use crate::config::Config;
-use crate::source;
+use crate::source::{self, slot, Control};
 
 pub(super) async fn setup(config: &Config) -> ExitCode {
     let src = &config.source;
-    let outbox = &config.outbox;
-    let client = match connect(src).await {
-        Ok(c) => c,
+    let before = match connect(src).await {
+        Ok(control) => match existing(&control, config).await {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: cannot read the catalog: {}", e.chain());
+                return ExitCode::FAILURE;
+            }
+        },
         Err(e) => return connect_failed(config, &e),
     };
-    let before = match existing(&client, config).await {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("error: cannot read the catalog: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let state = match source::prepare(&client, src, outbox, true).await {
+    let state = match source::prepare(src, &config.outbox, true).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {}", e.chain());
@@ -36,20 +32,25 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let table = format!("{}.{}", outbox.schema, outbox.table);
+    let tables: Vec<String> = config.outbox.tables.iter().map(|t| t.to_string()).collect();
+    let tables = tables.join(", ");
     if before.publication {
-        println!("publication {} exists and covers {table} (unchanged)", src.publication);
+        println!("publication {} exists and covers {tables} (unchanged)", src.publication);
     } else {
         println!(
-            "created publication {} FOR TABLE {table} WITH (publish = 'insert')",
+            "created publication {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
             src.publication
         );
     }
-    let lsn = source::fmt_lsn(state.confirmed_flush);
+    let lsn = state.confirmed;
+    let failover = match slot::slot(&state.control, &src.slot).await {
+        Ok(Some(s)) if s.failover == Some(true) => ", failover slot",
+        _ => "",
+    };
     if before.slot.is_some() {
-        println!("replication slot {} exists, confirmed LSN {lsn} (unchanged)", src.slot);
+        println!("replication slot {} exists, confirmed LSN {lsn}{failover} (unchanged)", src.slot);
     } else {
-        println!("created replication slot {} (pgoutput) at LSN {lsn}", src.slot);
+        println!("created replication slot {} (pgoutput{failover}) at LSN {lsn}", src.slot);
     }
     ExitCode::SUCCESS
 }
@@ -68,7 +69,7 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
         Some(c) => match existing(c, config).await {
             Ok(f) => Some(f),
             Err(e) => {
-                eprintln!("error: cannot read the catalog: {e}");
+                eprintln!("error: cannot read the catalog: {}", e.chain());
                 return ExitCode::FAILURE;
             }
         },
@@ -82,8 +83,8 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
         Some(Existing { slot: Some(s), .. }) => format!(
             "replication slot {} (confirmed LSN {}, {})",
             src.slot,
-            s.confirmed.as_deref().unwrap_or("none"),
-            match s.active_pid {
+            s.confirmed.map_or("none".to_string(), |l| l.to_string()),
+            match s.active_pid.filter(|_| s.active) {
                 Some(pid) => format!("active, pid {pid}"),
                 None => "inactive".to_string(),
             }
@@ -106,7 +107,7 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
     let (Some(client), Some(found)) = (client, found) else {
         unreachable!("with --yes a connection failure returned above");
     };
-    if let Some(pid) = found.slot.as_ref().and_then(|s| s.active_pid) {
+    if let Some(pid) = found.slot.as_ref().filter(|s| s.active).and_then(|s| s.active_pid) {
         println!(
             "refusing to drop: replication slot {} is active, pid {pid} streams from it. \
              Stop that relay first (or SELECT pg_terminate_backend({pid})), then re-run.",
@@ -117,10 +118,14 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
     let mut dropped = 0;
     if found.slot.is_some() {
         if let Err(e) = client
-            .query_one("SELECT 1 FROM pg_catalog.pg_drop_replication_slot($1)", &[&src.slot])
+            .query_one(
+                "cannot drop the slot",
+                "SELECT 1 FROM pg_catalog.pg_drop_replication_slot($1)",
+                &[&src.slot],
+            )
             .await
         {
-            eprintln!("error: cannot drop replication slot {}: {e}", src.slot);
+            eprintln!("error: cannot drop replication slot {}: {}", src.slot, e.chain());
             return ExitCode::FAILURE;
         }
         println!("dropped replication slot {}", src.slot);
@@ -128,7 +133,12 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
     }
     if found.publication {
         let sql = format!("DROP PUBLICATION IF EXISTS {}", quote_ident(&src.publication));
-        if let Err(e) = client.batch_execute(&sql).await {
+        let failed = match client.batch(&sql).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.chain()),
+        };
+        if let Some(e) = failed {
             eprintln!("error: cannot drop publication {}: {e}", src.publication);
             return ExitCode::FAILURE;
         }
@@ -144,32 +154,15 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-struct SlotRow {
-    confirmed: Option<String>,
-    active_pid: Option<i32>,
-}
-
 struct Existing {
     publication: bool,
-    slot: Option<SlotRow>,
+    slot: Option<slot::Slot>,
 }
 
-async fn existing(client: &Client, config: &Config) -> Result<Existing, tokio_postgres::Error> {
-    let publication = client
-        .query_opt(
-            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
-            &[&config.source.publication],
-        )
-        .await?
-        .is_some();
-    let slot = client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text, CASE WHEN active THEN active_pid END \
-             FROM pg_catalog.pg_replication_slots WHERE slot_name = $1",
-            &[&config.source.slot],
-        )
-        .await?
-        .map(|row| SlotRow { confirmed: row.get(0), active_pid: row.get(1) });
+async fn existing(control: &Control, config: &Config) -> crate::error::Result<Existing> {
+    let publication =
+        source::catalog::publication(control, &config.source.publication).await?.is_some();
+    let slot = slot::slot(control, &config.source.slot).await?;
     Ok(Existing { publication, slot })
 }
 

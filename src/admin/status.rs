@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use serde_json::json;
-use tokio_postgres::Client;
 
-use super::{connect, describe_source, human_bytes, SERVER_LSN};
+use super::{connect, describe_source, human_bytes};
 use crate::config::Config;
+use crate::source::slot::{self, Slot};
 
 /// One slot's state as the server reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +26,8 @@ pub struct SlotStatus {
     pub active: bool,
     pub active_pid: Option<i32>,
     pub wal_status: Option<String>,
+    /// PostgreSQL 17+: a failover slot, synchronised to standbys that ask for it.
+    pub failover: Option<bool>,
     /// `pg_stat_replication.reply_time` of the active walsender, ISO-8601 UTC.
     pub last_status_update: Option<String>,
     /// Seconds since `last_status_update`.
@@ -35,44 +37,28 @@ pub struct SlotStatus {
     pub can_read_stats: bool,
 }
 
-/// The slot's status, `None` when there is no such slot.
-pub async fn slot_status(
-    client: &Client,
-    slot: &str,
-) -> Result<Option<SlotStatus>, tokio_postgres::Error> {
-    let row = client
-        .query_opt(
-            &format!(
-                "SELECT s.slot_name::text, s.database::text, s.plugin::text, \
-                 s.confirmed_flush_lsn::text, ({SERVER_LSN})::text, \
-                 ({SERVER_LSN} - s.confirmed_flush_lsn)::bigint, s.restart_lsn::text, \
-                 ({SERVER_LSN} - s.restart_lsn)::bigint, s.active, s.active_pid, s.wal_status, \
-                 to_char(r.reply_time AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), \
-                 extract(epoch FROM clock_timestamp() - r.reply_time)::float8, \
-                 pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') \
-                 FROM pg_catalog.pg_replication_slots s \
-                 LEFT JOIN pg_catalog.pg_stat_replication r ON s.active AND r.pid = s.active_pid \
-                 WHERE s.slot_name = $1"
-            ),
-            &[&slot],
-        )
-        .await?;
-    Ok(row.map(|row| SlotStatus {
-        slot: row.get(0),
-        database: row.get::<_, Option<String>>(1).unwrap_or_default(),
-        plugin: row.get(2),
-        confirmed_lsn: row.get(3),
-        server_lsn: row.get(4),
-        lag_bytes: row.get(5),
-        restart_lsn: row.get(6),
-        retained_bytes: row.get(7),
-        active: row.get(8),
-        active_pid: row.get(9),
-        wal_status: row.get(10),
-        last_status_update: row.get(11),
-        last_status_update_age_s: row.get(12),
-        can_read_stats: row.get(13),
-    }))
+impl SlotStatus {
+    /// The status shown for `slot` as the source module read it.
+    pub fn of(slot: &Slot) -> SlotStatus {
+        let bytes = |b: Option<u64>| b.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        SlotStatus {
+            slot: slot.name.clone(),
+            database: slot.database.clone().unwrap_or_default(),
+            plugin: slot.plugin.clone(),
+            confirmed_lsn: slot.confirmed.map(|l| l.to_string()),
+            server_lsn: slot.server_lsn.to_string(),
+            lag_bytes: bytes(slot.lag_bytes()),
+            restart_lsn: slot.restart_lsn.map(|l| l.to_string()),
+            retained_bytes: bytes(slot.retained_bytes()),
+            active: slot.active,
+            active_pid: slot.active_pid,
+            wal_status: slot.wal_status.clone(),
+            failover: slot.failover,
+            last_status_update: slot.last_status_update.clone(),
+            last_status_update_age_s: slot.last_status_update_age_s,
+            can_read_stats: slot.can_read_stats,
+        }
+    }
 }
 
 impl SlotStatus {
@@ -92,6 +78,7 @@ impl SlotStatus {
             "active": self.active,
             "active_pid": self.active_pid,
             "wal_status": self.wal_status,
+            "failover": self.failover,
             "last_status_update": self.last_status_update,
             "last_status_update_age_s": self.last_status_update_age_s.map(|s| (s * 1000.0).round() / 1000.0),
             "can_read_stats": self.can_read_stats,
@@ -128,6 +115,16 @@ impl SlotStatus {
             ),
             ("wal_status", or_dash(&self.wal_status)),
             (
+                "failover",
+                match self.failover {
+                    Some(true) => {
+                        "yes (standbys with sync_replication_slots keep a copy)".to_string()
+                    }
+                    Some(false) => "no (a failover loses the slot)".to_string(),
+                    None => "- (PostgreSQL before 17 has no failover slots)".to_string(),
+                },
+            ),
+            (
                 "last status update",
                 match (&self.last_status_update, self.last_status_update_age_s) {
                     (Some(t), Some(age)) => format!("{t} ({age:.1} s ago)"),
@@ -147,7 +144,7 @@ impl SlotStatus {
 
 pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
     let src = &config.source;
-    let client = match connect(src).await {
+    let control = match connect(src).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!(
@@ -158,8 +155,9 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match slot_status(&client, &src.slot).await {
-        Ok(Some(status)) => {
+    match slot::slot(&control, &src.slot).await {
+        Ok(Some(slot)) => {
+            let status = SlotStatus::of(&slot);
             if as_json {
                 println!("{}", status.to_json());
             } else {
@@ -178,7 +176,7 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: cannot read the slot's status: {e}");
+            eprintln!("error: cannot read the slot's status: {}", e.chain());
             ExitCode::FAILURE
         }
     }
@@ -201,6 +199,7 @@ mod tests {
             active: true,
             active_pid: Some(4242),
             wal_status: Some("reserved".into()),
+            failover: Some(true),
             last_status_update: Some("2026-11-30T12:00:00.000Z".into()),
             last_status_update_age_s: Some(0.4),
             can_read_stats: true,
@@ -211,7 +210,7 @@ mod tests {
     fn admin_status_table_aligns_values_and_shows_human_sizes() {
         let table = sample().to_table();
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 8, "{table}");
+        assert_eq!(lines.len(), 9, "{table}");
         let column = lines[0].find("walrelay").unwrap();
         assert!(lines.iter().all(|l| l[column - 2..column] == *"  "), "{table}");
         assert!(table.contains("lag                 1024 bytes (1.0 KiB)"), "{table}");

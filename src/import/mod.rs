@@ -108,7 +108,8 @@ struct Builder {
     source: Vec<(String, String)>,
     /// Comment lines at the top of [source].
     source_notes: Vec<String>,
-    outbox_table: String,
+    /// `schema.table` names; one unless the include list names several.
+    outbox_tables: Vec<String>,
     router: BTreeMap<String, String>,
     debezium: BTreeMap<String, String>,
     kafka: BTreeMap<String, String>,
@@ -124,7 +125,7 @@ impl Builder {
             warnings,
             source: Vec::new(),
             source_notes: Vec::new(),
-            outbox_table: "public.outbox".into(),
+            outbox_tables: vec!["public.outbox".into()],
             router: BTreeMap::new(),
             debezium: BTreeMap::new(),
             kafka: BTreeMap::new(),
@@ -192,7 +193,7 @@ impl Builder {
     fn convert_outbox(&mut self) {
         let list = self.get("table.include.list").or_else(|| self.get("table.whitelist"));
         let Some(list) = list.map(str::to_string) else {
-            self.warn("table.include.list is not set; [outbox] table = public.outbox (walrelay relays exactly one table)");
+            self.warn("table.include.list is not set; [outbox] table = public.outbox");
             return;
         };
         let tables: Vec<String> = list
@@ -200,20 +201,17 @@ impl Builder {
             .map(|t| t.trim().replace("\\.", "."))
             .filter(|t| !t.is_empty())
             .collect();
-        let Some(first) = tables.first().cloned() else { return };
-        if tables.len() > 1 {
-            self.warn(format!(
-                "table.include.list names {} tables ({}); walrelay relays one outbox table: using {first}",
-                tables.len(),
-                tables.join(", ")
-            ));
+        if tables.is_empty() {
+            return;
         }
-        if first.contains(['*', '+', '?', '[', '(', '|', '^', '$']) {
-            self.warn(format!(
-                "table.include.list entry `{first}` is a regular expression; walrelay needs the table's name: fix [outbox] table"
-            ));
+        for table in &tables {
+            if table.contains(['*', '+', '?', '[', '(', '|', '^', '$']) {
+                self.warn(format!(
+                    "table.include.list entry `{table}` is a regular expression; walrelay needs each table's name: fix [outbox] tables"
+                ));
+            }
         }
-        self.outbox_table = first;
+        self.outbox_tables = tables;
     }
 
     fn convert_router(&mut self) {
@@ -439,7 +437,13 @@ impl Builder {
             t += &format!("{} = {}\n", toml_key(k), toml_string(v));
         }
         t += "\n[outbox]\n";
-        t += &format!("table = {}\n", toml_string(&self.outbox_table));
+        match &self.outbox_tables[..] {
+            [one] => t += &format!("table = {}\n", toml_string(one)),
+            many => {
+                let items: Vec<String> = many.iter().map(|m| toml_string(m)).collect();
+                t += &format!("tables = [{}]\n", items.join(", "));
+            }
+        }
         for (section, map) in
             [("router", &self.router), ("debezium", &self.debezium), ("kafka", &self.kafka)]
         {

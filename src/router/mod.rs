@@ -153,7 +153,8 @@ impl Col {
 /// The router's columns resolved against one Relation message.
 #[derive(Debug, Clone)]
 pub struct Binding {
-    table: String,
+    /// `schema.table` as the Relation message named it.
+    table: Arc<str>,
     ncols: usize,
     id: Col,
     key: Col,
@@ -166,6 +167,13 @@ pub struct Binding {
     partition: Option<Col>,
     /// `<topic.prefix>.<schema>.<table>.`: the start of the envelope struct's schema name.
     envelope_name_base: String,
+}
+
+impl Binding {
+    /// `schema.table` of the relation this binding is for.
+    pub fn table(&self) -> &Arc<str> {
+        &self.table
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -331,7 +339,7 @@ impl Router {
                 "{}.{}.{}.",
                 cfg.topic_prefix, relation.namespace, relation.name
             ),
-            table,
+            table: Arc::from(table),
         })
     }
 
@@ -344,7 +352,7 @@ impl Router {
             _ => None,
         };
         RawRow {
-            table: b.table.clone(),
+            table: b.table.to_string(),
             key: text(&b.key),
             payload: text(&b.payload),
             event_id: text(&b.id).map(|t| String::from_utf8_lossy(&t).into_owned()),
@@ -355,7 +363,7 @@ impl Router {
         let vals = &row.0[..];
         if vals.len() != b.ncols {
             return Err(RouteError::ColumnCount {
-                table: b.table.clone(),
+                table: b.table.to_string(),
                 expected: b.ncols,
                 found: vals.len(),
             });

@@ -1,0 +1,422 @@
+//! Replication events → what the relay acts on: outbox rows, logical messages, transaction
+//! boundaries and idle positions. Pure: no I/O, no clock, no Kafka.
+//!
+//! Rows are placed by relation OID (I8), never by name. A Relation message whose OID this
+//! session has not placed yet (or whose columns changed) comes back as [`Step::Lookup`]: the
+//! loop asks the catalog what the relation is ([`Fate`]) and hands the answer to
+//! [`Assembler::place`]. pgoutput always sends a relation's Relation message before its first
+//! row in a session, so every row finds its relation placed.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use pgwire_replication::ReplicationEvent;
+
+use crate::config::TableName;
+use crate::lsn::Lsn;
+use crate::pgoutput::{self, DecodeError, Message, Relation, Tuple};
+use crate::router::{Binding, RouteError, Router};
+
+/// 2000-01-01 00:00:00 UTC, PostgreSQL's epoch, in Unix microseconds.
+pub const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+/// What the catalog says a relation of the stream is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// An outbox table (or a partition of one): its rows are events. `not_null[i]` is
+    /// `attnotnull` of the Relation's column `i`.
+    Outbox { table: TableName, not_null: Vec<bool> },
+    /// Not an outbox table (another table of a `FOR ALL TABLES` publication): skipped.
+    Other,
+    /// Sent by the publication and looking like an outbox table, but not one the relay can
+    /// place (dropped and recreated, an outbox name on another OID): its rows stop the relay
+    /// or go to the dead-letter topic, never silently away.
+    Unplaceable { reason: String },
+}
+
+/// One thing for the loop to do.
+#[derive(Debug)]
+pub enum Step<'a> {
+    /// Nothing for delivery (a skipped relation's row, a DELETE, a cached Relation message).
+    Skip,
+    Begin {
+        commit_micros: i64,
+    },
+    /// An INSERT into an outbox table.
+    Row {
+        binding: &'a Binding,
+        tuple: Tuple,
+        lsn: Lsn,
+    },
+    /// An UPDATE of an outbox row (`table.op.invalid.behavior` decides).
+    Update {
+        table: &'a TableName,
+        lsn: Lsn,
+    },
+    /// A logical decoding message (`pg_logical_emit_message`).
+    Message {
+        transactional: bool,
+        prefix: String,
+        content: Bytes,
+        lsn: Lsn,
+    },
+    Commit {
+        end_lsn: Lsn,
+    },
+    /// The server's position while nothing is sent: confirmable when idle (I3).
+    KeepAlive {
+        wal_end: Lsn,
+    },
+    /// Ask the catalog about this relation, then call [`Assembler::place`].
+    Lookup(Relation),
+    /// A row of a relation the relay cannot place.
+    Unplaceable {
+        relation: String,
+        reason: String,
+        tuple: Tuple,
+        lsn: Lsn,
+    },
+}
+
+/// Why the stream cannot be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum AssembleError {
+    #[error("the pgoutput message at LSN {lsn} cannot be decoded (first bytes: {head})")]
+    Undecodable {
+        lsn: Lsn,
+        /// The message's first bytes, in hex.
+        head: String,
+        #[source]
+        error: DecodeError,
+    },
+    #[error("a change for relation {oid} at LSN {lsn} arrived before its Relation message")]
+    UnknownRelation { oid: u32, lsn: Lsn },
+    #[error("the outbox table {table} no longer has the columns the router needs")]
+    Bind {
+        table: String,
+        #[source]
+        error: RouteError,
+    },
+}
+
+enum Placed {
+    Outbox { table: TableName, binding: Box<Binding>, relation: Relation },
+    Other { relation: Relation },
+    Unplaceable { name: String, reason: String, relation: Relation },
+}
+
+impl Placed {
+    fn relation(&self) -> &Relation {
+        match self {
+            Placed::Outbox { relation, .. }
+            | Placed::Other { relation }
+            | Placed::Unplaceable { relation, .. } => relation,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Assembler {
+    relations: HashMap<u32, Placed>,
+    /// WAL position of the current change, to name rows in errors and dead letters.
+    change_lsn: Lsn,
+}
+
+/// How many bytes of an undecodable message its error shows.
+const HEAD_BYTES: usize = 32;
+
+impl Assembler {
+    pub fn new() -> Assembler {
+        Assembler::default()
+    }
+
+    /// The WAL position of the change being handled.
+    pub fn change_lsn(&self) -> Lsn {
+        self.change_lsn
+    }
+
+    pub fn on_event(&mut self, event: ReplicationEvent) -> Result<Step<'_>, AssembleError> {
+        Ok(match event {
+            ReplicationEvent::Begin { final_lsn, commit_time_micros, .. } => {
+                self.change_lsn = final_lsn.into();
+                Step::Begin { commit_micros: commit_time_micros + PG_EPOCH_UNIX_MICROS }
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => Step::Commit { end_lsn: end_lsn.into() },
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                Step::KeepAlive { wal_end: wal_end.into() }
+            }
+            ReplicationEvent::Message { transactional, lsn, prefix, content } => {
+                self.change_lsn = lsn.into();
+                Step::Message { transactional, prefix, content, lsn: lsn.into() }
+            }
+            ReplicationEvent::XLogData { wal_start, data, .. } => {
+                if wal_start.0 != 0 {
+                    self.change_lsn = wal_start.into();
+                }
+                let message =
+                    pgoutput::decode(&data).map_err(|error| AssembleError::Undecodable {
+                        lsn: self.change_lsn,
+                        head: hex_head(&data),
+                        error,
+                    })?;
+                return self.on_message(message);
+            }
+            ReplicationEvent::StoppedAt { .. } => Step::Skip,
+            // pgwire-replication's event enum may grow; nothing new is an outbox row.
+            #[allow(unreachable_patterns)]
+            _ => Step::Skip,
+        })
+    }
+
+    fn on_message(&mut self, message: Message) -> Result<Step<'_>, AssembleError> {
+        let lsn = self.change_lsn;
+        Ok(match message {
+            Message::Relation(relation) => match self.relations.get(&relation.id) {
+                // pgoutput resends a relation after every cache invalidation (ANALYZE, …); the
+                // same columns keep the same placement.
+                Some(placed) if *placed.relation() == relation => Step::Skip,
+                _ => Step::Lookup(relation),
+            },
+            Message::Insert(insert) => match self.relations.get(&insert.relation_id) {
+                Some(Placed::Outbox { binding, .. }) => {
+                    Step::Row { binding, tuple: insert.new, lsn }
+                }
+                Some(Placed::Other { .. }) => Step::Skip,
+                Some(Placed::Unplaceable { name, reason, .. }) => Step::Unplaceable {
+                    relation: name.clone(),
+                    reason: reason.clone(),
+                    tuple: insert.new,
+                    lsn,
+                },
+                None => {
+                    return Err(AssembleError::UnknownRelation { oid: insert.relation_id, lsn })
+                }
+            },
+            Message::Update(update) => match self.relations.get(&update.relation_id) {
+                Some(Placed::Outbox { table, .. }) => Step::Update { table, lsn },
+                _ => Step::Skip,
+            },
+            // DELETEs of outbox rows are the usual clean-up and are dropped, as Debezium does;
+            // TRUNCATE is never an event.
+            Message::Delete(_) | Message::Truncate(_) | Message::Type(_) | Message::Origin(_) => {
+                Step::Skip
+            }
+            // pgwire-replication hands these over as their own events.
+            Message::Begin(_) | Message::Commit(_) | Message::LogicalMessage(_) => Step::Skip,
+        })
+    }
+
+    /// Records what the catalog said about `relation`, binding outbox tables to the router.
+    pub fn place(
+        &mut self,
+        relation: Relation,
+        fate: Fate,
+        router: &Router,
+    ) -> Result<(), AssembleError> {
+        let placed = match fate {
+            Fate::Outbox { table, not_null } => {
+                let binding = router
+                    .bind(&relation, &not_null)
+                    .map_err(|error| AssembleError::Bind { table: table.to_string(), error })?;
+                Placed::Outbox { table, binding: Box::new(binding), relation }
+            }
+            Fate::Other => Placed::Other { relation },
+            Fate::Unplaceable { reason } => Placed::Unplaceable {
+                name: format!("{}.{}", relation.namespace, relation.name),
+                reason,
+                relation,
+            },
+        };
+        self.relations.insert(placed.relation().id, placed);
+        Ok(())
+    }
+}
+
+fn hex_head(data: &[u8]) -> String {
+    let mut text: String =
+        data.iter().take(HEAD_BYTES).map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
+    if data.len() > HEAD_BYTES {
+        text.push_str(&format!(" … ({} bytes)", data.len()));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pgoutput::{encode, Column, Insert, Update, Value};
+    use crate::router::RouterConfig;
+    use pgwire_replication::Lsn as WireLsn;
+
+    fn outbox_relation(oid: u32, name: &str) -> Relation {
+        let col = |name: &str, type_oid| Column {
+            flags: 0,
+            name: name.into(),
+            type_oid,
+            type_modifier: -1,
+        };
+        Relation {
+            id: oid,
+            namespace: "public".into(),
+            name: name.into(),
+            replica_identity: b'd',
+            columns: vec![
+                col("id", 2950),
+                col("aggregatetype", 1043),
+                col("aggregateid", 1043),
+                col("type", 1043),
+                col("payload", 3802),
+            ],
+        }
+    }
+
+    fn row(id: &str) -> Tuple {
+        let t = |s: &str| Value::Text(Bytes::copy_from_slice(s.as_bytes()));
+        Tuple(vec![t(id), t("Order"), t("o-1"), t("Created"), t("{}")])
+    }
+
+    fn xlog(message: Message, at: u64) -> ReplicationEvent {
+        ReplicationEvent::XLogData {
+            wal_start: WireLsn(at),
+            wal_end: WireLsn(at),
+            server_time_micros: 0,
+            data: encode(&message),
+        }
+    }
+
+    fn router() -> Router {
+        Router::new(RouterConfig::parse(&Default::default(), &Default::default()).unwrap())
+    }
+
+    fn outbox_fate() -> Fate {
+        Fate::Outbox { table: TableName::new("public", "outbox"), not_null: vec![] }
+    }
+
+    #[test]
+    fn assembler_asks_the_catalog_once_per_relation_and_places_rows_by_oid() {
+        let (mut a, router) = (Assembler::new(), router());
+        let rel = outbox_relation(16400, "outbox");
+        let Step::Lookup(asked) = a.on_event(xlog(Message::Relation(rel.clone()), 10)).unwrap()
+        else {
+            panic!("an unknown relation needs the catalog");
+        };
+        a.place(asked, outbox_fate(), &router).unwrap();
+        // Resent unchanged (after ANALYZE, say): no second lookup.
+        assert!(matches!(
+            a.on_event(xlog(Message::Relation(rel.clone()), 11)).unwrap(),
+            Step::Skip
+        ));
+        // The same OID under a new name (ALTER TABLE … RENAME) is still the outbox: only the
+        // columns' shape is compared, and a changed Relation is looked up again.
+        let renamed = Relation { name: "outbox_renamed".into(), ..rel };
+        let Step::Lookup(asked) = a.on_event(xlog(Message::Relation(renamed), 12)).unwrap() else {
+            panic!("a changed relation is looked up again");
+        };
+        a.place(asked, outbox_fate(), &router).unwrap();
+        let insert = Message::Insert(Insert {
+            relation_id: 16400,
+            new: row("00000000-0000-0000-0000-000000000001"),
+        });
+        match a.on_event(xlog(insert, 42)).unwrap() {
+            Step::Row { lsn, tuple, .. } => {
+                assert_eq!(lsn, Lsn(42));
+                assert_eq!(tuple, row("00000000-0000-0000-0000-000000000001"));
+            }
+            other => panic!("expected a row, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn assembler_skips_other_tables_but_never_an_unplaceable_one() {
+        let (mut a, router) = (Assembler::new(), router());
+        a.place(outbox_relation(500, "audit"), Fate::Other, &router).unwrap();
+        let reason = "an outbox name on OID 501".to_string();
+        a.place(
+            outbox_relation(501, "outbox"),
+            Fate::Unplaceable { reason: reason.clone() },
+            &router,
+        )
+        .unwrap();
+        let other = Message::Insert(Insert { relation_id: 500, new: row("a") });
+        assert!(matches!(a.on_event(xlog(other, 1)).unwrap(), Step::Skip));
+        let stray = Message::Insert(Insert { relation_id: 501, new: row("b") });
+        match a.on_event(xlog(stray, 2)).unwrap() {
+            Step::Unplaceable { relation, reason: why, lsn, .. } => {
+                assert_eq!((relation.as_str(), why, lsn), ("public.outbox", reason, Lsn(2)));
+            }
+            other => panic!("expected unplaceable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn assembler_reports_updates_of_outbox_rows_and_drops_deletes() {
+        let (mut a, router) = (Assembler::new(), router());
+        a.place(outbox_relation(7, "outbox"), outbox_fate(), &router).unwrap();
+        let update = Message::Update(Update { relation_id: 7, old: None, new: row("x") });
+        assert!(matches!(a.on_event(xlog(update, 5)).unwrap(), Step::Update { lsn: Lsn(5), .. }));
+        let delete = Message::Delete(crate::pgoutput::Delete {
+            relation_id: 7,
+            old: crate::pgoutput::OldTuple::Key(row("x")),
+        });
+        assert!(matches!(a.on_event(xlog(delete, 6)).unwrap(), Step::Skip));
+    }
+
+    #[test]
+    fn assembler_row_before_its_relation_is_an_error_not_a_skip() {
+        let mut a = Assembler::new();
+        let insert = Message::Insert(Insert { relation_id: 99, new: row("x") });
+        let e = a.on_event(xlog(insert, 77)).unwrap_err();
+        assert!(matches!(e, AssembleError::UnknownRelation { oid: 99, lsn: Lsn(77) }), "{e}");
+    }
+
+    #[test]
+    fn assembler_names_the_lsn_and_first_bytes_of_an_undecodable_message() {
+        let mut a = Assembler::new();
+        let event = ReplicationEvent::XLogData {
+            wal_start: WireLsn(0x1_0000_00A0),
+            wal_end: WireLsn(0),
+            server_time_micros: 0,
+            data: Bytes::from_static(b"I\x00\x00"),
+        };
+        let e = a.on_event(event).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("1/A0") && text.contains("49 00 00"), "{text}");
+    }
+
+    #[test]
+    fn assembler_binding_failure_names_the_table() {
+        let (mut a, router) = (Assembler::new(), router());
+        let mut rel = outbox_relation(8, "outbox");
+        rel.columns.retain(|c| c.name != "aggregateid");
+        let e = a.place(rel, outbox_fate(), &router).unwrap_err();
+        assert!(e.to_string().contains("public.outbox"), "{e}");
+        assert!(std::error::Error::source(&e).unwrap().to_string().contains("aggregateid"));
+    }
+
+    #[test]
+    fn assembler_turns_boundaries_and_messages_into_steps() {
+        let mut a = Assembler::new();
+        let begin =
+            ReplicationEvent::Begin { final_lsn: WireLsn(90), xid: 1, commit_time_micros: 0 };
+        assert!(matches!(
+            a.on_event(begin).unwrap(),
+            Step::Begin { commit_micros: PG_EPOCH_UNIX_MICROS }
+        ));
+        let msg = ReplicationEvent::Message {
+            transactional: true,
+            lsn: WireLsn(91),
+            prefix: "outbox".into(),
+            content: Bytes::from_static(b"{}"),
+        };
+        assert!(matches!(
+            a.on_event(msg).unwrap(),
+            Step::Message { transactional: true, lsn: Lsn(91), .. }
+        ));
+        let commit = ReplicationEvent::Commit {
+            lsn: WireLsn(90),
+            end_lsn: WireLsn(100),
+            commit_time_micros: 0,
+        };
+        assert!(matches!(a.on_event(commit).unwrap(), Step::Commit { end_lsn: Lsn(100) }));
+    }
+}

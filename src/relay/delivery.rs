@@ -1,0 +1,344 @@
+//! Delivery: records to librdkafka, delivery reports back into the ack frontier, dead letters,
+//! and what may be confirmed. The relay loop owns one per session and tells it about
+//! transaction boundaries; it never decides routing.
+//!
+//! Every record takes the next sequence number of the [`Frontier`]; a refused record is replaced
+//! by its dead letter under the same number (or stops the relay), so the frontier never moves
+//! past a record that did not reach Kafka in some form (I2, I8).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rdkafka::error::KafkaError;
+use tokio::sync::mpsc;
+
+use crate::checkpoint::{Frontier, Sent, Seq};
+use crate::config::{Config, DeadLetterConfig, Limits};
+use crate::dead_letter::{self, Letter};
+use crate::error::{Error, Result};
+use crate::lsn::Lsn;
+use crate::metrics::Metrics;
+use crate::publish::{Publisher, Rejected, Report, SendError};
+use crate::router::Record;
+
+/// A row that could not become its record, for [`Delivery::undeliverable`].
+pub struct Unroutable {
+    /// What went wrong, for the log and the dead letter's `walrelay.error` header.
+    pub reason: String,
+    /// `schema.table` the row came from.
+    pub table: String,
+    pub lsn: Lsn,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub event_id: Option<String>,
+    /// What the operator should do when there is no dead-letter topic.
+    pub hint: &'static str,
+}
+
+pub struct Delivery {
+    publisher: Publisher,
+    reports: mpsc::UnboundedReceiver<Report>,
+    frontier: Frontier,
+    limits: Limits,
+    dead_letter: Option<DeadLetterConfig>,
+    /// Dead letters for refused records, waiting to be sent under the refused record's number.
+    pending_dead: Vec<(Seq, Record)>,
+    /// The current transaction's commit time, microseconds since the Unix epoch.
+    commit_micros: i64,
+    /// How long after its commit the current transaction was read, in seconds.
+    read_lag: f64,
+    /// Records of the current transaction, counted into commit→read at its Commit.
+    read_records: u64,
+    /// Acknowledged records not yet counted in the metrics.
+    acked: Vec<Sent>,
+    /// Last position handed to the replication client.
+    reported: Lsn,
+    metrics: Arc<Metrics>,
+}
+
+impl Delivery {
+    /// A producer for one session, whose frontier starts at the slot's confirmed position.
+    pub fn new(config: &Config, confirmed: Lsn, metrics: &Arc<Metrics>) -> Result<Delivery> {
+        let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
+        let (publisher, reports) = Publisher::new(&config.kafka, capture, metrics.clone())?;
+        Ok(Delivery {
+            publisher,
+            reports,
+            frontier: Frontier::new(confirmed),
+            limits: config.limits,
+            dead_letter: config.dead_letter.clone(),
+            pending_dead: Vec::new(),
+            commit_micros: 0,
+            read_lag: 0.0,
+            read_records: 0,
+            acked: Vec::new(),
+            reported: confirmed,
+            metrics: metrics.clone(),
+        })
+    }
+
+    /// Backpressure (I7): whether more may be read from the WAL now.
+    pub fn has_room(&self) -> bool {
+        self.frontier.inflight_records() < self.limits.inflight_records
+            && self.frontier.inflight_bytes() < self.limits.inflight_bytes
+    }
+
+    pub fn begin(&mut self, commit_micros: i64) {
+        self.frontier.begin();
+        self.commit_micros = commit_micros;
+        self.read_lag = (unix_micros() - commit_micros).max(0) as f64 / 1e6;
+    }
+
+    pub fn commit(&mut self, end_lsn: Lsn) {
+        self.frontier.commit(end_lsn);
+        if self.read_records > 0 {
+            // Once per transaction: its records share the read time.
+            self.metrics.observe_commit_to_read(self.read_lag, self.read_records);
+            self.read_records = 0;
+        }
+        self.metrics.transactions.fetch_add(1, Relaxed);
+        tracing::debug!(%end_lsn, inflight = self.frontier.inflight_records(), "transaction read");
+    }
+
+    /// A keepalive's position, confirmable when nothing is in flight (I3).
+    pub fn idle(&mut self, wal_end: Lsn) {
+        self.frontier.idle(wal_end);
+    }
+
+    /// Hands the record of the row of `table` at `lsn` to librdkafka.
+    pub async fn publish(&mut self, record: Record, table: &Arc<str>, lsn: Lsn) -> Result<()> {
+        let bytes = record.key.as_ref().map_or(0, |k| k.len())
+            + record.value.as_ref().map_or(0, |v| v.len())
+            + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let sent = Sent {
+            topic: record.topic.clone(),
+            table: table.clone(),
+            commit_micros: self.commit_micros,
+        };
+        self.read_records += 1;
+        let seq = self.frontier.sent(bytes, lsn, sent);
+        self.send(seq, record).await
+    }
+
+    /// A row that cannot become its record: its dead letter is published in its place, or —
+    /// without a dead-letter topic — the relay stops at it with a hint (I8).
+    pub async fn undeliverable(
+        &mut self,
+        row: Unroutable,
+        cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Result<()> {
+        let what = format!(
+            "outbox row {} of {} at LSN {} cannot be turned into a record: {}",
+            row.event_id.as_deref().unwrap_or("(no event id)"),
+            row.table,
+            row.lsn,
+            row.reason
+        );
+        let Some(dl) = &self.dead_letter else {
+            let hint = format!("{}; nothing after this row was confirmed", row.hint);
+            return Err(match cause {
+                Some(cause) => Error::definite_with(what, hint, cause),
+                None => Error::definite(what, hint),
+            });
+        };
+        tracing::warn!(topic = %dl.topic, "{what}; sent to the dead-letter topic");
+        self.metrics.dead_lettered.fetch_add(1, Relaxed);
+        let letter = dead_letter::record(
+            dl,
+            Letter {
+                reason: row.reason,
+                table: &row.table,
+                lsn: row.lsn,
+                topic: None,
+                key: row.key,
+                value: row.value,
+                event_id: row.event_id,
+            },
+        );
+        let table: Arc<str> = Arc::from(row.table.as_str());
+        self.publish(letter, &table, row.lsn).await
+    }
+
+    /// Hands a record to librdkafka under `seq`; its delivery report settles that number.
+    async fn send(&mut self, seq: Seq, mut record: Record) -> Result<()> {
+        loop {
+            match self.publisher.send(&record, seq) {
+                Ok(()) => return Ok(()),
+                // librdkafka's own queue is full: wait for a delivery report, then retry.
+                Err(SendError::QueueFull) => self.next_reports().await?,
+                // Refused before it left the process (too large, unknown partition): replaced by
+                // its dead letter under the same number, or the relay stops here.
+                Err(SendError::Rejected(e)) => {
+                    let rejected = Rejected {
+                        topic: record.topic.to_string(),
+                        key: record.key.as_deref().map(<[u8]>::to_vec),
+                        value: record.value.as_deref().map(<[u8]>::to_vec),
+                        event_id: Some(record.event_id.clone()).filter(|id| !id.is_empty()),
+                    };
+                    self.on_rejected(seq, e, rejected)?;
+                    match self.pending_dead.pop() {
+                        Some((_, letter)) => record = letter,
+                        None => return Ok(()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Resolves once librdkafka has delivery reports to serve (cancel-safe).
+    pub async fn reports_ready(&self) {
+        self.publisher.reports_ready().await
+    }
+
+    /// Runs librdkafka's waiting callbacks and handles the delivery reports they produced.
+    /// Returns whether there was any.
+    pub fn serve_reports(&mut self) -> Result<bool> {
+        self.publisher.serve_reports();
+        let mut any = false;
+        loop {
+            match self.reports.try_recv() {
+                Ok(report) => self.on_report(Some(report))?,
+                Err(mpsc::error::TryRecvError::Empty) => return Ok(any),
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    return self.on_report(None).map(|_| any)
+                }
+            }
+            any = true;
+        }
+    }
+
+    /// Waits until at least one delivery report was handled.
+    pub async fn next_reports(&mut self) -> Result<()> {
+        while !self.serve_reports()? {
+            self.publisher.reports_ready().await;
+        }
+        Ok(())
+    }
+
+    fn on_report(&mut self, report: Option<Report>) -> Result<()> {
+        match report {
+            Some(Report::Delivered { seq }) => {
+                if let Some(sent) = self.frontier.ack(seq) {
+                    self.acked.push(sent);
+                }
+                Ok(())
+            }
+            // Never skipped: the session ends, confirming only the acked prefix, and the next one
+            // replays from there.
+            Some(Report::Failed { seq, error }) => {
+                self.metrics.delivery_errors.fetch_add(1, Relaxed);
+                Err(Error::transient(format!("kafka did not acknowledge record #{seq}"), error))
+            }
+            Some(Report::Rejected { seq, error, record }) => self.on_rejected(seq, error, *record),
+            Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
+                "the kafka producer hit a fatal error and must be rebuilt: {reason}"
+            ))),
+            None => Err(Error::transient_msg("the kafka producer went away")),
+        }
+    }
+
+    /// A record refused for good: queue its dead letter, or stop naming the row.
+    fn on_rejected(&mut self, seq: Seq, error: KafkaError, rejected: Rejected) -> Result<()> {
+        let lsn = self.frontier.lsn_of(seq).unwrap_or_default();
+        let table =
+            self.frontier.sent_of(seq).map(|s| s.table.clone()).unwrap_or_else(|| Arc::from(""));
+        let what = format!(
+            "kafka refused the record of outbox row {} at LSN {lsn} (topic {})",
+            rejected.event_id.as_deref().unwrap_or("(no event id)"),
+            rejected.topic
+        );
+        let dl = match &self.dead_letter {
+            Some(dl) if dl.topic != rejected.topic => dl,
+            Some(_) => {
+                return Err(Error::definite_with(
+                    format!("{what}: the dead-letter record itself was refused"),
+                    "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes",
+                    error,
+                ))
+            }
+            None => {
+                return Err(Error::definite_with(
+                    what,
+                    "make the record fit (message.max.bytes, the topic's partitions) or configure [dead_letter] topic; nothing after this row was confirmed",
+                    error,
+                ))
+            }
+        };
+        tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
+        let letter = dead_letter::record(
+            dl,
+            Letter {
+                reason: error.to_string(),
+                table: &table,
+                lsn,
+                topic: Some(&rejected.topic),
+                key: rejected.key.map(Bytes::from),
+                value: rejected.value.map(Bytes::from),
+                event_id: rejected.event_id,
+            },
+        );
+        self.metrics.dead_lettered.fetch_add(1, Relaxed);
+        self.pending_dead.push((seq, letter));
+        Ok(())
+    }
+
+    /// Sends the dead letters of records refused in delivery reports.
+    pub async fn send_dead_letters(&mut self) -> Result<()> {
+        while let Some((seq, letter)) = self.pending_dead.pop() {
+            self.send(seq, letter).await?;
+        }
+        Ok(())
+    }
+
+    /// Updates the metrics; returns the confirmable position when it moved since the last call.
+    pub fn progress(&mut self) -> Option<Lsn> {
+        if !self.acked.is_empty() {
+            let now = unix_micros();
+            let mut published = self.metrics.published.lock().unwrap_or_else(|e| e.into_inner());
+            for sent in self.acked.drain(..) {
+                *published.entry(sent.topic).or_insert(0) += 1;
+                self.metrics.observe_commit_to_ack((now - sent.commit_micros).max(0) as f64 / 1e6);
+            }
+        }
+        let m = &self.metrics;
+        let confirmed = self.frontier.confirmed();
+        m.inflight_records.store(self.frontier.inflight_records() as u64, Relaxed);
+        m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
+        m.confirmed_lsn.store(confirmed.as_u64(), Relaxed);
+        (confirmed > self.reported).then(|| {
+            self.reported = confirmed;
+            confirmed
+        })
+    }
+
+    /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop.
+    pub async fn drain(&mut self, grace: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.frontier.unacked() > 0 {
+            tokio::select! {
+                result = self.next_reports() => {
+                    if let Err(e) = result {
+                        tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed");
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(unacked = self.frontier.unacked(), "shutdown grace period over; unacknowledged records will be replayed");
+                    return;
+                }
+            }
+        }
+    }
+
+    pub fn confirmed(&self) -> Lsn {
+        self.frontier.confirmed()
+    }
+}
+
+/// Microseconds since the Unix epoch.
+pub fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}

@@ -1,0 +1,491 @@
+//! The relay loop: one task owns the replication stream, the ack frontier and the confirmed
+//! position, so the order of events, acks and confirmations is the order of this code.
+//!
+//! ```text
+//!  PostgreSQL ──events──▶ Assembler ──rows──▶ Router ──records──▶ Delivery ──▶ Kafka
+//!      ▲                  (assembler.rs)                          (delivery.rs)   │
+//!      │                                                               ▲          │ reports
+//!      └──── update_applied_lsn(confirmed) ◀── Delivery::progress ◀───┴──────────┘
+//! ```
+//!
+//! This file keeps the select, the timeouts and the I/O: which catalog question a Relation
+//! message needs, when to read, when to serve reports, when to stop. A session is one
+//! replication connection plus one producer; anything that breaks either ends the session, and
+//! the next one starts from the slot's confirmed position, so records are replayed, never
+//! skipped (I6).
+
+mod assembler;
+mod delivery;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{ReplicationClient, ReplicationEvent};
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::lsn::Lsn;
+use crate::metrics::Metrics;
+use crate::pgoutput::{Relation, Tuple, Value};
+use crate::publish::Publisher;
+use crate::router::{InvalidOpBehavior, Router};
+use crate::source::{self, catalog, slot, OutboxTable};
+
+pub use self::assembler::{AssembleError, Assembler, Fate, Step};
+use self::delivery::{Delivery, Unroutable};
+
+/// How a relay that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stopped on request after confirming everything acknowledged.
+    Stopped { confirmed: Lsn },
+}
+
+/// A shutdown request: a watch that turns `true` once.
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    pub fn new() -> (watch::Sender<bool>, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Shutdown(rx))
+    }
+
+    pub fn requested(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once shutdown is requested (or every sender is gone).
+    pub async fn wait(&mut self) {
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+/// How often a standby relay retries a slot that another process streams from.
+const STANDBY_POLL: Duration = Duration::from_secs(2);
+/// How often the catalog is asked whether the outbox tables still exist.
+const TABLE_CHECK: Duration = Duration::from_secs(5);
+/// Reconnect backoff: from 250 ms, doubling, to this. Short, so that a relay configured with a
+/// primary and its standby finds the promoted server seconds after a failover.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Runs sessions until shutdown or a definite error, retrying transient failures with capped,
+/// jittered exponential backoff.
+pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) -> Result<Outcome> {
+    Publisher::validate(&config.kafka)?;
+    let mut router = Router::new(config.router.clone());
+    let mut delay = Duration::from_millis(250);
+    // Once this process has streamed, the publication and slot must not vanish: recreating
+    // them would hide the events in between.
+    let mut streamed = false;
+    loop {
+        if shutdown.requested() {
+            return Ok(Outcome::Stopped { confirmed: Lsn::ZERO });
+        }
+        let started = Instant::now();
+        let opened = tokio::select! {
+            opened = Session::open(&config, !streamed, &metrics) => opened,
+            _ = shutdown.wait() => return Ok(Outcome::Stopped { confirmed: Lsn::ZERO }),
+        };
+        let result = match opened {
+            Ok(mut session) => {
+                if streamed {
+                    metrics.reconnects.fetch_add(1, Relaxed);
+                }
+                streamed = true;
+                // Reachable until librdkafka says all brokers are down.
+                metrics.broker_up.store(true, Relaxed);
+                metrics.streaming.store(true, Relaxed);
+                let result = session.run(&mut router, &mut shutdown).await;
+                metrics.streaming.store(false, Relaxed);
+                result
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(outcome) => return Ok(outcome),
+            Err(Error::Busy { what }) => {
+                tracing::info!(retry_in_ms = STANDBY_POLL.as_millis() as u64, "{what}");
+                tokio::select! {
+                    _ = tokio::time::sleep(STANDBY_POLL) => {}
+                    _ = shutdown.wait() => {}
+                }
+            }
+            Err(e) if e.is_transient() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    delay = Duration::from_millis(250);
+                }
+                let wait = jitter(delay);
+                tracing::warn!(error = %e.chain(), retry_in_ms = wait.as_millis() as u64,
+                    "relay session ended; resuming from the slot's confirmed position");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.wait() => {}
+                }
+                delay = (delay * 2).min(MAX_BACKOFF);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `delay` ± 20 %, so relays that lost the same server do not reconnect in lockstep.
+fn jitter(delay: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let factor = 0.8 + 0.4 * (nanos % 1000) as f64 / 1000.0;
+    delay.mul_f64(factor)
+}
+
+/// What handling one event asks of the loop.
+enum Handled {
+    Continue,
+    /// Shutdown was requested while the event waited on the catalog.
+    Interrupted,
+}
+
+struct Session<'c> {
+    config: &'c Config,
+    control: source::Control,
+    stream: ReplicationClient,
+    tables: Vec<OutboxTable>,
+    assembler: Assembler,
+    delivery: Delivery,
+    /// Ends with an error when an outbox table is dropped (a dropped table sends nothing on
+    /// the stream). Runs on its own connection task so a slow catalog never holds the loop.
+    table_watch: tokio::task::JoinHandle<Error>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.table_watch.abort();
+    }
+}
+
+impl<'c> Session<'c> {
+    async fn open(config: &'c Config, create: bool, metrics: &Arc<Metrics>) -> Result<Session<'c>> {
+        let prepared = source::prepare(&config.source, &config.outbox, create).await?;
+        // The producer before the stream: it connects to Kafka while START_REPLICATION runs.
+        let delivery = Delivery::new(config, prepared.confirmed, metrics)?;
+        let stream =
+            source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
+        let control = prepared.control;
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            server = %control.endpoint,
+            postgres = %control.server.version,
+            slot = %config.source.slot,
+            publication = %config.source.publication,
+            tables = %prepared.tables.iter().map(|t| t.name.to_string()).collect::<Vec<_>>().join(","),
+            resume_lsn = %prepared.confirmed,
+            "streaming"
+        );
+        let table_watch = tokio::spawn(catalog::watch_tables(
+            control.client_handle(),
+            prepared.tables.clone(),
+            TABLE_CHECK,
+            control.timeout,
+        ));
+        Ok(Session {
+            config,
+            control,
+            stream,
+            tables: prepared.tables,
+            assembler: Assembler::new(),
+            delivery,
+            table_watch,
+            metrics: metrics.clone(),
+        })
+    }
+
+    async fn run(&mut self, router: &mut Router, shutdown: &mut Shutdown) -> Result<Outcome> {
+        match self.stream_until_stop(router, shutdown).await {
+            // Stopping for good on a row or a misconfiguration: the records before it are
+            // already with librdkafka; deliver and confirm them first, so a restart resumes at
+            // the row that stopped the relay and replays nothing before it.
+            Err(e @ Error::Definite { .. }) => {
+                self.stop().await?;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    async fn stream_until_stop(
+        &mut self,
+        router: &mut Router,
+        shutdown: &mut Shutdown,
+    ) -> Result<Outcome> {
+        loop {
+            // Backpressure (I7): stop reading WAL while too much is unconfirmed. The replication
+            // worker keeps answering keepalives meanwhile, and PostgreSQL buffers the WAL.
+            let room = self.delivery.has_room();
+            tokio::select! {
+                biased;
+                _ = shutdown.wait() => return self.stop().await,
+                _ = self.delivery.reports_ready() => {
+                    self.delivery.serve_reports()?;
+                }
+                event = self.stream.recv(), if room => {
+                    // Events already buffered are handled without another trip through
+                    // select!: at 100k+ events/s that trip is a good part of the cost. An event
+                    // is taken from the stream only to be handled here: one taken and then
+                    // dropped is a row lost.
+                    let mut next = Some(event);
+                    let mut handled = 0;
+                    while let Some(event) = next.take() {
+                        let event = match event {
+                            Ok(Some(event)) => event,
+                            Ok(None) => return Err(Error::transient_msg("the replication stream ended")),
+                            Err(e) => {
+                                return Err(source::stream::classify(e, &self.config.source, &self.control).await)
+                            }
+                        };
+                        if let Handled::Interrupted = self.on_event(event, router, shutdown).await? {
+                            return self.stop().await;
+                        }
+                        handled += 1;
+                        if handled < BATCH && self.delivery.has_room() {
+                            next = ready_now(self.stream.recv());
+                        }
+                    }
+                }
+                // PostgreSQL is going away: end the session now rather than hold up a fast
+                // shutdown until the next query notices (the walsender waits for this client).
+                _ = self.control.closed() => {
+                    return Err(Error::transient_msg("the control connection to PostgreSQL closed"));
+                }
+                ended = &mut self.table_watch => {
+                    return Err(ended.unwrap_or_else(|e| Error::transient("the table check failed", e)));
+                }
+            }
+            self.delivery.send_dead_letters().await?;
+            if let Some(confirmed) = self.delivery.progress() {
+                self.stream.update_applied_lsn(confirmed.into());
+            }
+        }
+    }
+
+    async fn on_event(
+        &mut self,
+        event: ReplicationEvent,
+        router: &mut Router,
+        shutdown: &mut Shutdown,
+    ) -> Result<Handled> {
+        match &event {
+            ReplicationEvent::XLogData { wal_end, .. } => {
+                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                self.metrics.keepalives.fetch_add(1, Relaxed);
+                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
+            }
+            _ => {}
+        }
+        let step = self.assembler.on_event(event).map_err(assemble_error)?;
+        match step {
+            Step::Skip => {}
+            Step::Begin { commit_micros } => self.delivery.begin(commit_micros),
+            Step::Commit { end_lsn } => self.delivery.commit(end_lsn),
+            Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
+            Step::Row { binding, tuple, lsn } => match router.route(binding, &tuple) {
+                Ok(record) => {
+                    let table = binding.table().clone();
+                    self.delivery.publish(record, &table, lsn).await?;
+                }
+                Err(e) => {
+                    let raw = router.raw(binding, &tuple);
+                    let row = Unroutable {
+                        reason: e.to_string(),
+                        table: raw.table,
+                        lsn,
+                        key: raw.key,
+                        value: raw.payload,
+                        event_id: raw.event_id,
+                        hint:
+                            "fix the row's cause (see the reason), or configure [dead_letter] topic",
+                    };
+                    self.delivery.undeliverable(row, Some(Box::new(e))).await?;
+                }
+            },
+            Step::Update { table, lsn } => {
+                on_update(router.config().invalid_op_behavior(), &table.to_string(), lsn)?
+            }
+            // Logical decoding messages are not outbox rows unless configured as such.
+            Step::Message { .. } => {}
+            Step::Unplaceable { relation, reason, tuple, lsn } => {
+                let row = Unroutable {
+                    reason,
+                    table: relation,
+                    lsn,
+                    key: None,
+                    value: Some(tuple_json(&tuple)),
+                    event_id: None,
+                    hint: "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic",
+                };
+                self.delivery.undeliverable(row, None).await?;
+            }
+            Step::Lookup(relation) => {
+                let fate = tokio::select! {
+                    fate = self.fate(&relation) => fate?,
+                    _ = shutdown.wait() => return Ok(Handled::Interrupted),
+                };
+                self.assembler.place(relation, fate, router).map_err(assemble_error)?;
+            }
+        }
+        Ok(Handled::Continue)
+    }
+
+    /// What relation `relation` is: an outbox table by OID (or a partition of one), another
+    /// table, or one that carries an outbox's name without being it.
+    async fn fate(&self, relation: &Relation) -> Result<Fate> {
+        let outbox = |oid: u32| self.tables.iter().find(|t| t.oid == oid);
+        let (table, oid) = match outbox(relation.id) {
+            Some(t) => (Some(t), relation.id),
+            None => match catalog::relation(&self.control, relation.id).await? {
+                Some(now) => (outbox(now.root), relation.id),
+                None => (None, relation.id),
+            },
+        };
+        if let Some(table) = table {
+            let columns = catalog::columns(&self.control, oid).await?;
+            let not_null = relation
+                .columns
+                .iter()
+                .map(|c| columns.iter().any(|k| k.not_null && k.name == c.name))
+                .collect();
+            return Ok(Fate::Outbox { table: table.name.clone(), not_null });
+        }
+        let named_like = self
+            .tables
+            .iter()
+            .find(|t| t.name.schema == relation.namespace && t.name.name == relation.name);
+        Ok(match named_like {
+            Some(t) => Fate::Unplaceable {
+                reason: format!(
+                    "relation {} (OID {}) carries the name of the outbox table {} but is not it (OID {}): the table was dropped and recreated, or renamed, since the WAL was written",
+                    t.name, relation.id, t.name, t.oid
+                ),
+            },
+            None => Fate::Other,
+        })
+    }
+
+    /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix.
+    async fn stop(&mut self) -> Result<Outcome> {
+        self.delivery.drain(self.config.limits.shutdown_grace).await;
+        if let Some(confirmed) = self.delivery.progress() {
+            self.stream.update_applied_lsn(confirmed.into());
+        }
+        let target = self.delivery.confirmed();
+        self.confirm_on_server(target).await;
+        tracing::info!(confirmed_lsn = %target, "stopped");
+        Ok(Outcome::Stopped { confirmed: target })
+    }
+
+    /// Makes sure the server holds `target` before the process exits: the replication client
+    /// sends it within one status interval; if the stream closes first, advance the slot.
+    async fn confirm_on_server(&mut self, target: Lsn) {
+        let name = self.config.source.slot.as_str();
+        let control = &self.control;
+        let wait = self.config.source.status_interval * 2 + Duration::from_millis(500);
+        let reached = poll_until(wait, || async move {
+            matches!(slot::slot(control, name).await, Ok(Some(s)) if s.confirmed >= Some(target))
+        })
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.stream.shutdown()).await;
+        if reached {
+            return;
+        }
+        let control = &self.control;
+        let inactive = poll_until(Duration::from_secs(5), || async move {
+            matches!(slot::slot(control, name).await, Ok(Some(s)) if !s.active)
+        })
+        .await;
+        if inactive {
+            if let Err(e) = slot::advance(control, name, target).await {
+                tracing::warn!(error = %e.chain(), "could not confirm the final position; a restart will replay from the previous one");
+            }
+        }
+    }
+}
+
+fn on_update(behavior: InvalidOpBehavior, table: &str, lsn: Lsn) -> Result<()> {
+    match behavior {
+        InvalidOpBehavior::Warn => {
+            tracing::warn!(%lsn, %table, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = warn)")
+        }
+        InvalidOpBehavior::Error => {
+            tracing::error!(%lsn, %table, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = error)")
+        }
+        InvalidOpBehavior::Fatal => {
+            return Err(Error::definite(
+                format!("UPDATE of an outbox row of {table} at LSN {lsn} (table.op.invalid.behavior = fatal)"),
+                "outbox rows must only be inserted; find the writer that updates them",
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// What the assembler could not do, as the relay's error: each stops the relay with a hint,
+/// since retrying reads the same WAL again.
+fn assemble_error(e: AssembleError) -> Error {
+    let hint = match &e {
+        AssembleError::Undecodable { .. } => "this is a walrelay bug or a server walrelay does not support: report it with the message's bytes and the PostgreSQL version; nothing after this position was confirmed",
+        AssembleError::UnknownRelation { .. } => "the server sent a row before describing its table, which pgoutput never does: report it with the PostgreSQL version",
+        AssembleError::Bind { .. } => "restore the columns, or change the [router] column options to match the table",
+    };
+    Error::definite_with(e.to_string(), hint, e)
+}
+
+/// A row's columns as a JSON array of their text (for the dead letter of a row no binding
+/// could read).
+fn tuple_json(tuple: &Tuple) -> bytes::Bytes {
+    let values: Vec<serde_json::Value> = tuple
+        .0
+        .iter()
+        .map(|v| match v {
+            Value::Text(t) | Value::Binary(t) => {
+                serde_json::Value::String(String::from_utf8_lossy(t).into_owned())
+            }
+            Value::Null | Value::Unchanged => serde_json::Value::Null,
+        })
+        .collect();
+    bytes::Bytes::from(serde_json::Value::Array(values).to_string())
+}
+
+/// Replication events handled per wake-up at most, so acks and shutdown are never starved.
+const BATCH: usize = 256;
+
+/// The future's output if it is ready without waiting.
+fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// Polls `check` every 50 ms until it holds or `within` has passed.
+async fn poll_until<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,493 @@
+//! What the catalog says about the outbox tables and the publication: the one place `run`,
+//! `check` and `setup` learn them from.
+//!
+//! Outbox rows are recognised by relation OID, never by name (I8): a table keeps its OID across
+//! `ALTER TABLE … RENAME`, and with `publish_via_partition_root` pgoutput names every row of a
+//! partitioned outbox by the root's OID. Only `pg_catalog` is read here, never an outbox table
+//! (I4).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use super::connect::Control;
+use crate::config::TableName;
+use crate::error::{Error, Result};
+
+/// A configured outbox table as the catalog has it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxTable {
+    /// As configured.
+    pub name: TableName,
+    pub oid: u32,
+    pub partitioned: bool,
+    pub owner: String,
+    /// The connected role can act as the owner (needed to add it to a publication).
+    pub owned: bool,
+    pub columns: Vec<CatalogColumn>,
+}
+
+/// One live column of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogColumn {
+    pub name: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+    /// `format_type`, e.g. `character varying(255)`.
+    pub type_name: String,
+    pub not_null: bool,
+}
+
+/// What a name in `[outbox] tables` turned out to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableLookup {
+    Found(OutboxTable),
+    Missing,
+    /// A view, a foreign table…: never published. The text names the kind.
+    NotATable(&'static str),
+}
+
+/// Looks one configured table up by name.
+pub async fn outbox_table(control: &Control, name: &TableName) -> Result<TableLookup> {
+    let row = control
+        .query_opt(
+            "cannot look up the outbox table",
+            "SELECT c.oid, c.relkind::text, pg_catalog.pg_get_userbyid(c.relowner)::text, \
+             pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&name.schema, &name.name],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(TableLookup::Missing);
+    };
+    let oid: u32 = row.get(0);
+    let relkind: String = row.get(1);
+    let partitioned = match relkind.as_str() {
+        "r" => false,
+        "p" => true,
+        "v" => return Ok(TableLookup::NotATable("a view")),
+        "m" => return Ok(TableLookup::NotATable("a materialized view")),
+        "f" => return Ok(TableLookup::NotATable("a foreign table")),
+        _ => return Ok(TableLookup::NotATable("not a table")),
+    };
+    Ok(TableLookup::Found(OutboxTable {
+        name: name.clone(),
+        oid,
+        partitioned,
+        owner: row.get(2),
+        owned: row.get(3),
+        columns: columns(control, oid).await?,
+    }))
+}
+
+/// Every configured table, or a definite error naming the first that is not a usable table.
+pub async fn outbox_tables(control: &Control, names: &[TableName]) -> Result<Vec<OutboxTable>> {
+    let mut tables = Vec::with_capacity(names.len());
+    for name in names {
+        match outbox_table(control, name).await? {
+            TableLookup::Found(table) => tables.push(table),
+            TableLookup::Missing => {
+                return Err(Error::definite(
+                    format!("outbox table {name} does not exist (or was dropped)"),
+                    "create the table, or point [outbox] table / tables at the existing one",
+                ))
+            }
+            TableLookup::NotATable(kind) => {
+                return Err(Error::definite(
+                    format!("outbox table {name} is {kind}; only tables are published"),
+                    "point [outbox] table / tables at the table the application writes",
+                ))
+            }
+        }
+    }
+    Ok(tables)
+}
+
+/// The live columns of relation `oid`, in order.
+pub async fn columns(control: &Control, oid: u32) -> Result<Vec<CatalogColumn>> {
+    let rows = control
+        .query(
+            "cannot read the outbox table's columns from the catalog",
+            "SELECT attname::text, atttypid, atttypmod, pg_catalog.format_type(atttypid, atttypmod), \
+             attnotnull FROM pg_catalog.pg_attribute \
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            &[&oid],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| CatalogColumn {
+            name: r.get(0),
+            type_oid: r.get(1),
+            type_modifier: r.get(2),
+            type_name: r.get(3),
+            not_null: r.get(4),
+        })
+        .collect())
+}
+
+/// A relation as the catalog has it now, found by OID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelationNow {
+    pub name: TableName,
+    /// The root of its partition tree (itself when it is not a partition).
+    pub root: u32,
+}
+
+/// Relation `oid` now, or `None` when it no longer exists (dropped since the WAL being decoded
+/// was written).
+pub async fn relation(control: &Control, oid: u32) -> Result<Option<RelationNow>> {
+    let row = control
+        .query_opt(
+            "cannot look up a relation the publication sends",
+            "SELECT n.nspname::text, c.relname::text, \
+             COALESCE(pg_catalog.pg_partition_root(c.oid), c.oid)::oid \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = $1",
+            &[&oid],
+        )
+        .await?;
+    Ok(row.map(|r| RelationNow {
+        name: TableName { schema: r.get(0), name: r.get(1) },
+        root: r.get(2),
+    }))
+}
+
+/// A publication's settings and what it sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    pub name: String,
+    pub all_tables: bool,
+    pub insert: bool,
+    pub update: bool,
+    pub delete: bool,
+    pub truncate: bool,
+    /// `publish_via_partition_root`: rows of partitions are sent as the root's.
+    pub via_root: bool,
+    /// Every relation it sends (`pg_publication_tables`: explicit tables, `FOR TABLES IN
+    /// SCHEMA`, `FOR ALL TABLES`).
+    pub tables: Vec<PublishedTable>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedTable {
+    pub oid: u32,
+    /// Root of its partition tree (itself when not a partition).
+    pub root: u32,
+    pub name: TableName,
+    /// PostgreSQL 15+ row filter: rows it rejects are never sent.
+    pub row_filter: Option<String>,
+    /// PostgreSQL 15+ column list; `None` = all columns.
+    pub columns: Option<Vec<String>>,
+}
+
+impl Publication {
+    /// The published relation that carries `table`'s rows: the table itself or, for a
+    /// partitioned table published without `publish_via_partition_root`, one of its partitions.
+    pub fn entry_for(&self, table: &OutboxTable) -> Option<&PublishedTable> {
+        self.tables
+            .iter()
+            .find(|t| t.oid == table.oid)
+            .or_else(|| self.tables.iter().find(|t| t.root == table.oid))
+    }
+
+    /// The operations it publishes, for messages.
+    pub fn operations(&self) -> Vec<&'static str> {
+        [
+            (self.insert, "insert"),
+            (self.update, "update"),
+            (self.delete, "delete"),
+            (self.truncate, "truncate"),
+        ]
+        .into_iter()
+        .filter_map(|(on, op)| on.then_some(op))
+        .collect()
+    }
+
+    /// What stops `walrelay run` from relaying `tables` through this publication, each with
+    /// its fix. Empty when it can.
+    pub fn problems(&self, tables: &[OutboxTable]) -> Vec<Problem> {
+        let name = &self.name;
+        let mut problems = Vec::new();
+        if !self.insert {
+            problems.push(Problem {
+                what: format!(
+                    "publication {name} does not publish INSERTs (publishes: {})",
+                    list(&self.operations())
+                ),
+                fix: format!("ALTER PUBLICATION {name} SET (publish = 'insert')"),
+            });
+        }
+        for table in tables {
+            if self.entry_for(table).is_none() {
+                problems.push(Problem {
+                    what: format!("publication {name} does not include {}", table.name),
+                    fix: format!("ALTER PUBLICATION {name} ADD TABLE {}", table.name),
+                });
+            } else if table.partitioned && !self.via_root {
+                problems.push(Problem {
+                    what: format!(
+                        "publication {name} sends the rows of the partitioned outbox {} under each partition's name (publish_via_partition_root is off)",
+                        table.name
+                    ),
+                    fix: format!("ALTER PUBLICATION {name} SET (publish_via_partition_root = true)"),
+                });
+            }
+        }
+        problems
+    }
+}
+
+/// Something about the publication that must change, and the statement that changes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub what: String,
+    pub fix: String,
+}
+
+/// The publication named `name`, or `None` when it does not exist.
+pub async fn publication(control: &Control, name: &str) -> Result<Option<Publication>> {
+    let row = control
+        .query_opt(
+            "cannot look up the publication",
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot \
+             FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&name],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    // Row filters and column lists exist from PostgreSQL 15 on.
+    let (filter, cols) = if control.server.version_num >= 150000 {
+        ("t.rowfilter", "t.attnames::text[]")
+    } else {
+        ("NULL::text", "NULL::text[]")
+    };
+    let rows = control
+        .query(
+            "cannot list the publication's tables",
+            &format!(
+                "SELECT c.oid, COALESCE(pg_catalog.pg_partition_root(c.oid), c.oid)::oid, \
+                 t.schemaname::text, t.tablename::text, {filter}, {cols} \
+                 FROM pg_catalog.pg_publication_tables t \
+                 JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
+                 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename \
+                 WHERE t.pubname = $1"
+            ),
+            &[&name],
+        )
+        .await?;
+    let tables = rows
+        .iter()
+        .map(|r| PublishedTable {
+            oid: r.get(0),
+            root: r.get(1),
+            name: TableName { schema: r.get(2), name: r.get(3) },
+            row_filter: r.get(4),
+            columns: r.get(5),
+        })
+        .collect();
+    Ok(Some(Publication {
+        name: name.to_string(),
+        all_tables: row.get(0),
+        insert: row.get(1),
+        update: row.get(2),
+        delete: row.get(3),
+        truncate: row.get(4),
+        via_root: row.get(5),
+        tables,
+    }))
+}
+
+/// `CREATE PUBLICATION` for the outbox tables: INSERTs only (UPDATE, DELETE and TRUNCATE of
+/// outbox rows are never events, so they are not even decoded), and rows of partitions under
+/// the root's OID.
+pub fn create_publication_sql(name: &str, tables: &[TableName]) -> String {
+    let list = tables.iter().map(TableName::quoted).collect::<Vec<_>>().join(", ");
+    format!(
+        "CREATE PUBLICATION \"{name}\" FOR TABLE {list} WITH (publish = 'insert', publish_via_partition_root = true)"
+    )
+}
+
+/// Makes sure the publication exists and can carry every outbox table: creates it when missing
+/// (and `create` allows), refuses one that cannot, with the statement that fixes it.
+///
+/// `create` is false once the relay has streamed: a publication that disappears later was
+/// dropped by someone, and recreating it would hide the events in between.
+pub async fn ensure_publication(
+    control: &Control,
+    name: &str,
+    tables: &[OutboxTable],
+    create: bool,
+) -> Result<Publication> {
+    if let Some(publication) = publication(control, name).await? {
+        let problems = publication.problems(tables);
+        if let Some(first) = problems.first() {
+            let fixes: Vec<&str> = problems.iter().map(|p| p.fix.as_str()).collect();
+            return Err(Error::definite(first.what.clone(), fixes.join("; ")));
+        }
+        for table in tables {
+            if let Some(filter) = publication.entry_for(table).and_then(|t| t.row_filter.as_ref()) {
+                tracing::warn!(publication = %name, table = %table.name, %filter,
+                    "the publication has a row filter on an outbox table: rows it rejects are never relayed");
+            }
+        }
+        return Ok(publication);
+    }
+    if !create {
+        return Err(Error::definite(
+            format!("publication {name} was dropped while walrelay was running"),
+            "changes written while it was missing cannot be decoded with it: recreate the publication, move the slot past the gap (pg_replication_slot_advance) or create a new slot, and reconcile the outbox rows of the gap with Kafka",
+        ));
+    }
+    let names: Vec<TableName> = tables.iter().map(|t| t.name.clone()).collect();
+    let sql = create_publication_sql(name, &names);
+    if let Err(e) = control.batch(&sql).await? {
+        return Err(Error::definite_with(
+            format!("cannot create publication {name}"),
+            format!("grant the role CREATE on the database and ownership of the outbox tables, or create the publication yourself: {sql}"),
+            e,
+        ));
+    }
+    tracing::info!(publication = %name, "created publication");
+    publication(control, name).await?.ok_or_else(|| {
+        Error::transient_msg(format!("publication {name} vanished right after it was created"))
+    })
+}
+
+/// Watches the outbox tables every `every` until one is dropped (or replaced under its name):
+/// a dropped table sends nothing on the stream, so only the catalog can tell. Returns the
+/// error that ends the session; a rename is logged once and watched on by OID.
+pub async fn watch_tables(
+    client: Arc<Client>,
+    tables: Vec<OutboxTable>,
+    every: Duration,
+    timeout: Duration,
+) -> Error {
+    let oids: Vec<u32> = tables.iter().map(|t| t.oid).collect();
+    let mut renamed: Vec<u32> = Vec::new();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&oids];
+        let query = client.query(
+            "SELECT c.oid, n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY($1)",
+            &params,
+        );
+        let rows = match tokio::time::timeout(timeout, query).await {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => return super::error::classify_pg("cannot check the outbox tables", e),
+            Err(_) => {
+                return Error::transient_msg(format!(
+                    "the outbox table check got no answer within {} s",
+                    timeout.as_secs()
+                ))
+            }
+        };
+        for table in &tables {
+            let Some(row) = rows.iter().find(|r| r.get::<_, u32>(0) == table.oid) else {
+                return Error::definite(
+                    format!("outbox table {} was dropped", table.name),
+                    "recreate it and add it to the publication (ALTER PUBLICATION … ADD TABLE), then restart walrelay; rows written while it was missing were not relayed",
+                );
+            };
+            let now = TableName { schema: row.get(1), name: row.get(2) };
+            if now != table.name && !renamed.contains(&table.oid) {
+                renamed.push(table.oid);
+                tracing::warn!(table = %table.name, now = %now,
+                    "the outbox table was renamed; its rows are still relayed (by OID) — rename it in [outbox] before walrelay restarts");
+            }
+        }
+    }
+}
+
+pub fn list(items: &[&str]) -> String {
+    if items.is_empty() {
+        "nothing".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(oid: u32, name: &str, partitioned: bool) -> OutboxTable {
+        OutboxTable {
+            name: TableName::new("public", name),
+            oid,
+            partitioned,
+            owner: "app".into(),
+            owned: true,
+            columns: Vec::new(),
+        }
+    }
+
+    fn published(oid: u32, root: u32, name: &str) -> PublishedTable {
+        PublishedTable {
+            oid,
+            root,
+            name: TableName::new("public", name),
+            row_filter: None,
+            columns: None,
+        }
+    }
+
+    fn publication(via_root: bool, tables: Vec<PublishedTable>) -> Publication {
+        Publication {
+            name: "p".into(),
+            all_tables: false,
+            insert: true,
+            update: false,
+            delete: false,
+            truncate: false,
+            via_root,
+            tables,
+        }
+    }
+
+    #[test]
+    fn catalog_partitioned_outbox_needs_publish_via_partition_root() {
+        let outbox = table(10, "outbox", true);
+        let leaf = publication(false, vec![published(11, 10, "outbox_2026_01")]);
+        let problems = leaf.problems(std::slice::from_ref(&outbox));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].fix, "ALTER PUBLICATION p SET (publish_via_partition_root = true)");
+        let root = publication(true, vec![published(10, 10, "outbox")]);
+        assert!(root.problems(&[outbox]).is_empty());
+    }
+
+    #[test]
+    fn catalog_every_outbox_table_must_be_published_with_inserts() {
+        let tables = [table(10, "outbox", false), table(20, "billing", false)];
+        let mut p = publication(true, vec![published(10, 10, "outbox")]);
+        p.insert = false;
+        let fixes: Vec<String> = p.problems(&tables).into_iter().map(|p| p.fix).collect();
+        assert_eq!(
+            fixes,
+            [
+                "ALTER PUBLICATION p SET (publish = 'insert')",
+                "ALTER PUBLICATION p ADD TABLE public.billing"
+            ]
+        );
+    }
+
+    #[test]
+    fn catalog_publication_is_created_for_inserts_via_the_partition_root() {
+        let sql = create_publication_sql(
+            "walrelay",
+            &[TableName::new("public", "outbox"), TableName::new("billing", "outbox")],
+        );
+        assert_eq!(
+            sql,
+            "CREATE PUBLICATION \"walrelay\" FOR TABLE \"public\".\"outbox\", \"billing\".\"outbox\" \
+             WITH (publish = 'insert', publish_via_partition_root = true)"
+        );
+    }
+}

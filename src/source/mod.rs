@@ -1,0 +1,58 @@
+//! PostgreSQL: the one owner of what walrelay knows about the server. `run`, `check`, `setup`,
+//! `status` and `purge` all learn it here.
+//!
+//! * [`connect`] — which server a session talks to (libpq's hosts, ports, environment and
+//!   `target_session_attrs`) and the control connection, every query with a deadline;
+//! * [`catalog`] — the outbox tables (by OID) and the publication;
+//! * [`slot`] — the replication slot (failover slots on 17+);
+//! * [`stream`] — the replication stream and what its errors mean;
+//! * [`error`] — errors classified by SQLSTATE, never by (translated) message text;
+//! * [`libpq`] — the `PG*` environment variables and the password file.
+//!
+//! Nothing here reads an outbox table (I4) — only `pg_catalog`, settings and slot functions.
+//! Rows arrive exclusively through the slot.
+
+pub mod catalog;
+pub mod connect;
+pub mod error;
+pub mod libpq;
+pub mod slot;
+pub mod stream;
+
+pub use self::catalog::{OutboxTable, Publication};
+pub use self::connect::{connect, Control, Endpoint};
+
+use crate::config::{OutboxConfig, SourceConfig};
+use crate::error::{Error, Result};
+use crate::lsn::Lsn;
+
+/// What a session checked and set up before streaming.
+pub struct Prepared {
+    pub control: Control,
+    pub tables: Vec<OutboxTable>,
+    pub publication: Publication,
+    /// Where the slot resumes: the last position a relay confirmed.
+    pub confirmed: Lsn,
+}
+
+/// Connects and checks what walrelay needs; creates the publication and the slot when they are
+/// missing and `create` allows (false once this process has streamed: a publication or slot
+/// that disappears later was dropped, and recreating it would hide lost events).
+pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) -> Result<Prepared> {
+    let control = connect(src).await?;
+    let wal_level: String = control
+        .query_one("cannot read wal_level", "SELECT current_setting('wal_level')", &[])
+        .await?
+        .get(0);
+    if wal_level != "logical" {
+        return Err(Error::definite(
+            format!("wal_level is {wal_level}, not logical"),
+            "set wal_level = logical in postgresql.conf and restart PostgreSQL",
+        ));
+    }
+    let tables = catalog::outbox_tables(&control, &outbox.tables).await?;
+    let publication =
+        catalog::ensure_publication(&control, &src.publication, &tables, create).await?;
+    let confirmed = slot::ensure_slot(&control, src, create).await?;
+    Ok(Prepared { control, tables, publication, confirmed })
+}
