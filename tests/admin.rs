@@ -11,14 +11,14 @@ use crate::common::Setup;
 use crate::support::relay::walrelay_bin;
 use crate::support::{free_port, scratch_dir, services, unique};
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Run {
-    fn lines_starting(&self, prefix: &str) -> Vec<&str> {
+    pub fn lines_starting(&self, prefix: &str) -> Vec<&str> {
         self.stdout.lines().filter(|l| l.starts_with(prefix)).collect()
     }
 }
@@ -34,7 +34,7 @@ impl std::fmt::Display for Run {
 }
 
 /// Runs `walrelay <args…> --config <file with config_toml>` (no config when `None`).
-fn walrelay(args: &[&str], config_toml: Option<&str>) -> Run {
+pub(crate) fn walrelay(args: &[&str], config_toml: Option<&str>) -> Run {
     let mut cmd = Command::new(walrelay_bin());
     cmd.args(args);
     if let Some(text) = config_toml {
@@ -51,7 +51,7 @@ fn walrelay(args: &[&str], config_toml: Option<&str>) -> Run {
 }
 
 /// `walrelay` in a blocking thread, so the test's runtime keeps serving its connections.
-async fn walrelay_async(args: &[&str], config_toml: Option<&str>) -> Run {
+pub(crate) async fn walrelay_async(args: &[&str], config_toml: Option<&str>) -> Run {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let config = config_toml.map(str::to_owned);
     tokio::task::spawn_blocking(move || {

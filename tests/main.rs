@@ -8,6 +8,7 @@ mod harness_smoke;
 
 mod admin;
 mod cli;
+mod connections;
 mod database;
 mod delivery;
 mod durability;
@@ -16,3 +17,4 @@ mod goldens;
 mod migration;
 mod ops;
 mod security;
+mod tables;

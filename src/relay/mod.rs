@@ -388,7 +388,8 @@ impl<'c> Session<'c> {
     }
 
     /// Makes sure the server holds `target` before the process exits: the replication client
-    /// sends it within one status interval; if the stream closes first, advance the slot.
+    /// sends it within one status interval; if the stream closes first, advance the slot. Every
+    /// wait here is bounded, so a stalled server delays a stop by seconds, not a query timeout.
     async fn confirm_on_server(&mut self, target: Lsn) {
         let name = self.config.source.slot.as_str();
         let control = &self.control;
@@ -397,20 +398,23 @@ impl<'c> Session<'c> {
             matches!(slot::slot(control, name).await, Ok(Some(s)) if s.confirmed >= Some(target))
         })
         .await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.stream.shutdown()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.shutdown()).await;
         if reached {
             return;
         }
         let control = &self.control;
-        let inactive = poll_until(Duration::from_secs(5), || async move {
+        let inactive = poll_until(Duration::from_secs(2), || async move {
             matches!(slot::slot(control, name).await, Ok(Some(s)) if !s.active)
         })
         .await;
-        if inactive {
-            if let Err(e) = slot::advance(control, name, target).await {
-                tracing::warn!(error = %e.chain(), "could not confirm the final position; a restart will replay from the previous one");
-            }
+        let advanced = match inactive {
+            true => tokio::time::timeout(Duration::from_secs(2), slot::advance(control, name, target)).await,
+            false => Ok(Err(Error::transient_msg("the slot stayed active"))),
+        };
+        if let Ok(Ok(())) = advanced {
+            return;
         }
+        tracing::warn!(%target, "could not confirm the final position; a restart will replay from the previous one");
     }
 }
 
@@ -472,19 +476,19 @@ fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
     }
 }
 
-/// Polls `check` every 50 ms until it holds or `within` has passed.
+/// Polls `check` every 50 ms until it holds or `within` has passed; a check still running at
+/// the deadline is abandoned.
 async fn poll_until<F, Fut>(within: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + within;
+    let deadline = tokio::time::Instant::now() + within;
     loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
+        match tokio::time::timeout_at(deadline, check()).await {
+            Ok(true) => return true,
+            Ok(false) if tokio::time::Instant::now() < deadline => {}
+            _ => return false,
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -14,6 +14,7 @@ pub mod broker;
 pub mod faults;
 pub mod kafka;
 pub mod postgres;
+pub mod proxy;
 pub mod relay;
 
 pub use broker::Broker;

@@ -1,0 +1,145 @@
+//! Connections as libpq makes them: the `PG*` environment, Unix sockets, several hosts; both of
+//! walrelay's connections on the same server; a stalled server never holds a shutdown.
+
+use std::time::{Duration, Instant};
+
+use crate::common::{ids, Setup};
+use crate::support::proxy::Proxy;
+use crate::support::relay::RelayProcess;
+use crate::support::{free_port, services, unique, wait_until};
+
+/// `(backend_type, client_port)` of the sessions whose application_name is `app`: a walsender
+/// and a client backend for a streaming relay; port -1 means a Unix socket.
+async fn sessions_of(s: &Setup, app: &str) -> Vec<(String, i32)> {
+    let rows = s
+        .db
+        .connect()
+        .await
+        .query(
+            "SELECT backend_type, coalesce(client_port, -1) FROM pg_stat_activity \
+             WHERE application_name = $1 ORDER BY backend_type",
+            &[&app],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+async fn wait_sessions(s: &Setup, app: &str) -> Vec<(String, i32)> {
+    wait_until("the relay's two sessions", Duration::from_secs(30), || async {
+        sessions_of(s, app).await.len() == 2
+    })
+    .await;
+    sessions_of(s, app).await
+}
+
+/// Without `url`, `[source]` connects from libpq's environment alone (host, port, database,
+/// user, application name), and both connections carry it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_connects_from_the_libpq_environment_alone() {
+    let s = Setup::new("pgenv").await;
+    let config = s.config().replace(&format!("url = \"{}\"\n", s.db.url), "");
+    assert!(!config.contains("url ="), "{config}");
+    let app = unique("envapp");
+    let port = services().pg.port().to_string();
+    let mut relay = RelayProcess::start_with(
+        &config,
+        &[],
+        &[
+            ("PGHOST", "127.0.0.1"),
+            ("PGPORT", &port),
+            ("PGDATABASE", &s.db.name),
+            ("PGUSER", "postgres"),
+            ("PGAPPNAME", &app),
+        ],
+    );
+    s.wait_streaming(&mut relay).await;
+    let sessions = wait_sessions(&s, &app).await;
+    let kinds: Vec<&str> = sessions.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["client backend", "walsender"], "{sessions:?}\n{}", relay.log());
+    let sent = s.insert_events("Order", "o-1", 3).await;
+    assert_eq!(ids(&s.read("Order", 3).await), sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+}
+
+/// A Unix-socket host (`host=/dir`) is used by both connections (client_port -1 for each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_host_is_used_by_both_connections() {
+    let s = Setup::new("unixsock").await;
+    let app = unique("sockapp");
+    let pg = &services().pg;
+    let conninfo = format!(
+        "host={} port={} dbname={} user=postgres application_name={app}",
+        pg.socket_dir().display(),
+        pg.port(),
+        s.db.name
+    );
+    let config = s.config().replace(&s.db.url, &conninfo);
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let sessions = wait_sessions(&s, &app).await;
+    assert_eq!(
+        sessions,
+        [("client backend".to_string(), -1), ("walsender".to_string(), -1)],
+        "both connections on the socket\n{}",
+        relay.log()
+    );
+    let sent = s.insert_events("Order", "o-1", 2).await;
+    assert_eq!(ids(&s.read("Order", 2).await), sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+}
+
+/// Several hosts are tried in order: a first host that refuses connections is skipped and both
+/// connections go to the next one; the log names the server chosen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_host_url_skips_a_host_that_refuses_and_uses_one_server_for_both_connections() {
+    let s = Setup::new("multihost").await;
+    let app = unique("multiapp");
+    let dead = free_port();
+    let port = services().pg.port();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{dead},127.0.0.1:{port}/{}?application_name={app}&target_session_attrs=read-write",
+        s.db.name
+    );
+    let config = s.config().replace(&s.db.url, &url);
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let sessions = wait_sessions(&s, &app).await;
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(relay.log().contains(&format!("server=127.0.0.1:{port}")), "{}", relay.log());
+    let sent = s.insert_events("Order", "o-1", 2).await;
+    assert_eq!(ids(&s.read("Order", 2).await), sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+}
+
+/// A server that stops answering (here: a proxy that forwards nothing any more) never holds a
+/// shutdown: SIGTERM ends the relay within seconds, exit code 0, though the final confirmation
+/// could not reach the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_server_does_not_hold_a_graceful_shutdown() {
+    let s = Setup::new("stalled").await;
+    let proxy = Proxy::start(services().pg.port()).await;
+    let url = s.db.url.replace(&format!(":{}/", services().pg.port()), &format!(":{}/", proxy.port()));
+    assert_ne!(url, s.db.url);
+    let config = s.config().replace(&s.db.url, &url);
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let sent = s.insert_events("Order", "o-1", 2).await;
+    assert_eq!(ids(&s.read("Order", 2).await), sent, "{}", relay.log());
+
+    proxy.freeze();
+    // The relay's next catalog check and status update go nowhere.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = Instant::now();
+    let code = tokio::task::spawn_blocking(move || {
+        let code = relay.terminate();
+        (code, relay)
+    })
+    .await
+    .unwrap();
+    let took = asked.elapsed();
+    let (code, relay) = code;
+    println!("stalled server: SIGTERM to exit in {took:.1?}, exit code {code:?}");
+    assert_eq!(code, Some(0), "{}", relay.log());
+    assert!(took < Duration::from_secs(10), "shutdown took {took:?}\n{}", relay.log());
+}
