@@ -11,17 +11,16 @@ use crate::support::{free_port, services, unique, wait_until};
 /// `(backend_type, client_port)` of the sessions whose application_name is `app`: a walsender
 /// and a client backend for a streaming relay; port -1 means a Unix socket.
 async fn sessions_of(s: &Setup, app: &str) -> Vec<(String, i32)> {
-    let rows = s
-        .db
-        .connect()
-        .await
-        .query(
-            "SELECT backend_type, coalesce(client_port, -1) FROM pg_stat_activity \
+    let rows =
+        s.db.connect()
+            .await
+            .query(
+                "SELECT backend_type, coalesce(client_port, -1) FROM pg_stat_activity \
              WHERE application_name = $1 ORDER BY backend_type",
-            &[&app],
-        )
-        .await
-        .unwrap();
+                &[&app],
+            )
+            .await
+            .unwrap();
     rows.iter().map(|r| (r.get(0), r.get(1))).collect()
 }
 
@@ -119,7 +118,8 @@ async fn multi_host_url_skips_a_host_that_refuses_and_uses_one_server_for_both_c
 async fn stalled_server_does_not_hold_a_graceful_shutdown() {
     let s = Setup::new("stalled").await;
     let proxy = Proxy::start(services().pg.port()).await;
-    let url = s.db.url.replace(&format!(":{}/", services().pg.port()), &format!(":{}/", proxy.port()));
+    let url =
+        s.db.url.replace(&format!(":{}/", services().pg.port()), &format!(":{}/", proxy.port()));
     assert_ne!(url, s.db.url);
     let config = s.config().replace(&s.db.url, &url);
     let mut relay = RelayProcess::start(&config);

@@ -11,7 +11,6 @@ use crate::support::kafka::{self, Consumed};
 use crate::support::relay::RelayProcess;
 use crate::support::{services, wait_until};
 
-
 /// A range-partitioned outbox named `outbox` (replacing Setup's plain one) with an old
 /// partition (2025) and a current one (2026–2027).
 async fn partitioned_outbox(s: &Setup) {
@@ -71,7 +70,8 @@ fn assert_ordered(by_key: &BTreeMap<String, Vec<u64>>) {
 /// order per aggregate: rows of the current partition, of an old partition, and of a
 /// partition attached while the relay streams.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn partitioned_outbox_rows_are_relayed_in_order_from_old_current_and_newly_attached_partitions() {
+async fn partitioned_outbox_rows_are_relayed_in_order_from_old_current_and_newly_attached_partitions(
+) {
     let s = Setup::new("partitioned").await;
     partitioned_outbox(&s).await;
     let mut relay = s.start_relay();
@@ -113,13 +113,17 @@ async fn partitioned_outbox_rows_are_relayed_in_order_from_old_current_and_newly
 async fn partitioned_outbox_with_a_publication_without_partition_root_is_refused_with_the_fix() {
     let s = Setup::new("pubnoroot").await;
     partitioned_outbox(&s).await;
-    s.db.execute(&format!("CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')", s.publication))
-        .await;
+    s.db.execute(&format!(
+        "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+        s.publication
+    ))
+    .await;
     let mut relay = s.start_relay();
     let code = relay.wait_exit(Duration::from_secs(30));
     let log = relay.log();
     assert_eq!(code, Some(1), "{log}");
-    let fix = format!("ALTER PUBLICATION {} SET (publish_via_partition_root = true)", s.publication);
+    let fix =
+        format!("ALTER PUBLICATION {} SET (publish_via_partition_root = true)", s.publication);
     assert!(log.contains("publish_via_partition_root is off") && log.contains(&fix), "{log}");
 
     let check = crate::admin::walrelay_async(&["check"], Some(&s.config())).await;
@@ -162,7 +166,8 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
 
     faults::freeze(broker.pid());
     let lsn_before_rows: u64 = {
-        let row = s.db.connect().await.query_one("SELECT pg_current_wal_lsn()::text", &[]).await.unwrap();
+        let row =
+            s.db.connect().await.query_one("SELECT pg_current_wal_lsn()::text", &[]).await.unwrap();
         faults::parse_lsn(row.get::<_, &str>(0))
     };
     let mut expected = vec![first];
@@ -213,7 +218,8 @@ async fn two_outbox_tables_in_one_relay_keep_commit_order_across_tables() {
     let mut expected = Vec::new();
     for n in 0..40 {
         let table = if n % 3 == 0 { "billing.outbox" } else { "public.outbox" };
-        expected.push(insert_at(&s, table, &format!("o-{}", n % 4), n, "2026-12-01 00:00:00+00").await);
+        expected
+            .push(insert_at(&s, table, &format!("o-{}", n % 4), n, "2026-12-01 00:00:00+00").await);
     }
     // One transaction writing both tables: its rows keep their order too.
     s.db.execute(&format!(
@@ -234,17 +240,16 @@ async fn two_outbox_tables_in_one_relay_keep_commit_order_across_tables() {
     let by_key = sequences(&got);
     assert_ordered(&by_key);
     println!("two outbox tables: 42 of 42 rows delivered, {} aggregates in commit order across both tables", by_key.len());
-    let publications: i64 = s
-        .db
-        .connect()
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
-            &[&s.publication],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let publications: i64 =
+        s.db.connect()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
+                &[&s.publication],
+            )
+            .await
+            .unwrap()
+            .get(0);
     assert_eq!(publications, 2, "one publication carries both tables");
     assert_eq!(relay.terminate(), Some(0));
 }
@@ -263,7 +268,11 @@ async fn renamed_outbox_table_keeps_being_relayed_by_oid() {
     }
     let got = s.read("Order", 6).await;
     assert_eq!(ids(&got), expected, "{}", relay.log());
-    assert!(relay.wait_for_log("the outbox table was renamed", Duration::from_secs(15)).await, "{}", relay.log());
+    assert!(
+        relay.wait_for_log("the outbox table was renamed", Duration::from_secs(15)).await,
+        "{}",
+        relay.log()
+    );
     assert!(relay.is_running(), "{}", relay.log());
     assert_eq!(relay.terminate(), Some(0));
 }
@@ -277,7 +286,11 @@ async fn renamed_outbox_table_keeps_being_relayed_by_oid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row_of_a_table_that_took_the_outbox_name_is_dead_lettered_or_stops_the_relay() {
     let s = Setup::new("impostor").await;
-    s.db.execute(&format!("CREATE PUBLICATION {} FOR ALL TABLES WITH (publish = 'insert')", s.publication)).await;
+    s.db.execute(&format!(
+        "CREATE PUBLICATION {} FOR ALL TABLES WITH (publish = 'insert')",
+        s.publication
+    ))
+    .await;
     let dlq = format!("{}.dlq", s.topic_prefix);
     let with_dlq = s.config_with("", "", &format!("[dead_letter]\ntopic = \"{dlq}\"\n"));
     let mut relay = RelayProcess::start(&with_dlq);
@@ -289,13 +302,22 @@ async fn row_of_a_table_that_took_the_outbox_name_is_dead_lettered_or_stops_the_
     s.db.create_outbox("outbox").await;
     let stray = insert_at(&s, "outbox", "o-1", 1, "2026-12-01 00:00:00+00").await;
     let renamed = insert_at(&s, "outbox_a", "o-1", 2, "2026-12-01 00:00:00+00").await;
-    let letters = kafka::consume(services().broker.bootstrap(), &dlq, 1, Duration::from_secs(60)).await;
+    let letters =
+        kafka::consume(services().broker.bootstrap(), &dlq, 1, Duration::from_secs(60)).await;
     assert_eq!(letters.len(), 1, "{}", relay.log());
     let reason = letters[0].header_str("walrelay.error").unwrap_or("");
-    assert!(reason.contains("carries the name of the outbox table public.outbox but is not it"), "{reason}");
+    assert!(
+        reason.contains("carries the name of the outbox table public.outbox but is not it"),
+        "{reason}"
+    );
     assert_eq!(letters[0].header_str("walrelay.table"), Some("public.outbox"));
     assert!(letters[0].value_str().unwrap_or("").contains(&stray), "{:?}", letters[0].value_str());
-    assert_eq!(ids(&s.read("Order", 2).await), vec![first.clone(), renamed.clone()], "{}", relay.log());
+    assert_eq!(
+        ids(&s.read("Order", 2).await),
+        vec![first.clone(), renamed.clone()],
+        "{}",
+        relay.log()
+    );
     assert_eq!(relay.terminate(), Some(0));
 
     // Without a dead-letter topic: the relay now resolves public.outbox to the new table; a
@@ -308,9 +330,16 @@ async fn row_of_a_table_that_took_the_outbox_name_is_dead_lettered_or_stops_the_
     let code = relay.wait_exit(Duration::from_secs(30));
     let log = relay.log();
     assert_eq!(code, Some(1), "{log}");
-    assert!(log.contains("carries the name of the outbox table public.outbox but is not it"), "{log}");
+    assert!(
+        log.contains("carries the name of the outbox table public.outbox but is not it"),
+        "{log}"
+    );
     assert!(log.contains("nothing after this row was confirmed"), "{log}");
-    assert_eq!(s.read_within("Order", 3, Duration::from_secs(3)).await.len(), 2, "the stray row was published");
+    assert_eq!(
+        s.read_within("Order", 3, Duration::from_secs(3)).await.len(),
+        2,
+        "the stray row was published"
+    );
 
     // Restarted, the relay resolves the name again: the row it stopped at is now the outbox's.
     let mut relay = s.start_relay();

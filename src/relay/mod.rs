@@ -408,7 +408,10 @@ impl<'c> Session<'c> {
         })
         .await;
         let advanced = match inactive {
-            true => tokio::time::timeout(Duration::from_secs(2), slot::advance(control, name, target)).await,
+            true => {
+                tokio::time::timeout(Duration::from_secs(2), slot::advance(control, name, target))
+                    .await
+            }
             false => Ok(Err(Error::transient_msg("the slot stayed active"))),
         };
         if let Ok(Ok(())) = advanced {
