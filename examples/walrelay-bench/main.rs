@@ -21,6 +21,7 @@ mod measure;
 mod polling;
 mod probe;
 mod report;
+mod shapes;
 mod steady;
 mod systems;
 mod walstream;
@@ -92,6 +93,10 @@ struct Opts {
     /// Which systems to run: ceiling, walrelay, polling (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "ceiling,walrelay,polling")]
     systems: Vec<String>,
+    /// Outbox table shapes walrelay also drains, beside the plain table (comma-separated:
+    /// partitioned, two-tables; "none" skips).
+    #[arg(long, default_value = "partitioned,two-tables")]
+    shapes: String,
     /// Don't build the release walrelay binary first.
     #[arg(long)]
     no_build: bool,
@@ -115,6 +120,7 @@ pub struct Settings {
     pub poll_ms: u64,
     pub polling_rates: Vec<u64>,
     pub systems: Vec<String>,
+    pub shapes: Vec<String>,
     pub sync_commit: bool,
     pub walrelay_bin: String,
 }
@@ -146,6 +152,12 @@ fn main() {
         poll_ms: o.poll_ms,
         polling_rates: o.polling_rates.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
         systems: o.systems.clone(),
+        shapes: o
+            .shapes
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty() && x != "none")
+            .collect(),
         sync_commit: !o.async_commit,
         walrelay_bin: String::new(),
     };
@@ -287,7 +299,16 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 let d = if ceiling_turn && s.runs("ceiling") {
                     systems::ceiling(&ctx, &db, &ceil_slot, &publication, &load).await
                 } else if !ceiling_turn && s.runs("walrelay") {
-                    systems::walrelay_drain(&ctx, &db, &relay_slot, &publication, &load).await
+                    systems::walrelay_drain(
+                        &ctx,
+                        &db,
+                        &relay_slot,
+                        &publication,
+                        &load,
+                        "walrelay",
+                        systems::PLAIN_OUTBOX,
+                    )
+                    .await
                 } else {
                     continue;
                 };
@@ -318,6 +339,18 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 rep.floors.push(f);
             }
             workload::drop_db(&db).await;
+        }
+        if s.runs("walrelay") {
+            for name in &s.shapes {
+                let Some(shape) = shapes::Shape::parse(name) else {
+                    eprintln!("[bench] unknown table shape {name:?} (partitioned, two-tables)");
+                    continue;
+                };
+                let (load, d) = shapes::drain(&ctx, shape, s.events, s.rows_per_txn).await;
+                report::log_drain(&d);
+                rep.loads.push((shape.system().to_string(), load));
+                rep.drains.push(d);
+            }
         }
         if s.runs("polling") {
             for (bi, &batch) in s.batches.iter().enumerate() {

@@ -43,6 +43,8 @@ pub struct DrainRow {
     pub runs: usize,
     pub events_per_s: Stat,
     pub ratio_to_ceiling: Stat,
+    /// A table shape's drain against the plain table's, in the same repetition.
+    pub ratio_to_walrelay: Stat,
     pub seconds: Stat,
     pub relay_cpu_s: Stat,
     pub relay_cpu_us_per_event: Stat,
@@ -152,6 +154,10 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
             runs: runs.len(),
             events_per_s: st(&|_, d| Some(d.events_per_s)),
             ratio_to_ceiling: st(&|r, d| ceiling_of(r).map(|c| d.events_per_s / c)),
+            ratio_to_walrelay: st(&|r, d| {
+                let plain = r.drains.iter().find(|x| x.system == "walrelay")?;
+                d.system.starts_with("walrelay, ").then(|| d.events_per_s / plain.events_per_s)
+            }),
             seconds: st(&|_, d| Some(d.seconds)),
             relay_cpu_s: st(&|_, d| Some(d.relay_cpu_s)),
             relay_cpu_us_per_event: st(&|_, d| Some(d.relay_cpu_s * 1e6 / d.events as f64)),
@@ -378,6 +384,24 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
             delivered,
             d.foreign_cores.show(|x| format!("{x:.2}")),
         );
+    }
+    let shapes: Vec<&DrainRow> = sum.drains.iter().filter(|d| d.ratio_to_walrelay.n > 0).collect();
+    if !shapes.is_empty() {
+        let _ = writeln!(o, "\n### Outbox shapes: walrelay draining the same rows from other table shapes\n");
+        let _ = writeln!(o, "| shape | events/s | × plain table | relay µs/event | relay peak RSS MB | delivered |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        for d in shapes {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} |",
+                d.system,
+                d.events_per_s.show(thousands),
+                d.ratio_to_walrelay.show(|x| format!("{x:.2}")),
+                d.relay_cpu_us_per_event.show(|x| format!("{x:.1}")),
+                d.peak_rss_mb.show(|x| format!("{x:.1}")),
+                if d.delivered_ok { "all" } else { "**NO**" },
+            );
+        }
     }
     if !sum.latency.is_empty() {
         let _ = writeln!(

@@ -126,13 +126,18 @@ pub async fn ceiling(
     }
 }
 
-/// `http_port`: where walrelay serves /metrics (the steady phase reads commit→ack there).
+/// The `[outbox]` section of the default shape: one plain table.
+pub const PLAIN_OUTBOX: &str = "[outbox]\ntable = \"public.outbox\"\n";
+
+/// `http_port`: where walrelay serves /metrics (the steady phase reads commit→ack there);
+/// `outbox`: the `[outbox]` section (and any section a table shape needs).
 pub fn walrelay_config(
     db: &TestDb,
     slot: &str,
     publication: &str,
     prefix: &str,
     http_port: u16,
+    outbox: &str,
 ) -> String {
     format!(
         r#"[source]
@@ -141,8 +146,7 @@ slot = "{slot}"
 publication = "{publication}"
 status_interval_ms = 100
 
-[outbox]
-table = "public.outbox"
+{outbox}
 
 [router]
 "route.topic.replacement" = "{prefix}.outbox.event.${{routedByValue}}"
@@ -183,19 +187,23 @@ async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> u64 {
 }
 
 /// walrelay drains the backlog from its slot into the broker; done when the slot's
-/// confirmed_flush_lsn passed the end of the load (every record acknowledged).
+/// confirmed_flush_lsn passed the end of the load (every record acknowledged). `system` names
+/// the row ("walrelay", or a table shape), `outbox` is its `[outbox]` section.
+#[allow(clippy::too_many_arguments)]
 pub async fn walrelay_drain(
     ctx: &Ctx<'_>,
     db: &TestDb,
     slot: &str,
     publication: &str,
     load: &Loaded,
+    system: &str,
+    outbox: &str,
 ) -> Drain {
     let prefix = unique("wr");
     crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
-    let config = walrelay_config(db, slot, publication, &prefix, crate::support::free_port());
-    let before = table_stats(db).await;
+    let config = walrelay_config(db, slot, publication, &prefix, crate::support::free_port(), outbox);
+    let before = workload::try_table_stats(db).await;
     let watch = workload::connect(&db.url).await;
     let a = ctx.meter.snap(None);
     let mut relay = start_walrelay(&config);
@@ -227,17 +235,17 @@ pub async fn walrelay_drain(
     let cpu = delta(&a, &b);
     let delivery =
         read_back(&prefix, workload::BACKLOG_GROUP, 1..=load.events, ctx.aggregates).await;
-    let after = table_stats_settled(db).await;
+    let after = workload::try_table_stats_settled(db).await;
     Drain {
-        system: "walrelay".into(),
+        system: system.into(),
         events: load.events,
         seconds: cpu.wall_s,
         events_per_s: load.events as f64 / cpu.wall_s,
         relay_cpu_s: cpu.relay_cpu_s,
         peak_rss_mb: rss,
         cpu,
-        table_before: Some(before),
-        table_after: Some(after),
+        table_before: before,
+        table_after: after,
         ok: done && delivery.complete(),
         delivery: Some(delivery),
         polling_split: None,
@@ -286,7 +294,8 @@ pub async fn walrelay_steady(
     insert_one(db, ctx.sync_commit, 0, ctx.aggregates).await;
     let http_port = crate::support::free_port();
     let t0 = now_us();
-    let mut relay = start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port));
+    let mut relay =
+        start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port, PLAIN_OUTBOX));
     // Published = acknowledged by the broker: the first ack counted in walrelay's histogram.
     let first_deadline = Instant::now() + Duration::from_secs(30);
     let mut first = None;

@@ -106,21 +106,52 @@ pub struct Loaded {
 /// statement each), over two connections; then VACUUM ANALYZE and CHECKPOINT, so every system
 /// starts from the same clean table.
 pub async fn load(db: &TestDb, n: u64, per_txn: u64, aggregates: u32) -> Loaded {
+    load_into(db, n, per_txn, aggregates, &["outbox"]).await
+}
+
+/// Like [`load`], transaction `t` writing its rows into `tables[t % tables.len()]`.
+pub async fn load_into(db: &TestDb, n: u64, per_txn: u64, aggregates: u32, tables: &[&str]) -> Loaded {
+    let statements: Vec<String> = tables
+        .iter()
+        .map(|table| {
+            format!(
+                "INSERT INTO {table} ({COLUMNS}) SELECT {} FROM generate_series($1::bigint, $2::bigint) g",
+                row_sql("g", BACKLOG_GROUP, aggregates)
+            )
+        })
+        .collect();
+    let mut loaded = load_statements(db, n, per_txn, statements).await;
+    let c0 = db.connect().await;
+    loaded.avg_payload_bytes = c0
+        .query_one(&format!("SELECT avg(octet_length(payload::text))::float8 FROM {}", tables[0]), &[])
+        .await
+        .map(|r| r.get::<_, Option<f64>>(0).unwrap_or(0.0))
+        .unwrap_or(0.0);
+    for table in tables {
+        c0.batch_execute(&format!("VACUUM ANALYZE {table}")).await.expect("vacuum");
+    }
+    c0.batch_execute("CHECKPOINT").await.expect("checkpoint");
+    loaded
+}
+
+/// Runs `statements[t % len]` with `($1, $2)` = the event range of transaction `t`, over two
+/// connections; the WAL span they wrote and how long it took.
+pub async fn load_statements(db: &TestDb, n: u64, per_txn: u64, statements: Vec<String>) -> Loaded {
     let started = Instant::now();
     let c0 = db.connect().await;
     let start_lsn = lsn_query(&c0, "SELECT pg_current_wal_insert_lsn()::text").await;
-    let sql = format!(
-        "INSERT INTO outbox ({COLUMNS}) SELECT {} FROM generate_series($1::bigint, $2::bigint) g",
-        row_sql("g", BACKLOG_GROUP, aggregates)
-    );
     let next = Arc::new(AtomicU64::new(0));
     let txns = n.div_ceil(per_txn);
+    let statements = Arc::new(statements);
     let mut tasks = Vec::new();
     for _ in 0..2 {
-        let (url, sql, next) = (db.url.clone(), sql.clone(), next.clone());
+        let (url, statements, next) = (db.url.clone(), statements.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let c = connect(&url).await;
-            let stmt = c.prepare(&sql).await.expect("prepare load");
+            let mut prepared = Vec::new();
+            for sql in statements.iter() {
+                prepared.push(c.prepare(sql).await.expect("prepare load"));
+            }
             loop {
                 let t = next.fetch_add(1, Ordering::Relaxed);
                 if t >= txns {
@@ -128,7 +159,8 @@ pub async fn load(db: &TestDb, n: u64, per_txn: u64, aggregates: u32) -> Loaded 
                 }
                 let lo = (t * per_txn + 1) as i64;
                 let hi = ((t + 1) * per_txn).min(n) as i64;
-                c.execute(&stmt, &[&lo, &hi]).await.expect("load batch");
+                let stmt = &prepared[(t % prepared.len() as u64) as usize];
+                c.execute(stmt, &[&lo, &hi]).await.expect("load batch");
             }
         }));
     }
@@ -137,14 +169,7 @@ pub async fn load(db: &TestDb, n: u64, per_txn: u64, aggregates: u32) -> Loaded 
     }
     let end_lsn = lsn_query(&c0, "SELECT pg_current_wal_insert_lsn()::text").await;
     let seconds = started.elapsed().as_secs_f64();
-    let avg_payload_bytes: f64 = c0
-        .query_one("SELECT avg(octet_length(payload::text))::float8 FROM outbox", &[])
-        .await
-        .map(|r| r.get::<_, Option<f64>>(0).unwrap_or(0.0))
-        .unwrap_or(0.0);
-    c0.batch_execute("VACUUM ANALYZE outbox").await.expect("vacuum");
-    c0.batch_execute("CHECKPOINT").await.expect("checkpoint");
-    Loaded { events: n, seconds, end_lsn, wal_bytes: end_lsn - start_lsn, avg_payload_bytes }
+    Loaded { events: n, seconds, end_lsn, wal_bytes: end_lsn - start_lsn, avg_payload_bytes: 0.0 }
 }
 
 pub async fn lsn_query(c: &Client, sql: &str) -> u64 {
@@ -186,9 +211,15 @@ pub struct TableStats {
 }
 
 pub async fn table_stats(db: &TestDb) -> TableStats {
+    try_table_stats(db).await.expect("table stats of outbox")
+}
+
+/// Statistics of a plain `outbox` table; `None` for a shape without one (a partitioned table
+/// keeps its statistics on the partitions, a message-only outbox has no table).
+pub async fn try_table_stats(db: &TestDb) -> Option<TableStats> {
     let c = db.connect().await;
     let r = c
-        .query_one(
+        .query_opt(
             "SELECT pg_total_relation_size('outbox')::float8 / 1048576, \
                     pg_relation_size('outbox')::float8 / 1048576, \
                     n_live_tup, n_dead_tup, n_tup_upd, \
@@ -197,8 +228,8 @@ pub async fn table_stats(db: &TestDb) -> TableStats {
             &[],
         )
         .await
-        .expect("table stats");
-    TableStats {
+        .ok()??;
+    Some(TableStats {
         total_mb: r.get(0),
         heap_mb: r.get(1),
         live_tup: r.get(2),
@@ -206,7 +237,7 @@ pub async fn table_stats(db: &TestDb) -> TableStats {
         tup_upd: r.get(4),
         scans: r.get(5),
         autovacuums: r.get(6),
-    }
+    })
 }
 
 /// Table statistics once the statistics collector caught up (PostgreSQL flushes backend
@@ -214,6 +245,11 @@ pub async fn table_stats(db: &TestDb) -> TableStats {
 pub async fn table_stats_settled(db: &TestDb) -> TableStats {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     table_stats(db).await
+}
+
+pub async fn try_table_stats_settled(db: &TestDb) -> Option<TableStats> {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    try_table_stats(db).await
 }
 
 /// Result of one fixed-rate phase of single-row transactions.

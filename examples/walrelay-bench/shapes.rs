@@ -1,0 +1,99 @@
+//! Outbox table shapes beside the default one, each drained by walrelay from the same rows in
+//! the same invocation, so their cost reads as a ratio to the plain table's drain:
+//!
+//! * `partitioned` — the outbox `PARTITION BY RANGE (created_at)`, four partitions, published
+//!   with `publish_via_partition_root` (every row names the root's relation);
+//! * `two-tables` — two outbox tables in one relay, transactions alternating between them.
+
+use crate::support::{services, unique, TestDb};
+use crate::systems::{walrelay_drain, Ctx, Drain};
+use crate::workload::{self, Loaded};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Partitioned,
+    TwoTables,
+}
+
+impl Shape {
+    pub fn parse(name: &str) -> Option<Shape> {
+        match name.trim() {
+            "partitioned" => Some(Shape::Partitioned),
+            "two-tables" => Some(Shape::TwoTables),
+            _ => None,
+        }
+    }
+
+    /// The drain table's row name.
+    pub fn system(self) -> &'static str {
+        match self {
+            Shape::Partitioned => "walrelay, partitioned outbox",
+            Shape::TwoTables => "walrelay, two outbox tables",
+        }
+    }
+
+    fn tables(self) -> &'static [&'static str] {
+        match self {
+            Shape::Partitioned => &["outbox"],
+            Shape::TwoTables => &["outbox", "billing.outbox"],
+        }
+    }
+
+    fn outbox_toml(self) -> &'static str {
+        match self {
+            Shape::Partitioned => "[outbox]\ntable = \"public.outbox\"\n",
+            Shape::TwoTables => "[outbox]\ntables = [\"public.outbox\", \"billing.outbox\"]\n",
+        }
+    }
+}
+
+const PARTITIONED_OUTBOX: &str = "CREATE TABLE outbox (
+  id uuid NOT NULL,
+  aggregatetype varchar(255) NOT NULL,
+  aggregateid varchar(255) NOT NULL,
+  type varchar(255) NOT NULL,
+  payload jsonb,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (id, created_at)
+) PARTITION BY RANGE (created_at);
+CREATE TABLE outbox_p0 PARTITION OF outbox FOR VALUES FROM (MINVALUE) TO (now() - interval '30 days');
+CREATE TABLE outbox_p1 PARTITION OF outbox FOR VALUES FROM (now() - interval '30 days') TO (now() + interval '1 day');
+CREATE TABLE outbox_p2 PARTITION OF outbox FOR VALUES FROM (now() + interval '1 day') TO (now() + interval '30 days');
+CREATE TABLE outbox_p3 PARTITION OF outbox FOR VALUES FROM (now() + interval '30 days') TO (MAXVALUE);";
+
+/// Creates the shape's tables, publication and slot, loads `events` rows, and drains them.
+pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (Loaded, Drain) {
+    let db: TestDb = services().pg.create_database("bench_shape").await;
+    match shape {
+        Shape::Partitioned => db.execute(PARTITIONED_OUTBOX).await,
+        Shape::TwoTables => {
+            db.create_outbox("outbox").await;
+            db.create_outbox("billing.outbox").await;
+        }
+    }
+    let publication = unique("bench_shape_pub");
+    let slot = unique("shape");
+    let list = shape.tables().join(", ");
+    // Before the rows: decoding sees the publication as the catalog stood when each row was
+    // written.
+    db.execute(&format!(
+        "CREATE PUBLICATION \"{publication}\" FOR TABLE {list} WITH (publish = 'insert', publish_via_partition_root = true)"
+    ))
+    .await;
+    db.connect()
+        .await
+        .query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot])
+        .await
+        .expect("create the shape's slot");
+    let load = workload::load_into(&db, events, per_txn, ctx.aggregates, shape.tables()).await;
+    eprintln!(
+        "[bench] {}: loaded {} rows in {:.1} s",
+        shape.system(),
+        load.events,
+        load.seconds
+    );
+    let d = walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), shape.outbox_toml())
+        .await;
+    workload::drop_db(&db).await;
+    (load, d)
+}
