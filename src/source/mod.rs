@@ -51,8 +51,16 @@ pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) ->
         ));
     }
     let tables = catalog::outbox_tables(&control, &outbox.tables).await?;
+    let existed = catalog::publication(&control, &src.publication).await?.is_some();
     let publication =
         catalog::ensure_publication(&control, &src.publication, &tables, create).await?;
-    let confirmed = slot::ensure_slot(&control, src, create).await?;
-    Ok(Prepared { control, tables, publication, confirmed })
+    let slot = slot::ensure_slot(&control, src, create).await?;
+    if slot.created && existed {
+        // A publication without its slot: walrelay (or Debezium) streamed here before and its
+        // slot is gone — dropped, or lost in a failover before PostgreSQL 17. The new slot
+        // starts now; what was committed since the old one's position is not in it.
+        tracing::warn!(slot = %src.slot, publication = %src.publication, lsn = %slot.confirmed,
+            "created a new replication slot although the publication existed: if an earlier slot was lost (dropped, or a failover on PostgreSQL before 17), events committed between its last confirmed position and this LSN are not relayed — reconcile them (docs/operations.md, failover)");
+    }
+    Ok(Prepared { control, tables, publication, confirmed: slot.confirmed })
 }

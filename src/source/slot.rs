@@ -132,12 +132,18 @@ pub fn wants_failover(src: &SourceConfig, control: &Control) -> Result<bool> {
     }
 }
 
+/// Where the slot resumes, and whether it was just created.
+pub struct Ensured {
+    pub confirmed: Lsn,
+    pub created: bool,
+}
+
 /// Returns where the slot resumes, creating it when `create` allows.
 ///
 /// `create` is false once this process has streamed: a slot that disappears later was dropped
 /// (or lost in a failover without slot synchronisation), and creating a new one would start
 /// after the events committed in between.
-pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) -> Result<Lsn> {
+pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) -> Result<Ensured> {
     let name = src.slot.as_str();
     let failover = wants_failover(src, control)?;
     let Some(slot) = slot(control, name).await? else {
@@ -147,7 +153,8 @@ pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) ->
                 "events committed since the last confirmed position may be lost; reconcile the outbox with Kafka, then restart walrelay (it creates a new slot). On PostgreSQL 17+ let standbys synchronise the slot (docs/operations.md, failover)",
             ));
         }
-        return create_slot(control, name, failover).await;
+        let confirmed = create_slot(control, name, failover).await?;
+        return Ok(Ensured { confirmed, created: true });
     };
     if slot.kind != "logical" || slot.plugin.as_deref() != Some("pgoutput") {
         return Err(Error::definite(
@@ -184,7 +191,7 @@ pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) ->
         tracing::warn!(slot = %name,
             "the slot is not a failover slot, so a standby cannot synchronise it; make it one with ALTER_REPLICATION_SLOT on a replication connection (see docs/operations.md, failover), or set [source] failover = false");
     }
-    Ok(slot.confirmed.unwrap_or_default())
+    Ok(Ensured { confirmed: slot.confirmed.unwrap_or_default(), created: false })
 }
 
 async fn create_slot(control: &Control, name: &str, failover: bool) -> Result<Lsn> {
