@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod config_error;
 pub mod dead_letter;
+pub mod duration;
 pub mod error;
 pub mod http;
 pub mod import;
