@@ -2,7 +2,8 @@
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
 //! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
-//! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file.
+//! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file;
+//! [`retention`] purges relayed outbox rows, off the data path.
 
 pub mod admin;
 pub mod checkpoint;
@@ -18,6 +19,7 @@ pub mod metrics;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;
+pub mod retention;
 pub mod router;
 pub mod source;
 pub mod tls;
