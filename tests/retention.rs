@@ -292,3 +292,21 @@ async fn bad_retention_settings_are_refused_naming_the_key_or_the_column() {
     assert_eq!(check.code, Some(0), "{check}");
     assert!(check.stdout.contains("ok   retention public.outbox: keep 7d, purged every 1h (rows whose events the slot confirmed): rows older than the cut-off by created_at (timestamptz) are deleted in batches of 5000"), "{check}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_purge_for_the_same_slot_skips_its_turn() {
+    let s = Setup::new("purgebusy").await;
+    insert(&s.db, "outbox", 3, "10 days").await;
+    // What a purge running elsewhere (the other relay of a pair) holds.
+    let other = s.db.connect().await;
+    let key = format!("walrelay purge {}", s.slot);
+    other.query_one("SELECT pg_advisory_lock(hashtext($1))", &[&key]).await.unwrap();
+    let pid: i32 = other.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let (run, _) = purge(&s.config(), &["--older-than", "7d", "--wait", "1s"]).await;
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains(&format!("another purge for slot {} runs (pid {pid})", s.slot)),
+        "{run}"
+    );
+    assert_eq!(count(&s.db, "outbox").await, 3);
+}

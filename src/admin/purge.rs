@@ -52,6 +52,11 @@ pub(super) async fn run(
             );
             ExitCode::FAILURE
         }
+        Ok(Outcome::Busy { pid }) => {
+            let who = pid.map_or("another session".to_string(), |p| format!("pid {p}"));
+            eprintln!("error: nothing purged: another purge for slot {} runs ({who}) — fix: let it finish (the other relay of a pair purges too with [retention]), then run purge again if needed", config.source.slot);
+            ExitCode::FAILURE
+        }
         Err(e) => {
             match e.hint() {
                 Some(hint) => eprintln!("error: {} — fix: {hint}", e.chain()),

@@ -74,6 +74,9 @@ pub enum Outcome {
     Purged(Report),
     /// The slot did not confirm `needed` in time: nothing was deleted.
     Unconfirmed { needed: Lsn, confirmed: Option<Lsn>, active: bool, slot: String },
+    /// Another purge for the same slot runs (the other relay of a pair, or a cron job):
+    /// nothing was done.
+    Busy { pid: Option<i32> },
 }
 
 /// One outbox table, checked for retention: its age column and how it is stored.
@@ -159,6 +162,9 @@ pub async fn purge(
     let started = Instant::now();
     let control = source::connect(&config.source).await?;
     prepare_session(&control).await?;
+    if let Some(pid) = exclusive(&control, &config.source.slot).await? {
+        return Ok(Outcome::Busy { pid });
+    }
     let tables = catalog::outbox_tables(&control, &config.outbox.tables).await?;
     let mut plans = Vec::with_capacity(tables.len());
     for table in &tables {
@@ -167,6 +173,7 @@ pub async fn purge(
     let horizon = horizon::now(&control).await?;
     let cutoff = cutoff(&control, opts.older_than).await?;
     let slot = &config.source.slot;
+    let waiting = Instant::now();
     let confirmed =
         match slot::wait_confirmed(&control, slot, horizon.lsn, opts.confirm_wait).await? {
             Confirmation::Reached(lsn) => lsn,
@@ -185,6 +192,7 @@ pub async fn purge(
         cutoff: cutoff.clone(),
         horizon,
         confirmed,
+        waited: waiting.elapsed(),
         tables: Vec::new(),
         stopped: false,
         elapsed: Duration::ZERO,
@@ -208,16 +216,45 @@ pub async fn purge(
 async fn prepare_session(control: &Control) -> Result<()> {
     let sql = format!(
         // Batches walk a table in physical order (a seq scan that joins another one midway
-        // would skip rows until the next run), without parallel workers, and no statement
-        // runs unbounded.
+        // would skip rows until the next run), without parallel workers; no statement runs
+        // unbounded, and a batch waiting on a row lock (an application holding an outbox row)
+        // gives up for the next run instead of waiting with the locks it already took.
         "SET application_name = 'walrelay purge'; SET synchronize_seqscans = off; \
-         SET max_parallel_workers_per_gather = 0; SET statement_timeout = '{}s'",
+         SET max_parallel_workers_per_gather = 0; SET lock_timeout = '5s'; \
+         SET statement_timeout = '{}s'",
         STATEMENT_TIMEOUT.as_secs()
     );
     control
         .batch(&sql)
         .await?
         .map_err(|e| source::error::classify_pg("cannot set up the purge session", e))
+}
+
+/// One purge per slot at a time: two relays of a pair both purging would only trip over each
+/// other's DETACHes. A session-level advisory lock, released when the connection closes.
+/// `Some(holder)` when another session holds it.
+async fn exclusive(control: &Control, slot: &str) -> Result<Option<Option<i32>>> {
+    let key = format!("walrelay purge {slot}");
+    let row = control
+        .query_one(
+            "cannot take the purge lock",
+            "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext($1))",
+            &[&key],
+        )
+        .await?;
+    if row.get(0) {
+        return Ok(None);
+    }
+    let holder = control
+        .query_opt(
+            "cannot find the other purge",
+            "SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
+             AND objid = pg_catalog.hashtext($1)::oid AND objsubid = 1 LIMIT 1",
+            &[&key],
+        )
+        .await?;
+    Ok(Some(holder.and_then(|r| r.get(0))))
 }
 
 /// now − `older_than`, as `timestamptz` text (the session's time zone).

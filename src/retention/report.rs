@@ -18,6 +18,8 @@ pub struct Report {
     pub horizon: Horizon,
     /// The slot's confirmed position when the purge went ahead (≥ `horizon.lsn`).
     pub confirmed: Lsn,
+    /// How long the purge waited for the slot to get there.
+    pub waited: Duration,
     pub tables: Vec<TableReport>,
     /// Asked to stop before it was done.
     pub stopped: bool,
@@ -98,12 +100,13 @@ impl Report {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "purge{}: rows older than {} (before {}) whose events the slot has confirmed: it is at {}, past {} (the WAL when the purge began)",
+            "purge{}: rows older than {} (before {}) whose events the slot has confirmed: it is at {}, past {} (the WAL when the purge began; waited {} ms)",
             if self.dry_run { " --dry-run" } else { "" },
             crate::duration::format(self.older_than),
             self.cutoff,
             self.confirmed,
             self.horizon.lsn,
+            self.waited.as_millis(),
         );
         for t in &self.tables {
             let name = &t.table;

@@ -105,6 +105,9 @@ async fn run(
                     CONFIRM_WAIT.as_secs()
                 );
             }
+            Ok(Outcome::Busy { pid }) => {
+                tracing::info!(pid, "purge skipped: another purge for the slot runs (the other relay of a pair?); next try in {every}");
+            }
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e.chain(), "purge failed; next try in {every}");
             }
