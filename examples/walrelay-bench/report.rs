@@ -387,8 +387,14 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
     }
     let shapes: Vec<&DrainRow> = sum.drains.iter().filter(|d| d.ratio_to_walrelay.n > 0).collect();
     if !shapes.is_empty() {
-        let _ = writeln!(o, "\n### Outbox shapes: walrelay draining the same rows from other table shapes\n");
-        let _ = writeln!(o, "| shape | events/s | × plain table | relay µs/event | relay peak RSS MB | delivered |");
+        let _ = writeln!(
+            o,
+            "\n### Outbox shapes: walrelay draining the same rows from other table shapes\n"
+        );
+        let _ = writeln!(
+            o,
+            "| shape | events/s | × plain table | relay µs/event | relay peak RSS MB | delivered |"
+        );
         let _ = writeln!(o, "|---|---|---|---|---|---|");
         for d in shapes {
             let _ = writeln!(

@@ -86,14 +86,10 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         .await
         .expect("create the shape's slot");
     let load = workload::load_into(&db, events, per_txn, ctx.aggregates, shape.tables()).await;
-    eprintln!(
-        "[bench] {}: loaded {} rows in {:.1} s",
-        shape.system(),
-        load.events,
-        load.seconds
-    );
-    let d = walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), shape.outbox_toml())
-        .await;
+    eprintln!("[bench] {}: loaded {} rows in {:.1} s", shape.system(), load.events, load.seconds);
+    let d =
+        walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), shape.outbox_toml())
+            .await;
     workload::drop_db(&db).await;
     (load, d)
 }

@@ -202,7 +202,8 @@ pub async fn walrelay_drain(
     let prefix = unique("wr");
     crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
-    let config = walrelay_config(db, slot, publication, &prefix, crate::support::free_port(), outbox);
+    let config =
+        walrelay_config(db, slot, publication, &prefix, crate::support::free_port(), outbox);
     let before = workload::try_table_stats(db).await;
     let watch = workload::connect(&db.url).await;
     let a = ctx.meter.snap(None);

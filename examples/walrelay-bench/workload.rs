@@ -110,7 +110,13 @@ pub async fn load(db: &TestDb, n: u64, per_txn: u64, aggregates: u32) -> Loaded 
 }
 
 /// Like [`load`], transaction `t` writing its rows into `tables[t % tables.len()]`.
-pub async fn load_into(db: &TestDb, n: u64, per_txn: u64, aggregates: u32, tables: &[&str]) -> Loaded {
+pub async fn load_into(
+    db: &TestDb,
+    n: u64,
+    per_txn: u64,
+    aggregates: u32,
+    tables: &[&str],
+) -> Loaded {
     let statements: Vec<String> = tables
         .iter()
         .map(|table| {
@@ -123,7 +129,10 @@ pub async fn load_into(db: &TestDb, n: u64, per_txn: u64, aggregates: u32, table
     let mut loaded = load_statements(db, n, per_txn, statements).await;
     let c0 = db.connect().await;
     loaded.avg_payload_bytes = c0
-        .query_one(&format!("SELECT avg(octet_length(payload::text))::float8 FROM {}", tables[0]), &[])
+        .query_one(
+            &format!("SELECT avg(octet_length(payload::text))::float8 FROM {}", tables[0]),
+            &[],
+        )
         .await
         .map(|r| r.get::<_, Option<f64>>(0).unwrap_or(0.0))
         .unwrap_or(0.0);
