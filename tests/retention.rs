@@ -269,6 +269,10 @@ async fn bad_retention_settings_are_refused_naming_the_key_or_the_column() {
             assert!(run.stderr.contains("[retention]") && run.stderr.contains(key), "{run}");
         }
     }
+    println!(
+        "refused, e.g.: {}",
+        walrelay_async(&["purge"], Some(&with("keep = \"7\""))).await.stderr.trim()
+    );
     let run = walrelay_async(&["purge"], Some(&s.config())).await;
     assert_eq!(run.code, Some(2), "{run}");
     assert!(run.stderr.contains("--older-than"), "{run}");
@@ -287,6 +291,7 @@ async fn bad_retention_settings_are_refused_naming_the_key_or_the_column() {
         assert_eq!(check.code, Some(1), "{check}");
         let fails = check.lines_starting("FAIL retention public.outbox: ");
         assert!(fails.len() == 1 && fails[0].contains(problem), "{check}");
+        println!("{}", fails[0]);
     }
     let check = walrelay_async(&["check"], Some(&with("keep = \"7d\""))).await;
     assert_eq!(check.code, Some(0), "{check}");
@@ -309,4 +314,5 @@ async fn a_second_purge_for_the_same_slot_skips_its_turn() {
         "{run}"
     );
     assert_eq!(count(&s.db, "outbox").await, 3);
+    println!("second purge: {}", run.stderr.trim());
 }
