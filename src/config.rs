@@ -28,6 +28,23 @@ pub struct Config {
     pub limits: Limits,
     pub http: Option<HttpConfig>,
     pub dead_letter: Option<DeadLetterConfig>,
+    pub retention: Option<RetentionConfig>,
+}
+
+/// `[retention]`: `walrelay run` purges outbox rows older than `keep` every `interval`, only
+/// those whose events the slot has confirmed (see `crate::retention`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Rows whose `column` is older than this go (partitions: whose upper bound is).
+    pub keep: Duration,
+    pub interval: Duration,
+    /// The column that says how old a row is: `timestamptz`, `timestamp` or `date`.
+    pub column: String,
+}
+
+impl RetentionConfig {
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(3_600);
+    pub const DEFAULT_COLUMN: &'static str = "created_at";
 }
 
 /// `[dead_letter]`: where rows go that can't become records, instead of stopping the relay (I8).
@@ -87,9 +104,11 @@ impl TableName {
         TableName { schema: schema.to_string(), name: name.to_string() }
     }
 
-    /// `"schema"."name"`, for SQL.
+    /// `"schema"."name"`, for SQL (quotes doubled: a partition's name is not checked like a
+    /// configured one).
     pub fn quoted(&self) -> String {
-        format!("\"{}\".\"{}\"", self.schema, self.name)
+        let quote = |s: &str| s.replace('"', "\"\"");
+        format!("\"{}\".\"{}\"", quote(&self.schema), quote(&self.name))
     }
 }
 
@@ -164,8 +183,17 @@ const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
 const DEFAULT_LINGER_MS: &str = "2";
 
 /// The sections of the file, in the order they are documented.
-const SECTIONS: &[&str] =
-    &["source", "outbox", "router", "debezium", "kafka", "limits", "http", "dead_letter"];
+const SECTIONS: &[&str] = &[
+    "source",
+    "outbox",
+    "router",
+    "debezium",
+    "kafka",
+    "limits",
+    "http",
+    "dead_letter",
+    "retention",
+];
 
 /// Environment variables that override file keys start with this.
 pub const ENV_PREFIX: &str = "WALRELAY_";
@@ -218,6 +246,7 @@ impl Config {
             (take("source"), take("outbox"), take("router"), take("debezium"));
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
+        let retention = take("retention");
         let kafka = parse_kafka(kafka.unwrap_or_default())?;
         Ok(Config {
             source: parse_source(source.unwrap_or_default())?,
@@ -230,6 +259,7 @@ impl Config {
             kafka,
             limits: parse_limits(limits.unwrap_or_default())?,
             http: http.map(parse_http).transpose()?,
+            retention: retention.map(parse_retention).transpose()?,
         })
     }
 }
@@ -596,6 +626,35 @@ fn parse_http(mut opts: Options) -> Result<HttpConfig, ConfigError> {
     Ok(HttpConfig { listen, ready_max_lag_bytes })
 }
 
+fn parse_retention(mut opts: Options) -> Result<RetentionConfig, ConfigError> {
+    const S: &str = "retention";
+    reject_unknown(S, &opts, &["keep", "interval", "column"])?;
+    let duration = |key: &str, text: &str| {
+        crate::duration::parse(text).map_err(|reason| invalid(S, key, text, &reason))
+    };
+    let keep = required(
+        S,
+        &mut opts,
+        "keep",
+        "set keep = \"7d\" (rows older than that are purged once relayed)",
+    )?;
+    let keep = duration("keep", &keep)?;
+    if keep.is_zero() {
+        return Err(invalid(S, "keep", "0", "must be more than 0, e.g. \"7d\""));
+    }
+    let interval = match opts.remove("interval") {
+        Some(text) => duration("interval", &text)?,
+        None => RetentionConfig::DEFAULT_INTERVAL,
+    };
+    if interval.is_zero() {
+        return Err(invalid(S, "interval", "0", "must be at least 1s, e.g. \"1h\""));
+    }
+    let column =
+        opts.remove("column").unwrap_or_else(|| RetentionConfig::DEFAULT_COLUMN.to_string());
+    check_identifier(S, "column", &column)?;
+    Ok(RetentionConfig { keep, interval, column })
+}
+
 /// The URL with any password replaced by `****`, for logs and errors.
 pub fn redact_url(url: &str) -> String {
     // URL form: scheme://user:password@host...
@@ -803,6 +862,47 @@ mod tests {
     fn kafka_secrets_are_hidden_in_debug() {
         let c = Config::parse(&format!("{MINIMAL}\n\"sasl.password\" = \"hunter2\"\n")).unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn retention_takes_durations_and_a_column_with_defaults() {
+        let c = Config::parse(&format!("{MINIMAL}\n[retention]\nkeep = \"7d\"\n")).unwrap();
+        assert_eq!(
+            c.retention,
+            Some(RetentionConfig {
+                keep: Duration::from_secs(7 * 86_400),
+                interval: Duration::from_secs(3_600),
+                column: "created_at".into(),
+            })
+        );
+        let c = Config::parse(&format!(
+            "{MINIMAL}\n[retention]\nkeep = \"12h\"\ninterval = \"30m\"\ncolumn = \"written_at\"\n"
+        ))
+        .unwrap()
+        .retention
+        .unwrap();
+        assert_eq!((c.keep.as_secs(), c.interval.as_secs()), (43_200, 1_800));
+        assert_eq!(c.column, "written_at");
+        assert!(Config::parse(MINIMAL).unwrap().retention.is_none());
+    }
+
+    #[test]
+    fn bad_retention_values_are_refused_with_the_key_named() {
+        for (lines, key) in [
+            ("interval = \"1h\"", "`keep`"),
+            ("keep = \"7\"", "`keep`"),
+            ("keep = \"1w\"", "`keep`"),
+            ("keep = \"0d\"", "`keep`"),
+            ("keep = \"7d\"\ninterval = \"soon\"", "`interval`"),
+            ("keep = \"7d\"\ninterval = \"0s\"", "`interval`"),
+            ("keep = \"7d\"\ncolumn = \"Created At\"", "`column`"),
+            ("keep = \"7d\"\nkeep_for = \"7d\"", "`keep_for`"),
+        ] {
+            let e = Config::parse(&format!("{MINIMAL}\n[retention]\n{lines}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("[retention]") && e.contains(key), "{lines}: {e}");
+        }
     }
 
     #[test]

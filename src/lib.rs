@@ -2,13 +2,15 @@
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
 //! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
-//! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file.
+//! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file;
+//! [`retention`] purges relayed outbox rows, off the data path.
 
 pub mod admin;
 pub mod checkpoint;
 pub mod config;
 pub mod config_error;
 pub mod dead_letter;
+pub mod duration;
 pub mod error;
 pub mod http;
 pub mod import;
@@ -17,6 +19,7 @@ pub mod metrics;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;
+pub mod retention;
 pub mod router;
 pub mod source;
 pub mod tls;

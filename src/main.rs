@@ -80,7 +80,13 @@ fn run(path: PathBuf) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-        match relay::run(config, metrics, shutdown).await {
+        // `[retention]`: purges on a task and a connection of its own, beside the relay.
+        let retention = walrelay::retention::task::Task::spawn(&config, metrics.clone());
+        let outcome = relay::run(config, metrics, shutdown).await;
+        if let Some(task) = retention {
+            task.stop().await;
+        }
+        match outcome {
             Ok(Outcome::Stopped { .. }) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "walrelay stopped");

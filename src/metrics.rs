@@ -35,6 +35,11 @@ pub struct Metrics {
     pub streaming: AtomicBool,
     /// librdkafka reaches at least one broker (false after "all brokers down").
     pub broker_up: AtomicBool,
+    /// Retention (`[retention]`): rows deleted plus the rows of dropped partitions.
+    pub purged_rows: AtomicU64,
+    pub purged_partitions: AtomicU64,
+    /// Unix time of the last purge that went through (0: none yet).
+    pub purge_last_success: AtomicU64,
     commit_to_ack: Histogram,
     /// commit → the relay loop read the transaction from the stream: PostgreSQL's share of
     /// commit→ack, plus the loop's own wait to be scheduled.
@@ -168,6 +173,27 @@ impl Metrics {
             "1 while a session streams from the slot.",
             self.streaming.load(Relaxed) as u64,
         );
+        scalar(
+            &mut out,
+            "walrelay_purged_rows_total",
+            "counter",
+            "Outbox rows purged by [retention]: rows deleted plus the rows of dropped partitions.",
+            self.purged_rows.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_purged_partitions_total",
+            "counter",
+            "Outbox partitions dropped by [retention].",
+            self.purged_partitions.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_purge_last_success_seconds",
+            "gauge",
+            "Unix time of the last [retention] purge that went through (0: none yet).",
+            self.purge_last_success.load(Relaxed),
+        );
 
         self.commit_to_ack.render(
             &mut out,
@@ -237,6 +263,17 @@ mod tests {
         assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"+Inf\"} 4"), "{text}");
         assert!(text.contains("walrelay_commit_to_ack_seconds_count 4"), "{text}");
         assert!(text.contains("walrelay_lag_bytes 600"), "{text}");
+        m.purged_rows.fetch_add(1_500, Relaxed);
+        m.purged_partitions.fetch_add(1, Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "# TYPE walrelay_purged_rows_total counter\nwalrelay_purged_rows_total 1500\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\nwalrelay_purged_partitions_total 1\n"), "{text}");
+        assert!(text.contains("\nwalrelay_purge_last_success_seconds 0\n"), "{text}");
         // Nothing read yet: the second histogram is there, empty.
         assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"+Inf\"} 0"), "{text}");
         m.observe_commit_to_read(0.0007, 1);

@@ -16,5 +16,6 @@ mod faults;
 mod goldens;
 mod migration;
 mod ops;
+mod retention;
 mod security;
 mod tables;

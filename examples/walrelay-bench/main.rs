@@ -1,7 +1,8 @@
 //! walrelay's benchmark: on the same rows, in one invocation, PostgreSQL's pgoutput decoding
 //! ceiling (`pg_recvlogical`), walrelay, and the classic polling relay (B = 50 and 5000, one and
 //! two instances) drain a backlog; then single-row transactions at fixed rates measure
-//! commit→consumer latency. Prints a table of medians and writes every figure as JSON.
+//! commit→consumer latency; then retention purges what walrelay relayed and drops a partition of
+//! as many rows. Prints a table of medians and writes every figure as JSON.
 //!
 //! ```sh
 //! cargo run --release --example walrelay-bench -- [--events 1000000] [--repeat 3] \
@@ -21,6 +22,7 @@ mod measure;
 mod polling;
 mod probe;
 mod report;
+mod retention;
 mod shapes;
 mod steady;
 mod systems;
@@ -241,6 +243,8 @@ pub struct Rep {
     /// Latency floors: the broker alone (producer → ack / → consumer) and the pgoutput stream
     /// alone (commit → decoded row, no Kafka), at the steady rates.
     pub floors: Vec<steady::SteadyRunLike>,
+    /// Retention: purging the relayed rows of a plain outbox, dropping a partition.
+    pub retention: Vec<retention::Purged>,
 }
 
 async fn run(s: Settings, json_path: PathBuf) -> bool {
@@ -263,6 +267,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             drains: Vec::new(),
             steady: Vec::new(),
             floors: Vec::new(),
+            retention: Vec::new(),
         };
         for &rate in &s.rates {
             fresh::broker();
@@ -338,7 +343,14 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 .await;
                 rep.floors.push(f);
             }
+            if s.runs("walrelay") {
+                eprintln!("[bench] retention: purge what walrelay relayed, drop a partition");
+                rep.retention.push(retention::plain(&db, &relay_slot, &publication).await);
+            }
             workload::drop_db(&db).await;
+            if s.runs("walrelay") {
+                rep.retention.push(retention::partition(s.events, s.aggregates).await);
+            }
         }
         if s.runs("walrelay") {
             for name in &s.shapes {

@@ -87,6 +87,17 @@ pub struct LatencyRow {
     pub delivered_ok: bool,
 }
 
+/// One retention figure over the repetitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct RetentionRow {
+    pub what: String,
+    pub rows: Stat,
+    pub seconds: Stat,
+    pub rows_per_s: Stat,
+    pub locked_ms: Stat,
+    pub ok: bool,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     pub name: String,
@@ -101,6 +112,7 @@ pub struct Summary {
     pub latency: Vec<LatencyRow>,
     pub first_record_ms: Stat,
     pub steady_peak_rss_mb: Stat,
+    pub retention: Vec<RetentionRow>,
     pub targets: Vec<Target>,
     pub all_delivered: bool,
 }
@@ -306,13 +318,46 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
             met: Some(first_record_ms.median <= 200.0),
         });
     }
+    let mut retention = Vec::new();
+    for what in ["plain", "partition"] {
+        let runs: Vec<&crate::retention::Purged> =
+            reps.iter().flat_map(|r| r.retention.iter()).filter(|p| p.what == what).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        retention.push(RetentionRow {
+            what: what.into(),
+            rows: Stat::of(runs.iter().map(|p| p.rows as f64)),
+            seconds: Stat::of(runs.iter().map(|p| p.seconds)),
+            rows_per_s: Stat::of(runs.iter().map(|p| p.rows_per_s)),
+            locked_ms: Stat::of(runs.iter().filter_map(|p| p.locked_ms)),
+            ok: runs.iter().all(|p| p.ok),
+        });
+    }
+    if !retention.is_empty() {
+        let ok = retention.iter().all(|r| r.ok);
+        targets.push(Target {
+            name: "retention".into(),
+            target: "purge deletes every relayed row; the old partition is dropped".into(),
+            measured: if ok { "yes".into() } else { "NO (see the retention table)".into() },
+            met: Some(ok),
+        });
+    }
     targets.push(Target {
         name: "every event delivered".into(),
         target: "all systems, none missing".into(),
         measured: if all_delivered { "yes".into() } else { "NO (see table)".into() },
         met: Some(all_delivered),
     });
-    Summary { drains, latency, first_record_ms, steady_peak_rss_mb, targets, all_delivered }
+    Summary {
+        drains,
+        latency,
+        first_record_ms,
+        steady_peak_rss_mb,
+        retention,
+        targets,
+        all_delivered,
+    }
 }
 
 fn thousands(x: f64) -> String {
@@ -406,6 +451,29 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
                 d.relay_cpu_us_per_event.show(|x| format!("{x:.1}")),
                 d.peak_rss_mb.show(|x| format!("{x:.1}")),
                 if d.delivered_ok { "all" } else { "**NO**" },
+            );
+        }
+    }
+    if !sum.retention.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n### Retention: `walrelay purge` with walrelay streaming (its wait for the slot left out)\n"
+        );
+        let _ = writeln!(o, "| purge | rows | seconds | rows/s | outbox locked ms | done |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        for r in &sum.retention {
+            let what = match r.what.as_str() {
+                "plain" => "plain outbox: every row walrelay relayed, deleted in 5,000-row batches",
+                _ => "partitioned outbox: one old partition dropped (checked, detached, dropped)",
+            };
+            let _ = writeln!(
+                o,
+                "| {what} | {} | {} | {} | {} | {} |",
+                r.rows.show(thousands),
+                r.seconds.show(|x| format!("{x:.2}")),
+                r.rows_per_s.show(thousands),
+                r.locked_ms.show(|x| format!("{x:.1}")),
+                if r.ok { "yes" } else { "**NO**" },
             );
         }
     }

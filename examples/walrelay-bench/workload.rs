@@ -22,7 +22,7 @@ pub const STEADY_GROUP: u32 = 1;
 pub const FLOOR_GROUP: u32 = 2;
 
 /// The row for event `g` (a bigint expression), as a SELECT list; `group` picks the id range.
-fn row_sql(g: &str, group: u32, aggregates: u32) -> String {
+pub fn row_sql(g: &str, group: u32, aggregates: u32) -> String {
     format!(
         "(lpad(to_hex({group}), 8, '0') || '-0000-4000-8000-' || lpad(to_hex({g}), 12, '0'))::uuid, \
          (ARRAY['Order','Customer','Shipment','Payment'])[1 + {g} % 4], \

@@ -1,11 +1,13 @@
 //! Operator commands beside `run`: `check` (preflight), `setup` / `teardown` (publication and
-//! slot), `status` (slot lag and retained WAL) and `import-debezium` (connector config →
-//! walrelay.toml).
+//! slot), `status` (slot lag and retained WAL), `purge` (retention) and `import-debezium`
+//! (connector config → walrelay.toml).
 //!
 //! Like [`crate::source`], these read only `pg_catalog` views, settings and slot functions — never
-//! the outbox table (I4). What they print goes to stdout; logs go to stderr.
+//! the outbox table (I4) — except `purge`, which deletes relayed rows through
+//! [`crate::retention`]. What they print goes to stdout; logs go to stderr.
 
 mod check;
+mod purge;
 mod setup;
 mod status;
 
@@ -53,6 +55,22 @@ pub enum AdminCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Deletes outbox rows older than --older-than whose events the slot has confirmed (drops
+    /// whole partitions of a table partitioned by range on the age column); exit code 1, and
+    /// nothing deleted, when the relay is down or behind.
+    Purge {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Rows older than this go: 7d, 12h, 30m, 45s [default: [retention] keep].
+        #[arg(long, value_parser = crate::duration::parse)]
+        older_than: Option<Duration>,
+        /// Say what would be deleted and dropped; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for the slot to confirm the WAL position the purge starts from.
+        #[arg(long, value_parser = crate::duration::parse, default_value = "30s")]
+        wait: Duration,
+    },
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
     ImportDebezium {
@@ -89,6 +107,10 @@ pub fn run(command: AdminCommand) -> ExitCode {
             },
             AdminCommand::Status { config, json } => match load(&config) {
                 Ok(c) => status::run(&c, json).await,
+                Err(code) => code,
+            },
+            AdminCommand::Purge { config, older_than, dry_run, wait } => match load(&config) {
+                Ok(c) => purge::run(&c, older_than, dry_run, wait).await,
                 Err(code) => code,
             },
             AdminCommand::ImportDebezium { .. } => unreachable!("handled above"),

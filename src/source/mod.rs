@@ -5,17 +5,22 @@
 //!   `target_session_attrs`) and the control connection, every query with a deadline;
 //! * [`catalog`] — the outbox tables (by OID) and the publication;
 //! * [`slot`] — the replication slot (failover slots on 17+);
+//! * [`horizon`] — which outbox rows the slot has certainly relayed (for `purge`);
+//! * [`partitions`] — a partitioned outbox's scheme and partition bounds (for `purge`);
 //! * [`stream`] — the replication stream and what its errors mean;
 //! * [`error`] — errors classified by SQLSTATE, never by (translated) message text;
 //! * [`libpq`] — the `PG*` environment variables and the password file.
 //!
 //! Nothing here reads an outbox table (I4) — only `pg_catalog`, settings and slot functions.
-//! Rows arrive exclusively through the slot.
+//! Rows arrive exclusively through the slot. (Retention, which deletes rows, lives in
+//! [`crate::retention`] and asks here what is safe.)
 
 pub mod catalog;
 pub mod connect;
 pub mod error;
+pub mod horizon;
 pub mod libpq;
+pub mod partitions;
 pub mod slot;
 pub mod stream;
 

@@ -238,3 +238,45 @@ pub async fn advance(control: &Control, name: &str, to: Lsn) -> Result<()> {
         .await?;
     Ok(())
 }
+
+/// How a wait for the slot to confirm a position ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// The slot's confirmed position reached the target.
+    Reached(Lsn),
+    /// It did not within the bound: the relay is down or behind. `active`: a relay streams.
+    Behind { confirmed: Option<Lsn>, active: bool },
+}
+
+/// Polls the slot until its confirmed position is at or past `target`, for at most `within`.
+/// A missing or invalidated slot is a definite error: nothing it would have confirmed can be
+/// trusted.
+pub async fn wait_confirmed(
+    control: &Control,
+    name: &str,
+    target: Lsn,
+    within: std::time::Duration,
+) -> Result<Confirmation> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let Some(s) = slot(control, name).await? else {
+            return Err(Error::definite(
+                format!("replication slot {name} does not exist"),
+                "nothing can be purged without the slot that says what was relayed: run `walrelay setup` or `walrelay run`",
+            ));
+        };
+        if s.is_lost() || s.invalidation_reason.is_some() {
+            return Err(Error::definite(
+                format!("slot {name} is invalidated: what it confirmed no longer tells what was relayed"),
+                "purge nothing until the slot is recreated and the outbox reconciled with Kafka (docs/operations.md)",
+            ));
+        }
+        match s.confirmed {
+            Some(c) if c >= target => return Ok(Confirmation::Reached(c)),
+            confirmed if tokio::time::Instant::now() >= deadline => {
+                return Ok(Confirmation::Behind { confirmed, active: s.active })
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+}

@@ -5,9 +5,11 @@
 //! must then be allowed to create them, which is checked instead.
 //!
 //! `postgres.rs` checks the server, the role and the slot (failover included), `tables.rs` the
-//! outbox tables and the publication; both read through [`crate::source`], as `run` does.
+//! outbox tables and the publication, `retention.rs` the `[retention]` settings against each
+//! table; all read through [`crate::source`], as `run` does.
 
 mod postgres;
+mod retention;
 mod tables;
 
 use std::io::Write;

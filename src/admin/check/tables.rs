@@ -28,6 +28,7 @@ pub(super) async fn run(
                     r.ok(&what, format!("exists, owner {}", table.owner));
                 }
                 columns(config, &table, r);
+                super::retention::run(config, control, &table, r).await?;
                 found.push(table);
             }
             TableLookup::Missing => {

@@ -1,0 +1,75 @@
+//! Durations as operators write them for retention: a whole number and one unit, `7d`, `12h`,
+//! `30m`, `45s`. A day is 24 hours (86,400 s), whatever the calendar or the time zone does.
+//!
+//! One unit only, and a unit always: `7` (seconds? days?) and `1h30m` are refused rather than
+//! guessed, since a misread retention deletes rows.
+
+use std::time::Duration;
+
+const UNITS: [(char, u64); 4] = [('d', 86_400), ('h', 3_600), ('m', 60), ('s', 1)];
+
+/// Parses `7d`, `12h`, `30m` or `45s` (spaces around the number are allowed: `7 d`).
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!("{text:?} is not a duration: write a whole number and one unit, d (days), h, m or s, e.g. \"7d\" or \"12h\"")
+    };
+    let trimmed = text.trim();
+    let unit = trimmed.chars().last().ok_or_else(bad)?;
+    let (_, seconds) = UNITS.iter().find(|(u, _)| *u == unit).ok_or_else(bad)?;
+    let number = trimmed[..trimmed.len() - 1].trim();
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    n.checked_mul(*seconds).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// The duration in the largest unit that divides it exactly: `7d`, `36h`, `90m`, `45s`.
+pub fn format(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    for (unit, seconds) in UNITS {
+        if secs > 0 && secs.is_multiple_of(seconds) {
+            return format!("{}{unit}", secs / seconds);
+        }
+    }
+    "0s".to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_takes_one_whole_number_and_one_unit() {
+        assert_eq!(parse("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse("12h"), Ok(Duration::from_secs(12 * 3_600)));
+        assert_eq!(parse("30m"), Ok(Duration::from_secs(1_800)));
+        assert_eq!(parse("45s"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse(" 7 d "), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn duration_without_a_unit_or_with_anything_else_is_refused() {
+        for bad in
+            ["", "7", "d", "7w", "7D", "1h30m", "-1d", "+1d", "1.5h", "7 days", "h7", "0x10s"]
+        {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("not a duration") && e.contains("\"7d\""), "{bad}: {e}");
+        }
+        assert!(parse("99999999999999999999d").is_err());
+        assert!(parse("999999999999999999d").unwrap_err().contains("too long"));
+    }
+
+    #[test]
+    fn duration_is_formatted_in_its_largest_exact_unit() {
+        assert_eq!(format(Duration::from_secs(7 * 86_400)), "7d");
+        assert_eq!(format(Duration::from_secs(36 * 3_600)), "36h");
+        assert_eq!(format(Duration::from_secs(90 * 60)), "90m");
+        assert_eq!(format(Duration::from_secs(45)), "45s");
+        assert_eq!(format(Duration::ZERO), "0s");
+        for text in ["7d", "12h", "30m", "45s"] {
+            assert_eq!(format(parse(text).unwrap()), text);
+        }
+    }
+}
