@@ -358,10 +358,12 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     eprintln!("[bench] unknown table shape {name:?} (partitioned, two-tables)");
                     continue;
                 };
-                let (load, d) = shapes::drain(&ctx, shape, s.events, s.rows_per_txn).await;
-                report::log_drain(&d);
+                let (load, drains) = shapes::drain(&ctx, shape, s.events, s.rows_per_txn).await;
                 rep.loads.push((shape.system().to_string(), load));
-                rep.drains.push(d);
+                for d in drains {
+                    report::log_drain(&d);
+                    rep.drains.push(d);
+                }
             }
         }
         if s.runs("polling") {

@@ -148,6 +148,13 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
     }
     let ceiling_of =
         |r: &Rep| r.drains.iter().find(|d| is_ceiling(&d.system)).map(|d| d.events_per_s);
+    // A table shape's own ceiling ("ceiling, <shape>" beside "walrelay, <shape>"), else the
+    // plain table's.
+    let ceiling_for = |r: &Rep, system: &str| {
+        let own = system.strip_prefix("walrelay, ").map(|shape| format!("ceiling, {shape}"));
+        own.and_then(|own| r.drains.iter().find(|d| d.system == own).map(|d| d.events_per_s))
+            .or_else(|| ceiling_of(r))
+    };
     let mut drains = Vec::new();
     let mut all_delivered = true;
     for sys in &order {
@@ -165,7 +172,7 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
             system: sys.clone(),
             runs: runs.len(),
             events_per_s: st(&|_, d| Some(d.events_per_s)),
-            ratio_to_ceiling: st(&|r, d| ceiling_of(r).map(|c| d.events_per_s / c)),
+            ratio_to_ceiling: st(&|r, d| ceiling_for(r, &d.system).map(|c| d.events_per_s / c)),
             ratio_to_walrelay: st(&|r, d| {
                 let plain = r.drains.iter().find(|x| x.system == "walrelay")?;
                 d.system.starts_with("walrelay, ").then(|| d.events_per_s / plain.events_per_s)
@@ -436,19 +443,21 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
             o,
             "\n### Outbox shapes: walrelay draining the same rows from other table shapes\n"
         );
-        let _ = writeln!(
-            o,
-            "| shape | events/s | × plain table | relay µs/event | relay peak RSS MB | delivered |"
-        );
-        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        let _ = writeln!(o, "| shape | events/s | × plain table | × its ceiling | its ceiling events/s | relay µs/event | PostgreSQL CPU s | relay peak RSS MB | delivered |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
         for d in shapes {
+            let ceiling = d.system.replacen("walrelay", "ceiling", 1);
+            let own = sum.drains.iter().find(|c| c.system == ceiling);
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} |",
-                d.system,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                d.system.trim_start_matches("walrelay, "),
                 d.events_per_s.show(thousands),
                 d.ratio_to_walrelay.show(|x| format!("{x:.2}")),
+                d.ratio_to_ceiling.show(|x| format!("{x:.2}")),
+                own.map_or("–".into(), |c| c.events_per_s.show(thousands)),
                 d.relay_cpu_us_per_event.show(|x| format!("{x:.1}")),
+                d.pg_cpu_s.show(|x| format!("{x:.2}")),
                 d.peak_rss_mb.show(|x| format!("{x:.1}")),
                 if d.delivered_ok { "all" } else { "**NO**" },
             );

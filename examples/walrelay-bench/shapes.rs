@@ -1,5 +1,7 @@
-//! Outbox table shapes beside the default one, each drained by walrelay from the same rows in
-//! the same invocation, so their cost reads as a ratio to the plain table's drain:
+//! Outbox table shapes beside the default one, each drained from the same rows in the same
+//! invocation by pg_recvlogical (that shape's decoding ceiling: what PostgreSQL itself pays for
+//! it) and by walrelay, so a shape's cost reads as a ratio to the plain table's drain and to its
+//! own ceiling:
 //!
 //! * `partitioned` — the outbox `PARTITION BY RANGE (created_at)`, four partitions, published
 //!   with `publish_via_partition_root` (every row names the root's relation);
@@ -32,6 +34,11 @@ impl Shape {
         }
     }
 
+    /// The row name of the shape's decoding ceiling.
+    pub fn ceiling_system(self) -> String {
+        self.system().replacen("walrelay", "ceiling", 1)
+    }
+
     fn tables(self) -> &'static [&'static str] {
         match self {
             Shape::Partitioned => &["outbox"],
@@ -61,8 +68,9 @@ CREATE TABLE outbox_p1 PARTITION OF outbox FOR VALUES FROM (now() - interval '30
 CREATE TABLE outbox_p2 PARTITION OF outbox FOR VALUES FROM (now() + interval '1 day') TO (now() + interval '30 days');
 CREATE TABLE outbox_p3 PARTITION OF outbox FOR VALUES FROM (now() + interval '30 days') TO (MAXVALUE);";
 
-/// Creates the shape's tables, publication and slot, loads `events` rows, and drains them.
-pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (Loaded, Drain) {
+/// Creates the shape's tables, publication and two slots, loads `events` rows, and drains them
+/// with pg_recvlogical, then walrelay (the ceiling's row is named [`Shape::ceiling_system`]).
+pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (Loaded, Vec<Drain>) {
     let db: TestDb = services().pg.create_database("bench_shape").await;
     match shape {
         Shape::Partitioned => db.execute(PARTITIONED_OUTBOX).await,
@@ -72,7 +80,7 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         }
     }
     let publication = unique("bench_shape_pub");
-    let slot = unique("shape");
+    let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));
     let list = shape.tables().join(", ");
     // Before the rows: decoding sees the publication as the catalog stood when each row was
     // written.
@@ -80,16 +88,19 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         "CREATE PUBLICATION \"{publication}\" FOR TABLE {list} WITH (publish = 'insert', publish_via_partition_root = true)"
     ))
     .await;
-    db.connect()
-        .await
-        .query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot])
-        .await
-        .expect("create the shape's slot");
+    let c = db.connect().await;
+    for name in [&ceiling_slot, &slot] {
+        c.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[name])
+            .await
+            .expect("create the shape's slot");
+    }
     let load = workload::load_into(&db, events, per_txn, ctx.aggregates, shape.tables()).await;
     eprintln!("[bench] {}: loaded {} rows in {:.1} s", shape.system(), load.events, load.seconds);
+    let mut ceiling = crate::systems::ceiling(ctx, &db, &ceiling_slot, &publication, &load).await;
+    ceiling.system = shape.ceiling_system();
     let d =
         walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), shape.outbox_toml())
             .await;
     workload::drop_db(&db).await;
-    (load, d)
+    (load, vec![ceiling, d])
 }
