@@ -11,6 +11,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod broker;
+pub mod cluster;
 pub mod faults;
 pub mod kafka;
 pub mod postgres;
