@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::faults::{connect, PrivatePostgres};
 use super::servers::{server_with, Capability, Server};
-use super::{scratch_dir, unique, wait_until, Postgres};
+use super::{scratch_dir, unique, wait_until, Postgres, PID_FILE};
 
 /// initdb + start an instance of `server` with extra postgresql.conf `settings` (after the
 /// harness's own; values as written in the file, strings `'quoted'`).
@@ -181,7 +181,10 @@ pub async fn wait_caught_up(primary: &Postgres, standby: &Postgres, deadline: Du
 impl PrivatePostgres {
     /// `pg_ctl stop -m immediate`: no shutdown checkpoint, as in a crash (blocking, quick).
     pub fn stop_immediate(&self) -> Result<(), String> {
-        self.pg_ctl(&["-m", "immediate", "stop"])
+        self.pg_ctl(&["-m", "immediate", "stop"])?;
+        // The watchdog must not kill whatever process gets this pid next.
+        let _ = std::fs::remove_file(self.dir().join(PID_FILE));
+        Ok(())
     }
 
     /// `pg_ctl promote -w`: returns once the standby accepts writes (blocking, quick).
