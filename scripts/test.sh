@@ -45,6 +45,7 @@ for v in $versions; do
   summaries+=("$(awk -v server="${server:-PostgreSQL $v: did not start}" -v secs=$(($(date +%s) - t0)) -v rc="$rc" '
     /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
     END { printf "walrelay: %d passed, %d failed (%s; %d s%s)\n", p, f, server, secs, rc ? "; exit " rc : "" }' "$log")")
+  while IFS= read -r t; do summaries+=("    FAILED: $t"); done < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
   # Tests that ran on another server than the selected one say so (TLS, pg_stat_statements, ...).
   while IFS= read -r line; do summaries+=("    ${line#\[support\] }"); done < <(grep -v 'services up in' "$notes" | sort -u)
 done
