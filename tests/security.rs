@@ -10,7 +10,8 @@ use crate::common::ids;
 use crate::support::faults::PrivatePostgres;
 use crate::support::kafka::consume;
 use crate::support::relay::RelayProcess;
-use crate::support::{services, unique};
+use crate::support::servers::server_with;
+use crate::support::{services, unique, Capability};
 
 const PASSWORD: &str = "tls-secret-789";
 
@@ -70,7 +71,11 @@ fn make_certificates(dir: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_verify_full_and_scram_with_a_replication_only_role_delivers_and_a_wrong_ca_stops_with_a_hint(
 ) {
-    let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("tls")).await.unwrap();
+    // The PyPI wheels (16, 18) have no OpenSSL: then Debian's server, and a note says so.
+    let server = server_with(Capability::Tls).unwrap_or_else(|e| panic!("{e}"));
+    let pg = tokio::task::spawn_blocking(move || PrivatePostgres::start_on("tls", &server, &[]))
+        .await
+        .unwrap();
     let data = pg.pg.data_dir().to_path_buf();
     make_certificates(&data);
     let _ = Command::new("chown").args(["-R", "postgres"]).arg(&data).status();

@@ -24,6 +24,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio_postgres::{Client, NoTls};
 
 use super::kafka::Consumed;
+use super::servers::Server;
 use super::{free_port, scratch_dir, Broker, Postgres, PID_FILE};
 
 // ---------------------------------------------------------------------------------------------
@@ -219,8 +220,23 @@ impl PrivatePostgres {
     /// initdb + start in a fresh scratch directory (blocking: call from `spawn_blocking` inside
     /// a runtime, or before one).
     pub fn start(prefix: &str) -> PrivatePostgres {
+        let server = Server::selected().unwrap_or_else(|e| panic!("private postgres: {e}"));
+        PrivatePostgres::start_on(prefix, &server, &[])
+    }
+
+    /// Like [`PrivatePostgres::start`] with `server`'s programs and extra postgresql.conf
+    /// `settings` (see [`Postgres::start_with`]).
+    pub fn start_on(prefix: &str, server: &Server, settings: &[(&str, &str)]) -> PrivatePostgres {
         let dir = scratch_dir(prefix);
-        let pg = Postgres::start(&dir).unwrap_or_else(|e| panic!("private postgres: {e}"));
+        let pg = Postgres::start_with(&dir, server, settings)
+            .unwrap_or_else(|e| panic!("private postgres ({}): {e}", server.describe()));
+        PrivatePostgres::adopt(pg)
+    }
+
+    /// Takes charge of a running instance whose directory is its own scratch dir: stops it on
+    /// drop and leaves its postmaster pid for the watchdog.
+    pub(crate) fn adopt(pg: Postgres) -> PrivatePostgres {
+        let dir = pg.socket_dir().to_path_buf();
         let private = PrivatePostgres { pg, dir };
         private.write_pid_file();
         private

@@ -11,23 +11,26 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod broker;
+pub mod cluster;
 pub mod faults;
 pub mod kafka;
 pub mod postgres;
 pub mod proxy;
 pub mod relay;
+pub mod servers;
 
 pub use broker::Broker;
 pub use kafka::{consume, consume_topics, create_topic, produce, Consumed};
 pub use postgres::{Postgres, TestDb};
 pub use relay::RelayProcess;
+pub use servers::{note, Capability, Server};
 
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The per-process services.
@@ -45,34 +48,57 @@ pub fn services() -> &'static Services {
     let result = SERVICES.get_or_init(|| {
         let started = Instant::now();
         // Report everything that is missing at once, before starting anything.
-        let missing: Vec<String> = [
-            postgres::find_bin_dir().err(),
-            broker::find_tansu().err(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let missing: Vec<String> = [postgres::find_bin_dir().err(), broker::find_tansu().err()]
+            .into_iter()
+            .flatten()
+            .collect();
         if !missing.is_empty() {
             return Err(missing.join("\n"));
         }
         let root = scratch_root();
         let pg = Postgres::start(&root.join("pg"))?;
         let broker = Broker::start(&root.join("broker"), free_port())?;
-        eprintln!(
-            "[support] services up in {:.1?}: postgres 127.0.0.1:{} ({}), broker {} (pid {}), dir {}",
+        // Printed past libtest's capture, so every run says which server it tested.
+        note(&format!(
+            "services up in {:.1?}: {} on 127.0.0.1:{}, broker {} (pid {}), dir {}",
             started.elapsed(),
+            pg.server().describe(),
             pg.port(),
-            pg.bin_dir().display(),
             broker.bootstrap(),
             broker.pid(),
             root.display()
-        );
+        ));
         Ok(Services { pg, broker })
     });
     match result {
         Ok(s) => s,
         Err(e) => panic!("test services could not be started: {e}"),
     }
+}
+
+/// The shared instance when its server has `cap`; else a second shared instance, started on
+/// first use, of an installed server that has it ([`servers::server_with`] prints which one, so
+/// a test never runs on another version unannounced). Blocking, like [`services`].
+pub fn shared_pg_with(cap: Capability) -> &'static Postgres {
+    let main = &services().pg;
+    if main.server().has(cap) {
+        return main;
+    }
+    let server = servers::server_with(cap).unwrap_or_else(|e| panic!("{e}"));
+    // One per server; leaked like the statics they are (the watchdog stops them).
+    static OTHERS: Mutex<Vec<&'static faults::PrivatePostgres>> = Mutex::new(Vec::new());
+    let mut others = OTHERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = others.iter().find(|p| p.pg.bin_dir() == server.bin_dir) {
+        return &p.pg;
+    }
+    let started = Box::leak(Box::new(faults::PrivatePostgres::start_on("shared", &server, &[])));
+    note(&format!(
+        "second shared instance: {} on 127.0.0.1:{}",
+        server.describe(),
+        started.pg.port()
+    ));
+    others.push(started);
+    &started.pg
 }
 
 /// `prefix_<pid>_<counter>`, lowercase `[a-z0-9_]` only (usable as a PostgreSQL identifier,

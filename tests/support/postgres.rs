@@ -3,6 +3,7 @@
 //! One instance per test process; each test makes its own database with
 //! [`Postgres::create_database`] and its own slot / publication names with `unique()`.
 
+use super::servers::Server;
 use super::{free_port, is_root, tail_file};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -26,7 +27,7 @@ const SETTINGS: &[(&str, &str)] = &[
 
 pub struct Postgres {
     port: u16,
-    bin_dir: PathBuf,
+    server: Server,
     dir: PathBuf,
     data_dir: PathBuf,
     log_path: PathBuf,
@@ -41,51 +42,9 @@ pub struct TestDb {
     pub url: String,
 }
 
-const MISSING_HINT: &str = "run scripts/install-test-deps.sh (or set PG_BIN_DIR to a directory holding initdb, pg_ctl and postgres)";
-
-/// PostgreSQL server binaries: `PG_BIN_DIR`, else the highest `/usr/lib/postgresql/*/bin`,
-/// else `pg_config --bindir`.
+/// The selected server's bin directory (see [`Server::selected`]).
 pub fn find_bin_dir() -> Result<PathBuf, String> {
-    let complete = |d: &Path| ["initdb", "pg_ctl", "postgres"].iter().all(|p| d.join(p).is_file());
-    if let Some(d) = std::env::var_os("PG_BIN_DIR").filter(|v| !v.is_empty()) {
-        let d = PathBuf::from(d);
-        return if complete(&d) {
-            Ok(d)
-        } else {
-            Err(format!(
-                "PG_BIN_DIR={} does not contain initdb, pg_ctl and postgres; {MISSING_HINT}",
-                d.display()
-            ))
-        };
-    }
-    let mut candidates: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let version: Vec<u32> = e
-                .file_name()
-                .to_str()?
-                .split('.')
-                .map(|p| p.parse().ok())
-                .collect::<Option<_>>()?;
-            let bin = e.path().join("bin");
-            complete(&bin).then_some((version, bin))
-        })
-        .collect();
-    candidates.sort();
-    if let Some((_, bin)) = candidates.pop() {
-        return Ok(bin);
-    }
-    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
-        let d = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if out.status.success() && complete(&d) {
-            return Ok(d);
-        }
-    }
-    Err(format!(
-        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in PG_BIN_DIR, /usr/lib/postgresql/*/bin or `pg_config --bindir`; {MISSING_HINT}"
-    ))
+    Server::selected().map(|s| s.bin_dir)
 }
 
 fn output_text(out: &Output) -> String {
@@ -93,46 +52,20 @@ fn output_text(out: &Output) -> String {
 }
 
 impl Postgres {
-    /// initdb into `dir/data` and start the server on a free port (blocking).
+    /// initdb into `dir/data` and start the selected server on a free port (blocking).
     pub fn start(dir: &Path) -> Result<Postgres, String> {
-        let started = Instant::now();
-        let bin_dir = find_bin_dir()?;
-        let as_postgres_user = is_root();
-        if as_postgres_user {
-            let ok = Command::new("id")
-                .arg("postgres")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                return Err(format!(
-                    "running as root, but there is no `postgres` OS user to run initdb as (initdb refuses root); {MISSING_HINT}"
-                ));
-            }
-        }
-        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        // Read by the cleanup script (it needs pg_ctl).
-        let _ = std::fs::write(dir.join("bin_dir"), bin_dir.display().to_string());
-        let pg = Postgres {
-            port: 0,
-            bin_dir,
-            dir: dir.to_path_buf(),
-            data_dir: dir.join("data"),
-            log_path: dir.join("postgres.log"),
-            as_postgres_user,
-        };
-        if as_postgres_user {
-            let out = Command::new("chown")
-                .args(["-R", "postgres"])
-                .arg(dir)
-                .output()
-                .map_err(|e| format!("chown: {e}"))?;
-            if !out.status.success() {
-                return Err(format!("chown -R postgres {}: {}", dir.display(), output_text(&out)));
-            }
-        }
+        Postgres::start_with(dir, &Server::selected()?, &[])
+    }
 
+    /// Like [`Postgres::start`] with `server`'s programs and `settings` appended to
+    /// postgresql.conf after the harness's own (values as written there: `'quoted'` strings).
+    pub fn start_with(
+        dir: &Path,
+        server: &Server,
+        settings: &[(&str, &str)],
+    ) -> Result<Postgres, String> {
+        let started = Instant::now();
+        let pg = Postgres::prepare(dir, server)?;
         let out = pg
             .command("initdb")
             .arg("-D")
@@ -150,13 +83,16 @@ impl Postgres {
         for (k, v) in SETTINGS {
             conf += &format!("{k} = {v}\n");
         }
-        if pg.has_library("pg_stat_statements") {
+        if server.has_library("pg_stat_statements") {
             conf += "shared_preload_libraries = 'pg_stat_statements'\n";
         } else {
             eprintln!(
                 "[support] warning: pg_stat_statements not found next to {}; not preloading it",
-                pg.bin_dir.display()
+                server.bin_dir.display()
             );
+        }
+        for (k, v) in settings {
+            conf += &format!("{k} = {v}\n");
         }
         append(&pg.data_dir.join("postgresql.conf"), &conf)?;
         std::fs::write(
@@ -167,17 +103,68 @@ impl Postgres {
              host replication all 127.0.0.1/32 trust\n",
         )
         .map_err(|e| format!("write pg_hba.conf: {e}"))?;
+        let pg = pg.launch()?;
+        eprintln!(
+            "[support] postgres started on 127.0.0.1:{} in {:.1?}",
+            pg.port,
+            started.elapsed()
+        );
+        Ok(pg)
+    }
 
-        // The port was free when picked; another process may grab it first, so retry.
+    /// A stopped instance of `server` whose data directory will be `dir/data` (not created:
+    /// initdb or pg_basebackup does that); `dir` is created and, as root, given to the
+    /// `postgres` OS user.
+    pub(crate) fn prepare(dir: &Path, server: &Server) -> Result<Postgres, String> {
+        let as_postgres_user = is_root();
+        if as_postgres_user {
+            let ok = Command::new("id")
+                .arg("postgres")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                return Err(
+                    "running as root, but there is no `postgres` OS user to run initdb as (initdb refuses root); run scripts/install-test-deps.sh".to_string()
+                );
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        // Read by the cleanup script (it needs pg_ctl).
+        let _ = std::fs::write(dir.join("bin_dir"), server.bin_dir.display().to_string());
+        if as_postgres_user {
+            let out = Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(dir)
+                .output()
+                .map_err(|e| format!("chown: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("chown -R postgres {}: {}", dir.display(), output_text(&out)));
+            }
+        }
+        Ok(Postgres {
+            port: 0,
+            server: server.clone(),
+            dir: dir.to_path_buf(),
+            data_dir: dir.join("data"),
+            log_path: dir.join("postgres.log"),
+            as_postgres_user,
+        })
+    }
+
+    /// `pg_ctl start` on a free port (blocking). The port was free when picked; another process
+    /// may grab it first, so this retries.
+    pub(crate) fn launch(self) -> Result<Postgres, String> {
         let mut last_err = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let out = pg
+            let out = self
                 .command("pg_ctl")
                 .arg("-D")
-                .arg(&pg.data_dir)
+                .arg(&self.data_dir)
                 .arg("-l")
-                .arg(&pg.log_path)
+                .arg(&self.log_path)
                 .args(["-w", "-t", "60", "-s", "-o"])
                 .arg(format!("-p {port}"))
                 .arg("start")
@@ -185,17 +172,13 @@ impl Postgres {
                 .output()
                 .map_err(|e| format!("run pg_ctl: {e}"))?;
             if out.status.success() {
-                eprintln!(
-                    "[support] postgres started on 127.0.0.1:{port} in {:.1?}",
-                    started.elapsed()
-                );
-                return Ok(Postgres { port, ..pg });
+                return Ok(Postgres { port, ..self });
             }
-            let log = tail_file(&pg.log_path, 30);
+            let log = tail_file(&self.log_path, 30);
             last_err = format!(
                 "pg_ctl start failed:\n{}\n--- {} ---\n{log}",
                 output_text(&out),
-                pg.log_path.display()
+                self.log_path.display()
             );
             if !log.contains("could not bind") && !log.contains("already in use") {
                 break;
@@ -204,26 +187,10 @@ impl Postgres {
         Err(last_err)
     }
 
-    fn has_library(&self, name: &str) -> bool {
-        let file = format!("{name}.so");
-        let base = self.bin_dir.parent().unwrap_or(&self.bin_dir);
-        if [base.join("lib"), base.join("lib/postgresql")].iter().any(|d| d.join(&file).is_file()) {
-            return true;
-        }
-        Command::new(self.bin_dir.join("pg_config"))
-            .arg("--pkglibdir")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .is_some_and(|o| {
-                Path::new(String::from_utf8_lossy(&o.stdout).trim()).join(&file).is_file()
-            })
-    }
-
     /// A command for one of the server's programs (`initdb`, `pg_ctl`, `psql`, `pg_dump`, ...),
     /// run as the `postgres` OS user when the tests run as root; PG* variables removed.
     pub fn command(&self, program: &str) -> Command {
-        let exe = self.bin_dir.join(program);
+        let exe = self.server.bin_dir.join(program);
         let mut cmd = if self.as_postgres_user {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(exe);
@@ -253,7 +220,12 @@ impl Postgres {
     }
 
     pub fn bin_dir(&self) -> &Path {
-        &self.bin_dir
+        &self.server.bin_dir
+    }
+
+    /// The server build this instance runs (version, where it comes from, capabilities).
+    pub fn server(&self) -> &Server {
+        &self.server
     }
 
     pub fn data_dir(&self) -> &Path {
