@@ -1211,6 +1211,9 @@ async fn dropped_slot_stops_the_relay_with_a_hint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A dropped publication stops the relay, and the slot is never confirmed past the row
+/// written after the drop (PostgreSQL 18's pgoutput skips a missing publication with a WARNING
+/// and keeps streaming; earlier versions end the stream with an error).
 async fn dropped_publication_stops_the_relay_with_a_hint() {
     let s = Setup::new("droppub").await;
     let mut relay = s.start_relay();
@@ -1218,9 +1221,18 @@ async fn dropped_publication_stops_the_relay_with_a_hint() {
     s.insert_events("Order", "o-1", 3).await;
     assert_eq!(s.read("Order", 3).await.len(), 3);
     s.db.execute(&format!("DROP PUBLICATION {}", s.publication)).await;
+    let client = s.db.connect().await;
+    let before_row: String =
+        client.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.unwrap().get(0);
     s.insert_events("Order", "o-1", 1).await;
     let line = assert_stops_with_hint(&mut relay, "publication dropped");
     assert!(line.contains("publication"), "{line}");
+    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0);
+    assert!(
+        confirmed <= parse_lsn(&before_row),
+        "the slot was confirmed to {} past the row written after the drop (at {before_row})",
+        faults::fmt_lsn(confirmed)
+    );
     release_slot(&s).await;
 }
 

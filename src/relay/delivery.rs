@@ -52,8 +52,6 @@ pub struct Delivery {
     read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
-    /// Last position handed to the replication client.
-    reported: Lsn,
     metrics: Arc<Metrics>,
 }
 
@@ -73,7 +71,6 @@ impl Delivery {
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
-            reported: confirmed,
             metrics: metrics.clone(),
         })
     }
@@ -291,8 +288,9 @@ impl Delivery {
         Ok(())
     }
 
-    /// Updates the metrics; returns the confirmable position when it moved since the last call.
-    pub fn progress(&mut self) -> Option<Lsn> {
+    /// Counts acknowledged records into the metrics; returns the confirmable position (every
+    /// record before it acknowledged, I2).
+    pub fn progress(&mut self) -> Lsn {
         if !self.acked.is_empty() {
             let now = unix_micros();
             let mut published = self.metrics.published.lock().unwrap_or_else(|e| e.into_inner());
@@ -302,14 +300,9 @@ impl Delivery {
             }
         }
         let m = &self.metrics;
-        let confirmed = self.frontier.confirmed();
         m.inflight_records.store(self.frontier.inflight_records() as u64, Relaxed);
         m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
-        m.confirmed_lsn.store(confirmed.as_u64(), Relaxed);
-        (confirmed > self.reported).then(|| {
-            self.reported = confirmed;
-            confirmed
-        })
+        self.frontier.confirmed()
     }
 
     /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop.
@@ -329,10 +322,6 @@ impl Delivery {
                 }
             }
         }
-    }
-
-    pub fn confirmed(&self) -> Lsn {
-        self.frontier.confirmed()
     }
 }
 

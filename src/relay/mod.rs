@@ -5,7 +5,9 @@
 //!  PostgreSQL ──events──▶ Assembler ──rows──▶ Router ──records──▶ Delivery ──▶ Kafka
 //!      ▲                  (assembler.rs)                          (delivery.rs)   │
 //!      │                                                               ▲          │ reports
-//!      └──── update_applied_lsn(confirmed) ◀── Delivery::progress ◀───┴──────────┘
+//!      └── update_applied_lsn(min(acked, vouched)) ◀── Delivery::progress ◀───┴──────────┘
+//!                                   ▲
+//!                   source::watch ──┘ (the catalog checks vouch for WAL positions)
 //! ```
 //!
 //! This file keeps the select, the timeouts and the I/O: which catalog question a Relation
@@ -22,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
-use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -31,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::pgoutput::{Relation, Tuple, Value};
 use crate::publish::Publisher;
 use crate::router::{InvalidOpBehavior, Router};
-use crate::source::{self, catalog, slot, OutboxTable};
+use crate::source::{self, catalog, slot, watch, OutboxTable};
 
 pub use self::assembler::{AssembleError, Assembler, Fate, Step};
 use self::delivery::{Delivery, Unroutable};
@@ -45,11 +46,11 @@ pub enum Outcome {
 
 /// A shutdown request: a watch that turns `true` once.
 #[derive(Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
+pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
 
 impl Shutdown {
-    pub fn new() -> (watch::Sender<bool>, Shutdown) {
-        let (tx, rx) = watch::channel(false);
+    pub fn new() -> (tokio::sync::watch::Sender<bool>, Shutdown) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
         (tx, Shutdown(rx))
     }
 
@@ -65,8 +66,6 @@ impl Shutdown {
 
 /// How often a standby relay retries a slot that another process streams from.
 const STANDBY_POLL: Duration = Duration::from_secs(2);
-/// How often the catalog is asked whether the outbox tables still exist.
-const TABLE_CHECK: Duration = Duration::from_secs(5);
 /// Reconnect backoff: from 250 ms, doubling, to this. Short, so that a relay configured with a
 /// primary and its standby finds the promoted server seconds after a failover.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -154,15 +153,18 @@ struct Session<'c> {
     tables: Vec<OutboxTable>,
     assembler: Assembler,
     delivery: Delivery,
-    /// Ends with an error when an outbox table is dropped (a dropped table sends nothing on
-    /// the stream). Runs on its own connection task so a slow catalog never holds the loop.
-    table_watch: tokio::task::JoinHandle<Error>,
+    /// Checks the publication and the outbox tables while streaming, on a task of its own so a
+    /// slow catalog never holds the loop; the position it vouches for caps what is confirmed
+    /// (see `source::watch`), and it ends with the error that ends the session.
+    watch: watch::Watch,
+    /// Last position handed to the replication client.
+    reported: Lsn,
     metrics: Arc<Metrics>,
 }
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        self.table_watch.abort();
+        self.watch.task.abort();
     }
 }
 
@@ -184,12 +186,14 @@ impl<'c> Session<'c> {
             resume_lsn = %prepared.confirmed,
             "streaming"
         );
-        let table_watch = tokio::spawn(catalog::watch_tables(
+        let watch = watch::start(
             control.client_handle(),
+            config.source.publication.clone(),
             prepared.tables.clone(),
-            TABLE_CHECK,
+            prepared.confirmed,
             control.timeout,
-        ));
+            control.server.version_num,
+        );
         Ok(Session {
             config,
             control,
@@ -197,7 +201,8 @@ impl<'c> Session<'c> {
             tables: prepared.tables,
             assembler: Assembler::new(),
             delivery,
-            table_watch,
+            watch,
+            reported: prepared.confirmed,
             metrics: metrics.clone(),
         })
     }
@@ -259,14 +264,30 @@ impl<'c> Session<'c> {
                 _ = self.control.closed() => {
                     return Err(Error::transient_msg("the control connection to PostgreSQL closed"));
                 }
-                ended = &mut self.table_watch => {
-                    return Err(ended.unwrap_or_else(|e| Error::transient("the table check failed", e)));
+                ended = &mut self.watch.task => {
+                    return Err(ended.unwrap_or_else(|e| Error::transient("the catalog check failed", e)));
                 }
+                // A check vouched for more: what was held back may be confirmed now.
+                _ = self.watch.vouched.changed() => {}
             }
             self.delivery.send_dead_letters().await?;
-            if let Some(confirmed) = self.delivery.progress() {
-                self.stream.update_applied_lsn(confirmed.into());
-            }
+            self.report_position();
+        }
+    }
+
+    /// Hands the replication client what may be confirmed: acknowledged (I2) and vouched for by
+    /// the catalog watch. When acknowledgements are ahead, asks for a check now.
+    fn report_position(&mut self) {
+        let acked = self.delivery.progress();
+        let vouched = *self.watch.vouched.borrow();
+        if acked > vouched {
+            self.watch.ask.notify_one();
+        }
+        let target = acked.min(vouched);
+        if target > self.reported {
+            self.stream.update_applied_lsn(target.into());
+            self.reported = target;
+            self.metrics.confirmed_lsn.store(target.as_u64(), Relaxed);
         }
     }
 
@@ -375,13 +396,19 @@ impl<'c> Session<'c> {
         })
     }
 
-    /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix.
+    /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix (once a
+    /// fresh catalog check vouches for it).
     async fn stop(&mut self) -> Result<Outcome> {
         self.delivery.drain(self.config.limits.shutdown_grace).await;
-        if let Some(confirmed) = self.delivery.progress() {
-            self.stream.update_applied_lsn(confirmed.into());
+        let acked = self.delivery.progress();
+        if acked > *self.watch.vouched.borrow() {
+            self.watch.ask.notify_one();
+            let vouched = &mut self.watch.vouched;
+            let _ = tokio::time::timeout(Duration::from_secs(2), vouched.wait_for(|v| *v >= acked))
+                .await;
         }
-        let target = self.delivery.confirmed();
+        self.report_position();
+        let target = self.reported;
         self.confirm_on_server(target).await;
         tracing::info!(confirmed_lsn = %target, "stopped");
         Ok(Outcome::Stopped { confirmed: target })

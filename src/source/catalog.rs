@@ -6,11 +6,6 @@
 //! partitioned outbox by the root's OID. Only `pg_catalog` is read here, never an outbox table
 //! (I4).
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio_postgres::Client;
-
 use super::connect::Control;
 use crate::config::TableName;
 use crate::error::{Error, Result};
@@ -357,53 +352,6 @@ pub async fn ensure_publication(
     publication(control, name).await?.ok_or_else(|| {
         Error::transient_msg(format!("publication {name} vanished right after it was created"))
     })
-}
-
-/// Watches the outbox tables every `every` until one is dropped (or replaced under its name):
-/// a dropped table sends nothing on the stream, so only the catalog can tell. Returns the
-/// error that ends the session; a rename is logged once and watched on by OID.
-pub async fn watch_tables(
-    client: Arc<Client>,
-    tables: Vec<OutboxTable>,
-    every: Duration,
-    timeout: Duration,
-) -> Error {
-    let oids: Vec<u32> = tables.iter().map(|t| t.oid).collect();
-    let mut renamed: Vec<u32> = Vec::new();
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tick.tick().await;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&oids];
-        let query = client.query(
-            "SELECT c.oid, n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
-             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY($1)",
-            &params,
-        );
-        let rows = match tokio::time::timeout(timeout, query).await {
-            Ok(Ok(rows)) => rows,
-            Ok(Err(e)) => return super::error::classify_pg("cannot check the outbox tables", e),
-            Err(_) => {
-                return Error::transient_msg(format!(
-                    "the outbox table check got no answer within {} s",
-                    timeout.as_secs()
-                ))
-            }
-        };
-        for table in &tables {
-            let Some(row) = rows.iter().find(|r| r.get::<_, u32>(0) == table.oid) else {
-                return Error::definite(
-                    format!("outbox table {} was dropped", table.name),
-                    "recreate it and add it to the publication (ALTER PUBLICATION … ADD TABLE), then restart walrelay; rows written while it was missing were not relayed",
-                );
-            };
-            let now = TableName { schema: row.get(1), name: row.get(2) };
-            if now != table.name && !renamed.contains(&table.oid) {
-                renamed.push(table.oid);
-                tracing::warn!(table = %table.name, now = %now,
-                    "the outbox table was renamed; its rows are still relayed (by OID) — rename it in [outbox] before walrelay restarts");
-            }
-        }
-    }
 }
 
 pub fn list(items: &[&str]) -> String {

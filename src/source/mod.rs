@@ -23,6 +23,7 @@ pub mod libpq;
 pub mod partitions;
 pub mod slot;
 pub mod stream;
+pub mod watch;
 
 pub use self::catalog::{OutboxTable, Publication};
 pub use self::connect::{connect, Control, Endpoint};
