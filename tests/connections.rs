@@ -143,3 +143,66 @@ async fn stalled_server_does_not_hold_a_graceful_shutdown() {
     assert_eq!(code, Some(0), "{}", relay.log());
     assert!(took < Duration::from_secs(10), "shutdown took {took:?}\n{}", relay.log());
 }
+
+/// Under a server that answers in German (`lc_messages = 'de_DE.UTF-8'`), errors are still told
+/// apart by SQLSTATE: a second relay recognises the slot in use, stands by naming the pid, takes
+/// over when the first relay is killed; a dropped publication stops it with its hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn translated_server_messages_do_not_change_what_errors_mean() {
+    let pg = crate::support::cluster::start_translated("german", "de_DE.UTF-8", &[]).await;
+    let probe = pg.pg.connect_to("postgres").await;
+    let e = probe.query_one("SELECT * FROM no_such_table", &[]).await.unwrap_err();
+    let text = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(text.contains("existiert nicht"), "the server does not answer in German: {text}");
+
+    let s = Setup::on(&pg.pg, "german").await;
+    let mut first = RelayProcess::start(&s.config());
+    s.wait_streaming(&mut first).await;
+    let holder: i32 = s
+        .db
+        .connect()
+        .await
+        .query_one("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", &[&s.slot])
+        .await
+        .unwrap()
+        .get(0);
+    let mut second = RelayProcess::start(&s.config());
+    let standing_by = format!("in use by another process (pid {holder}); standing by");
+    assert!(second.wait_for_log(&standing_by, Duration::from_secs(30)).await, "{}", second.log());
+    assert!(second.is_running(), "{}", second.log());
+
+    first.kill();
+    let took_over = Instant::now();
+    let (db, slot) = (&s.db, s.slot.as_str());
+    assert!(
+        wait_until(
+            "the second relay takes over the slot",
+            Duration::from_secs(30),
+            || async move {
+                db.slot_active(slot).await == Some(true)
+                    && db
+                        .connect()
+                        .await
+                        .query_one(
+                            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                            &[&slot],
+                        )
+                        .await
+                        .is_ok_and(|r| r.get::<_, Option<i32>>(0).is_some_and(|p| p != holder))
+            }
+        )
+        .await,
+        "{}",
+        second.log()
+    );
+    let sent = s.insert_events("Order", "o-1", 2).await;
+    assert_eq!(ids(&s.read("Order", 2).await), sent, "{}", second.log());
+    println!("German server: stand-by recognised the slot in use (pid {holder}) and took over {:.1?} after the kill", took_over.elapsed());
+
+    s.db.execute(&format!("DROP PUBLICATION {}", s.publication)).await;
+    let code = second.wait_exit(Duration::from_secs(30));
+    let log = second.log();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains(&format!("publication {} was dropped", s.publication)), "{log}");
+    assert!(log.contains("hint="), "{log}");
+}

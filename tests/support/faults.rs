@@ -433,6 +433,8 @@ pub struct Delivered {
     pub seq: u64,
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp: when walrelay handed it to librdkafka (CreateTime).
+    pub timestamp_ms: Option<i64>,
 }
 
 impl Delivered {
@@ -447,6 +449,7 @@ impl Delivered {
             seq: value.get("seq")?.as_u64()?,
             partition: r.partition,
             offset: r.offset,
+            timestamp_ms: r.timestamp_ms,
         })
     }
 }

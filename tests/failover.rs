@@ -1,0 +1,172 @@
+//! PostgreSQL failover: a primary and a physical standby that synchronises walrelay's failover
+//! slot (PostgreSQL 17+), events written continuously, the primary killed, the standby promoted.
+//! walrelay, configured with both hosts and `target_session_attrs=read-write`, carries on from
+//! the promoted server: no event lost, duplicates only from what was in flight.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::common::Setup;
+use crate::support::cluster;
+use crate::support::faults::{self, collect_deliveries, verify, Writer, WriterConfig};
+use crate::support::relay::RelayProcess;
+use crate::support::servers::{server_with, Capability};
+use crate::support::{services, wait_until};
+
+fn unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The standby holds a synchronised copy of the slot that survives promotion: `synced` and not
+/// `temporary` (the sync worker keeps a copy temporary until the primary's slot has moved past
+/// the standby's catalog horizon, and drops temporary copies at promotion).
+async fn slot_synced_on(standby_url: &str, slot: &str) -> bool {
+    let Ok(c) = faults::connect(standby_url).await else { return false };
+    c.query_opt(
+        "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .await
+    .ok()
+    .flatten()
+    .is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost() {
+    let server = server_with(Capability::FailoverSlots).unwrap_or_else(|e| panic!("{e}"));
+    let primary = cluster::start_instance("fo_primary", &server, &[]).await;
+    let standby = cluster::create_standby(&primary, "fo_standby").await;
+    // Commits return once the standby has them (so every acknowledged commit survives the
+    // failover), and walrelay is sent no change the standby has not received
+    // (synchronized_standby_slots), so the standby's copy of the slot is never behind WAL that
+    // walrelay relayed.
+    let admin = primary.pg.connect_to("postgres").await;
+    for setting in [
+        format!("synchronous_standby_names = '\"{}\"'", standby.slot),
+        "synchronous_commit = on".to_string(),
+        format!("synchronized_standby_slots = '{}'", standby.slot),
+    ] {
+        // One statement each: ALTER SYSTEM refuses to run inside a transaction block.
+        admin.batch_execute(&format!("ALTER SYSTEM SET {setting}")).await.unwrap();
+    }
+    admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+
+    let s = Setup::on(&primary.pg, "failover").await;
+    // walrelay creates the slot itself, as a failover slot (Setup made a plain one).
+    s.db.execute(&format!("SELECT pg_drop_replication_slot('{}')", s.slot)).await;
+    let (p1, p2) = (primary.pg.port(), standby.pg.pg.port());
+    let url = format!(
+        "host=127.0.0.1,127.0.0.1 port={p1},{p2} dbname={} user=postgres target_session_attrs=read-write",
+        s.db.name
+    );
+    let config = s.config().replace(&s.db.url, &url);
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let failover: bool =
+        s.db.connect()
+            .await
+            .query_one("SELECT failover FROM pg_replication_slots WHERE slot_name = $1", &[&s.slot])
+            .await
+            .unwrap()
+            .get(0);
+    assert!(failover, "walrelay created a plain slot on PostgreSQL {}", server.version);
+
+    let mut w = WriterConfig::new(&url, &s.topic_prefix, &["Order", "Customer"], 8);
+    w.rate = Some(300.0);
+    w.max_txn = 4;
+    w.reconnect_for = Duration::from_secs(120);
+    let topics = w.topics();
+    let writer = Writer::spawn(w);
+    let standby_url = standby.pg.pg.url(&s.db.name);
+    let (surl, slot) = (standby_url.as_str(), s.slot.as_str());
+    assert!(
+        wait_until(
+            "the standby holds a synchronised copy of the slot",
+            Duration::from_secs(60),
+            || async move { slot_synced_on(surl, slot).await }
+        )
+        .await,
+        "slot never synced to the standby\n{}",
+        relay.log()
+    );
+    let w = &writer;
+    assert!(
+        wait_until("300 events written", Duration::from_secs(60), || async move {
+            w.committed() >= 300
+        })
+        .await
+    );
+
+    // The failover: the primary dies (no shutdown checkpoint), the standby is promoted.
+    let before_kill = writer.committed();
+    let primary = tokio::task::spawn_blocking(move || {
+        primary.stop_immediate().expect("stop the primary");
+        primary
+    })
+    .await
+    .unwrap();
+    let killed = Instant::now();
+    assert!(
+        relay.wait_for_log("relay session ended", Duration::from_secs(30)).await,
+        "the relay did not notice the primary's death\n{}",
+        relay.log()
+    );
+    let standby = tokio::task::spawn_blocking(move || {
+        standby.pg.promote().expect("promote the standby");
+        standby
+    })
+    .await
+    .unwrap();
+    let promoted_ms = unix_ms();
+    let promoted = Instant::now();
+    let after = writer.committed();
+    let w = &writer;
+    assert!(
+        wait_until(
+            "300 more events written on the promoted server",
+            Duration::from_secs(90),
+            || async move { w.committed() >= after + 300 }
+        )
+        .await,
+        "the writer did not carry on after the promotion"
+    );
+    let report = writer.stop().await;
+    let got = collect_deliveries(
+        services().broker.bootstrap(),
+        &topics,
+        &report.ids(),
+        Duration::from_secs(2),
+        Duration::from_secs(120),
+    )
+    .await;
+    let v = verify(&report.events, &got);
+    let first_after = got.iter().filter_map(|d| d.timestamp_ms).filter(|t| *t >= promoted_ms).min();
+    let log = relay.log();
+    let sessions = log.lines().filter(|l| l.contains("resume_lsn=")).count();
+    println!(
+        "failover on PostgreSQL {}: {} events committed ({} before the kill, {} reconnects of the writer, {} commits found after reconnecting); {}; primary killed → promoted {:.1?}; promotion → first record {} ms; walrelay sessions {}",
+        server.version,
+        report.events.len(),
+        before_kill,
+        report.reconnects,
+        report.commits_confirmed_after_reconnect,
+        v.summary(),
+        promoted.duration_since(killed),
+        first_after.map_or("none".to_string(), |t| (t - promoted_ms).to_string()),
+        sessions
+    );
+    assert!(
+        v.ok(),
+        "{}\nlost: {:?}\nreordered: {:?}\n{}\n--- old primary's log ---\n{}\n--- promoted standby's log ---\n{}",
+        v.summary(),
+        v.lost_ids,
+        v.reordered_detail,
+        relay.log(),
+        primary.log_tail(60),
+        standby.pg.log_tail(60)
+    );
+    assert_eq!(v.lost, 0);
+    assert!(first_after.is_some(), "no record after the promotion\n{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    drop((primary, standby));
+}
