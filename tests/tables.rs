@@ -3,7 +3,7 @@
 //! place stops it (or goes to the dead-letter topic), never silently away.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{ids, Setup};
 use crate::support::faults::{self, slot_confirmed};
@@ -140,7 +140,8 @@ async fn partitioned_outbox_with_a_publication_without_partition_root_is_refused
 }
 
 /// With the broker hung, rows of partitions are read but not acknowledged: the slot stays
-/// before them, and after the broker comes back every row arrives.
+/// before every one of them (after a SIGKILL the slot still holds them all), and a restarted
+/// relay delivers them once the broker is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     let broker = tokio::task::spawn_blocking(|| faults::private_broker(None)).await.unwrap();
@@ -156,52 +157,88 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
         async move { kafka::consume(&bootstrap, &topic, n, Duration::from_secs(60)).await }
     };
     assert_eq!(ids(&read(1).await), vec![first.clone()]);
-    let (url, slot) = (s.db.url.clone(), s.slot.clone());
-    let settled = |floor: u64| {
-        let (url, slot) = (url.clone(), slot.clone());
-        async move { slot_confirmed(&url, &slot).await.unwrap_or(0) > floor }
-    };
-    assert!(wait_until("the first row is confirmed", Duration::from_secs(15), || settled(0)).await);
-    let confirmed_before = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
 
     faults::freeze(broker.pid());
-    let lsn_before_rows: u64 = {
-        let row =
-            s.db.connect().await.query_one("SELECT pg_current_wal_lsn()::text", &[]).await.unwrap();
-        faults::parse_lsn(row.get::<_, &str>(0))
-    };
-    let mut expected = vec![first];
+    let read_before = faults::transactions_read(&relay.log()).len();
+    let mut hung = Vec::new();
     for n in 1..=20 {
         let at = if n % 2 == 0 { "2025-02-01 00:00:00+00" } else { "2026-12-01 00:00:00+00" };
-        expected.push(insert_at(&s, "outbox", &format!("o-{}", n % 2), n, at).await);
+        hung.push(insert_at(&s, "outbox", &format!("o-{}", n % 2), n, at).await);
     }
-    // The relay reads the rows (its log names their transactions) but Kafka never answers.
-    let hung = Instant::now();
-    let mut highest = confirmed_before;
-    while hung.elapsed() < Duration::from_secs(6) {
-        highest = highest.max(slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    faults::thaw(broker.pid());
-    // Confirming exactly the position where the rows' WAL begins confirms none of them.
+    // The relay reads the 20 transactions (its log names each) but Kafka never answers.
+    let r = &relay;
     assert!(
-        highest <= lsn_before_rows,
-        "the slot moved past unacknowledged partition rows: confirmed {} > {}",
-        faults::fmt_lsn(highest),
-        faults::fmt_lsn(lsn_before_rows)
+        wait_until("the relay read the 20 transactions", Duration::from_secs(30), || async move {
+            faults::transactions_read(&r.log()).len() >= read_before + 20
+        })
+        .await,
+        "{}",
+        relay.log()
     );
-    let got = read(21).await;
-    let mut got_ids = ids(&got);
-    got_ids.sort();
-    got_ids.dedup();
-    expected.sort();
-    assert_eq!(got_ids, expected, "{}", relay.log());
+    relay.kill();
+    let (url, slot) = (s.db.url.clone(), s.slot.clone());
+    assert!(
+        wait_until("the slot is released", Duration::from_secs(15), || {
+            let (url, slot) = (url.clone(), slot.clone());
+            async move { faults::slot_active_pid(&url, &slot).await.is_none() }
+        })
+        .await
+    );
+    let held = slot_holds(&s, &hung).await;
     println!(
-        "broker hung 6 s: slot stayed at {} (≤ {} where the 20 partition rows begin); all 21 rows delivered after",
-        faults::fmt_lsn(highest),
-        faults::fmt_lsn(lsn_before_rows)
+        "broker hung: the relay read 20 partition rows, was killed, and the slot still holds {held} of 20 (confirmed at {})",
+        faults::fmt_lsn(slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0))
     );
+    assert_eq!(held, 20, "the slot was confirmed past unacknowledged partition rows");
+
+    faults::thaw(broker.pid());
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let mut expected = vec![first];
+    expected.extend(hung);
+    expected.sort();
+    // The hung broker may still hold produce requests of the killed relay: duplicates arrive
+    // beside the new relay's records, so read until every id is there.
+    let got_ids = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (topic, bootstrap) = (s.topic("Order"), broker.bootstrap().to_string());
+    let complete = wait_until("every row delivered", Duration::from_secs(60), || {
+        let (topic, bootstrap, expected) = (topic.clone(), bootstrap.clone(), expected.clone());
+        let got_ids = got_ids.clone();
+        async move {
+            let records = kafka::consume(&bootstrap, &topic, 1_000, Duration::from_secs(2)).await;
+            let mut got = ids(&records);
+            got.sort();
+            got.dedup();
+            let done = got == expected;
+            *got_ids.lock().unwrap() = got;
+            done
+        }
+    })
+    .await;
+    assert!(complete, "delivered {:?}\n{}", got_ids.lock().unwrap(), relay.log());
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+}
+
+/// How many of `ids` the (inactive) slot would still send: a peek reads its pending changes
+/// without consuming them.
+async fn slot_holds(s: &Setup, ids: &[String]) -> usize {
+    let rows =
+        s.db.connect()
+            .await
+            .query(
+                &format!(
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
+                 'proto_version', '1', 'publication_names', '{}')",
+                    s.publication
+                ),
+                &[&s.slot],
+            )
+            .await
+            .unwrap();
+    let data: Vec<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
+    ids.iter()
+        .filter(|id| data.iter().any(|d| d.windows(id.len()).any(|w| w == id.as_bytes())))
+        .count()
 }
 
 /// Two outbox tables, one relay: one slot, one publication; an aggregate whose events are
