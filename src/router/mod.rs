@@ -84,6 +84,8 @@ use bytes::Bytes;
 use self::column::{Cv, Kind};
 use self::convert::{json_bytes, simple_header_bytes, string_bytes, Prim, Schema};
 pub use self::message::event_id as message_event_id;
+#[cfg(test)]
+pub(crate) use self::options::NullBehavior;
 use self::options::{Converter, HeaderConverter, MissingBehavior, PlacementKind};
 pub use self::options::{InvalidOpBehavior, Options, RouterConfig};
 use crate::pgoutput::{Relation, Tuple, Value};
