@@ -14,6 +14,7 @@ mod delivery;
 mod durability;
 mod faults;
 mod goldens;
+mod messages;
 mod migration;
 mod ops;
 mod retention;

@@ -110,10 +110,10 @@ impl Delivery {
         self.read_lag = 0.0;
     }
 
-    /// Ends what [`Delivery::begin_alone`] started: `lsn`, the message's position, is confirmed
-    /// once everything before it is acknowledged. PostgreSQL skips a non-transactional message
-    /// only when it lies *before* the slot's confirmed position, so a restart after this
-    /// confirmation sends that message again: at least once, as for a transaction.
+    /// Ends what [`Delivery::begin_alone`] started: `lsn`, the message's position (the end of
+    /// its WAL record), is confirmed once everything before it is acknowledged. On a restart
+    /// PostgreSQL skips a non-transactional message whose record starts before the confirmed
+    /// position: once confirmed it is not sent again, and until then it is (at least once).
     pub fn end_alone(&mut self, lsn: Lsn) {
         self.frontier.commit(lsn);
         self.read_records = 0;
