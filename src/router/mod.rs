@@ -425,10 +425,11 @@ impl Router {
     fn bind_fields(&self, shape: &dyn Shape) -> Result<Binding, RouteError> {
         let cfg = &self.cfg;
         let schemas_needed = cfg.writes_schemas();
+        let unused: Arc<str> = Arc::from("");
         let lookup = |name: &str| -> Option<Col> {
             let (index, schema, dedupe_json) = shape.field(name)?;
             let schema_json =
-                if schemas_needed { Arc::from(schema.to_json()) } else { Arc::from("") };
+                if schemas_needed { Arc::from(schema.to_json()) } else { unused.clone() };
             Some(Col { index, name: Arc::from(name), dedupe_json, schema, schema_json })
         };
         let find =
@@ -535,8 +536,12 @@ impl Router {
     /// Content nested deeper than [`INLINE_DEPTH`] is decoded and routed on a short-lived
     /// thread with a stack large enough for any depth Jackson accepts, as expansion is.
     pub fn route_message(&mut self, content: &Bytes) -> Result<Record, RouteError> {
-        let deep = std::str::from_utf8(content)
-            .is_ok_and(|text| json::nesting_exceeds(text, INLINE_DEPTH));
+        // Counting brackets is one vectorised pass; only content with enough of them can nest
+        // deeper than INLINE_DEPTH, and only that is scanned properly.
+        let brackets = content.iter().filter(|&&b| b == b'{' || b == b'[').count();
+        let deep = brackets > INLINE_DEPTH
+            && std::str::from_utf8(content)
+                .is_ok_and(|text| json::nesting_exceeds(text, INLINE_DEPTH));
         if !deep {
             return self.route_message_on_this_stack(content);
         }
