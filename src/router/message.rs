@@ -235,3 +235,78 @@ fn to_cv(node: &Node, schema: &Schema, content: &Bytes, path: &Path) -> Result<C
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Router, RouterConfig};
+    use super::*;
+
+    fn router(router: &[(&str, &str)], debezium: &[(&str, &str)]) -> Router {
+        let opts =
+            |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Router::new(RouterConfig::parse(&opts(router), &opts(debezium)).unwrap())
+    }
+
+    fn content(payload: &str, extra: &str) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"id": "e-1", "aggregatetype": "Order", "aggregateid": "o-1"{extra}, "payload": {payload}}}"#
+        ))
+    }
+
+    #[test]
+    fn deeply_nested_content_is_routed_on_a_large_stack_and_jacksons_limit_is_refused() {
+        let mut r = router(&[], &[]);
+        let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let rec = r.route_message(&content(&nested(990), "")).unwrap();
+        let value = rec.value.unwrap();
+        assert!(value.starts_with(b"[[[") && value.ends_with(b"]]]"), "List.toString nests");
+        let err = r.route_message(&content(&nested(1000), "")).unwrap_err().to_string();
+        assert!(err.contains("nesting depth exceeds the maximum allowed (1000)"), "{err}");
+    }
+
+    #[test]
+    fn content_that_is_not_utf8_is_refused_not_repaired() {
+        let mut bytes = content("\"x\"", "").to_vec();
+        bytes[9] = 0xFF;
+        let err = router(&[], &[]).route_message(&Bytes::from(bytes)).unwrap_err().to_string();
+        assert!(err.contains("not valid UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn structures_placed_in_headers_are_written_as_kafka_connect_values_writes_them() {
+        // SimpleHeaderConverter: Values.convertToString — a struct as {"name":value,…} with
+        // nulls, a list as [a,b] with quoted strings, a double as Double.toString.
+        let extra = r#", "meta": {"tenant": "a\"b", "n": 2, "gone": null}, "tags": ["x", "y"], "ratio": 1e3"#;
+        let mut r = router(
+            &[("table.fields.additional.placement", "meta:header,tags:header,ratio:header")],
+            &[("fields.null.include", "true")],
+        );
+        let rec = r.route_message(&content("{}", extra)).unwrap();
+        let headers: Vec<(&str, &str)> =
+            rec.headers.iter().map(|(k, v)| (&**k, std::str::from_utf8(v).unwrap())).collect();
+        assert_eq!(
+            headers,
+            [
+                ("id", "e-1"),
+                ("meta", r#"{"tenant":"a\"b","n":2,"gone":null}"#),
+                ("tags", r#"["x","y"]"#),
+                ("ratio", "1000.0"),
+            ]
+        );
+        // StringConverter's Struct.toString leaves the null field out.
+        assert_eq!(rec.value.as_deref(), Some(&b"Struct{}"[..]));
+    }
+
+    #[test]
+    fn decoded_members_keep_first_positions_and_last_values_and_drop_nulls_and_empty_arrays() {
+        let text = Bytes::from_static(br#"{"b": 1, "a": [], "c": null, "b": "two"} trailing"#);
+        let d = decode(&text, NullBehavior::Ignore).unwrap();
+        let names: Vec<&str> = d.fields.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(names, ["b"]);
+        assert_eq!(d.values, [Cv::Text(Bytes::from_static(b"two"))]);
+        let d = decode(&text, NullBehavior::OptionalBytes).unwrap();
+        let names: Vec<&str> = d.fields.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(names, ["b", "c"], "a null is kept as an optional BYTES field");
+        assert_eq!(d.values[1], Cv::Null);
+    }
+}
