@@ -363,6 +363,7 @@ async fn unroutable_message_is_dead_lettered_or_stops_the_relay_at_its_lsn() {
         log.contains(&format!("logical message (no event id) of message:outbox at LSN {lsn}"))
             && log.contains("a JSON array, not an object")
             && log.contains("fix what the application emits")
+            && log.contains("nothing after this message was confirmed")
     };
     assert!(stopped(&relay.log()), "{}", relay.log());
     let mut again = RelayProcess::start(&cfg);

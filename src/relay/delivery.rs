@@ -155,7 +155,9 @@ impl Delivery {
             row.reason
         );
         let Some(dl) = &self.dead_letter else {
-            let hint = format!("{}; nothing after this {} was confirmed", row.hint, row.kind);
+            // "row" or "message": the noun the operator reads elsewhere in the text.
+            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind);
+            let hint = format!("{}; nothing after this {noun} was confirmed", row.hint);
             return Err(match cause {
                 Some(cause) => Error::definite_with(what, hint, cause),
                 None => Error::definite(what, hint),
