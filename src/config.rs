@@ -267,6 +267,15 @@ impl Config {
                  \"message.prefix.include.list\" for a table-less outbox",
             ));
         }
+        if outbox.tables.is_empty() && retention.is_some() {
+            return Err(invalid(
+                "outbox",
+                "tables",
+                "[]",
+                "a message-only relay has no outbox rows, so [retention] has nothing to purge \
+                 (logical messages leave nothing behind): remove the [retention] section",
+            ));
+        }
         Ok(Config {
             source,
             outbox,
