@@ -1,6 +1,8 @@
 //! `Router::route` on one outbox row (≈ 300-byte JSON payload): the default configuration
 //! (StringConverter value, `id` header), with an extra header placement, and with
-//! `table.expand.json.payload` + JsonConverter. Run: `cargo bench --bench route`.
+//! `table.expand.json.payload` + JsonConverter; and `Router::route_message` on the same event as
+//! a logical message's content (payload as JSON text in a string, as `outbox_emit` sends it, and
+//! as a JSON object). Run: `cargo bench --bench route`.
 
 mod common;
 
@@ -46,6 +48,24 @@ fn route(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| r.route(black_box(&binding), black_box(&row)).unwrap())
         });
+    }
+    for (name, payload) in [
+        ("message_payload_string", serde_json::Value::String(common::PAYLOAD.into())),
+        ("message_payload_object", serde_json::from_str(common::PAYLOAD).unwrap()),
+    ] {
+        let content = bytes::Bytes::from(
+            serde_json::json!({
+                "id": "00000000-0000-4000-8000-00000001e240",
+                "aggregatetype": "Order",
+                "aggregateid": "agg-457",
+                "type": "EventHappened",
+                "payload": payload,
+            })
+            .to_string(),
+        );
+        let mut r = router(&[], &[]);
+        r.route_message(&content).expect("route the message");
+        g.bench_function(name, |b| b.iter(|| r.route_message(black_box(&content)).unwrap()));
     }
     g.finish();
 }

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use crate::config_error::ConfigError;
+use crate::messages::MessageSelection;
 use crate::router::RouterConfig;
 
 /// Flattened `dotted.key -> value text` options of one section.
@@ -23,6 +24,8 @@ pub type Options = BTreeMap<String, String>;
 pub struct Config {
     pub source: SourceConfig,
     pub outbox: OutboxConfig,
+    /// Which logical decoding messages are events too; `None`: messages are ignored.
+    pub messages: Option<MessageSelection>,
     pub router: RouterConfig,
     pub kafka: KafkaConfig,
     pub limits: Limits,
@@ -85,10 +88,11 @@ impl fmt::Debug for SourceConfig {
 }
 
 /// `[outbox]`: the tables whose INSERTs become records. One slot and one publication serve
-/// them all, so their events keep the WAL's commit order across tables.
+/// them all, so their events keep the WAL's commit order across tables (and with the logical
+/// messages [`Config::messages`] selects).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxConfig {
-    /// At least one, no duplicates, in the order configured.
+    /// No duplicates, in the order configured; empty only for a message-only relay.
     pub tables: Vec<TableName>,
 }
 
@@ -248,13 +252,35 @@ impl Config {
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
         let retention = take("retention");
         let kafka = parse_kafka(kafka.unwrap_or_default())?;
+        let source = parse_source(source.unwrap_or_default())?;
+        let (outbox, non_transactional) = parse_outbox(outbox.unwrap_or_default())?;
+        let debezium = debezium.unwrap_or_default();
+        let router = RouterConfig::parse(&router.unwrap_or_default(), &debezium)?;
+        let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
+        if outbox.tables.is_empty() && messages.is_none() {
+            return Err(invalid(
+                "outbox",
+                "tables",
+                "[]",
+                "lists no table and no logical messages are selected, so nothing would be \
+                 relayed: name the outbox table(s), or set [debezium] \
+                 \"message.prefix.include.list\" for a table-less outbox",
+            ));
+        }
+        if outbox.tables.is_empty() && retention.is_some() {
+            return Err(invalid(
+                "outbox",
+                "tables",
+                "[]",
+                "a message-only relay has no outbox rows, so [retention] has nothing to purge \
+                 (logical messages leave nothing behind): remove the [retention] section",
+            ));
+        }
         Ok(Config {
-            source: parse_source(source.unwrap_or_default())?,
-            outbox: parse_outbox(outbox.unwrap_or_default())?,
-            router: RouterConfig::parse(
-                &router.unwrap_or_default(),
-                &debezium.unwrap_or_default(),
-            )?,
+            source,
+            outbox,
+            messages,
+            router,
             dead_letter: dead_letter.map(|d| parse_dead_letter(d, &kafka)).transpose()?,
             kafka,
             limits: parse_limits(limits.unwrap_or_default())?,
@@ -481,9 +507,11 @@ fn parse_bool(section: &'static str, key: &str, value: &str) -> Result<bool, Con
     }
 }
 
-fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
+/// `[outbox]`, and its `non_transactional_messages` (checked with the message selection).
+fn parse_outbox(mut opts: Options) -> Result<(OutboxConfig, Option<String>), ConfigError> {
     const S: &str = "outbox";
-    reject_unknown(S, &opts, &["table", "tables"])?;
+    reject_unknown(S, &opts, &["table", "tables", "non_transactional_messages"])?;
+    let non_transactional = opts.remove(crate::messages::NON_TRANSACTIONAL_KEY);
     let (key, list) = match (opts.remove("table"), opts.remove("tables")) {
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -494,6 +522,10 @@ fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
             ))
         }
         (Some(one), None) => ("table", one),
+        // `tables = []`: a message-only relay (checked against the message selection).
+        (None, Some(many)) if many.trim().is_empty() => {
+            return Ok((OutboxConfig { tables: Vec::new() }, non_transactional))
+        }
         (None, Some(many)) => ("tables", many),
         (None, None) => ("table", "public.outbox".to_string()),
     };
@@ -508,7 +540,7 @@ fn parse_outbox(mut opts: Options) -> Result<OutboxConfig, ConfigError> {
         }
         tables.push(table);
     }
-    Ok(OutboxConfig { tables })
+    Ok((OutboxConfig { tables }, non_transactional))
 }
 
 fn parse_kafka(mut properties: Options) -> Result<KafkaConfig, ConfigError> {
@@ -800,6 +832,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn messages_are_selected_by_prefix_lists_and_may_be_the_only_events() {
+        let none = Config::parse(MINIMAL).unwrap();
+        assert!(none.messages.is_none(), "without a prefix list, messages are ignored");
+        let only = format!(
+            "{MINIMAL}\n[outbox]\ntables = []\nnon_transactional_messages = \"relay\"\n\
+             [debezium]\n\"message.prefix.include.list\" = \"outbox\"\n"
+        );
+        let c = Config::parse(&only).unwrap();
+        assert!(c.outbox.tables.is_empty());
+        let selection = c.messages.expect("selected");
+        assert_eq!(selection.verdict(false, "OUTBOX"), crate::messages::Verdict::Event);
+        let e =
+            Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = []\n")).unwrap_err().to_string();
+        assert!(e.contains("tables") && e.contains("message.prefix.include.list"), "{e}");
+        let e = Config::parse(&format!(
+            "{MINIMAL}\n[debezium]\n\"message.prefix.include.list\" = \"a\"\n\
+             \"message.prefix.exclude.list\" = \"b\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("message.prefix.include.list") && e.contains("message.prefix.exclude.list"),
+            "{e}"
+        );
     }
 
     #[test]

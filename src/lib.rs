@@ -2,8 +2,9 @@
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
 //! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
-//! (what may be confirmed) — driven by the loop in [`relay`]. [`config`] reads the TOML file;
-//! [`retention`] purges relayed outbox rows, off the data path.
+//! (what may be confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
+//! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
+//! relayed outbox rows, off the data path.
 
 pub mod admin;
 pub mod checkpoint;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod http;
 pub mod import;
 pub mod lsn;
+pub mod messages;
 pub mod metrics;
 pub mod pgoutput;
 pub mod publish;

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub published: Mutex<BTreeMap<Arc<str>, u64>>,
     pub delivery_errors: AtomicU64,
     pub dead_lettered: AtomicU64,
+    /// Non-transactional logical messages refused (`[outbox] non_transactional_messages`).
+    pub messages_refused: AtomicU64,
     pub inflight_records: AtomicU64,
     pub inflight_bytes: AtomicU64,
     pub confirmed_lsn: AtomicU64,
@@ -116,6 +118,13 @@ impl Metrics {
             "counter",
             "Rows and records sent to the dead-letter topic.",
             self.dead_lettered.load(Relaxed),
+        );
+        scalar(
+            &mut out,
+            "walrelay_messages_refused_total",
+            "counter",
+            "Non-transactional logical decoding messages refused (logged; dead-lettered when [dead_letter] is configured): PostgreSQL sends them even when their transaction rolls back.",
+            self.messages_refused.load(Relaxed),
         );
         scalar(
             &mut out,

@@ -15,6 +15,7 @@ mod durability;
 mod failover;
 mod faults;
 mod goldens;
+mod messages;
 mod migration;
 mod ops;
 mod retention;

@@ -96,8 +96,8 @@ struct Opts {
     #[arg(long, value_delimiter = ',', default_value = "ceiling,walrelay,polling")]
     systems: Vec<String>,
     /// Outbox table shapes walrelay also drains, beside the plain table (comma-separated:
-    /// partitioned, two-tables; "none" skips).
-    #[arg(long, default_value = "partitioned,two-tables")]
+    /// partitioned, two-tables, messages; "none" skips).
+    #[arg(long, default_value = "partitioned,two-tables,messages")]
     shapes: String,
     /// Don't build the release walrelay binary first.
     #[arg(long)]
@@ -355,7 +355,9 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
         if s.runs("walrelay") {
             for name in &s.shapes {
                 let Some(shape) = shapes::Shape::parse(name) else {
-                    eprintln!("[bench] unknown table shape {name:?} (partitioned, two-tables)");
+                    eprintln!(
+                        "[bench] unknown table shape {name:?} (partitioned, two-tables, messages)"
+                    );
                     continue;
                 };
                 let (load, drains) = shapes::drain(&ctx, shape, s.events, s.rows_per_txn).await;

@@ -5,7 +5,11 @@
 //!
 //! * `partitioned` — the outbox `PARTITION BY RANGE (created_at)`, four partitions, published
 //!   with `publish_via_partition_root` (every row names the root's relation);
-//! * `two-tables` — two outbox tables in one relay, transactions alternating between them.
+//! * `two-tables` — two outbox tables in one relay, transactions alternating between them;
+//! * `messages` — no table: the same events emitted as transactional logical decoding messages
+//!   (`pg_logical_emit_message(true, 'outbox', …)`, the same number per transaction), drained
+//!   by a message-only walrelay (`[outbox] tables = []`, an empty publication). Their records
+//!   are byte for byte the plain table's.
 
 use crate::support::{services, unique, TestDb};
 use crate::systems::{walrelay_drain, Ctx, Drain};
@@ -15,6 +19,7 @@ use crate::workload::{self, Loaded};
 pub enum Shape {
     Partitioned,
     TwoTables,
+    Messages,
 }
 
 impl Shape {
@@ -22,6 +27,7 @@ impl Shape {
         match name.trim() {
             "partitioned" => Some(Shape::Partitioned),
             "two-tables" => Some(Shape::TwoTables),
+            "messages" => Some(Shape::Messages),
             _ => None,
         }
     }
@@ -31,6 +37,7 @@ impl Shape {
         match self {
             Shape::Partitioned => "walrelay, partitioned outbox",
             Shape::TwoTables => "walrelay, two outbox tables",
+            Shape::Messages => "walrelay, logical messages (no table)",
         }
     }
 
@@ -43,6 +50,7 @@ impl Shape {
         match self {
             Shape::Partitioned => &["outbox"],
             Shape::TwoTables => &["outbox", "billing.outbox"],
+            Shape::Messages => &[],
         }
     }
 
@@ -50,6 +58,9 @@ impl Shape {
         match self {
             Shape::Partitioned => "[outbox]\ntable = \"public.outbox\"\n",
             Shape::TwoTables => "[outbox]\ntables = [\"public.outbox\", \"billing.outbox\"]\n",
+            Shape::Messages => {
+                "[outbox]\ntables = []\n\n[debezium]\n\"message.prefix.include.list\" = \"outbox\"\n"
+            }
         }
     }
 }
@@ -78,14 +89,18 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
             db.create_outbox("outbox").await;
             db.create_outbox("billing.outbox").await;
         }
+        Shape::Messages => {}
     }
     let publication = unique("bench_shape_pub");
     let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));
-    let list = shape.tables().join(", ");
+    let tables = match shape.tables() {
+        [] => String::new(),
+        list => format!("FOR TABLE {}", list.join(", ")),
+    };
     // Before the rows: decoding sees the publication as the catalog stood when each row was
     // written.
     db.execute(&format!(
-        "CREATE PUBLICATION \"{publication}\" FOR TABLE {list} WITH (publish = 'insert', publish_via_partition_root = true)"
+        "CREATE PUBLICATION \"{publication}\" {tables} WITH (publish = 'insert', publish_via_partition_root = true)"
     ))
     .await;
     let c = db.connect().await;
@@ -94,8 +109,16 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
             .await
             .expect("create the shape's slot");
     }
-    let load = workload::load_into(&db, events, per_txn, ctx.aggregates, shape.tables()).await;
-    eprintln!("[bench] {}: loaded {} rows in {:.1} s", shape.system(), load.events, load.seconds);
+    let load = match shape {
+        Shape::Messages => {
+            let statement = workload::message_statement(ctx.aggregates);
+            let load = workload::load_statements(&db, events, per_txn, vec![statement]).await;
+            db.execute("CHECKPOINT").await;
+            load
+        }
+        _ => workload::load_into(&db, events, per_txn, ctx.aggregates, shape.tables()).await,
+    };
+    eprintln!("[bench] {}: loaded {} events in {:.1} s", shape.system(), load.events, load.seconds);
     let mut ceiling = crate::systems::ceiling(ctx, &db, &ceiling_slot, &publication, &load).await;
     ceiling.system = shape.ceiling_system();
     let d =

@@ -77,6 +77,9 @@ pub async fn ceiling(
     cmd.args(["-h", "127.0.0.1", "-p", &pg.port().to_string(), "-U", "postgres"])
         .args(["-d", &db.name, "--slot", slot, "--start", "--no-loop"])
         .args(["-o", "proto_version=1", "-o", &format!("publication_names={publication}")])
+        // As walrelay asks (pgwire-replication always does): the messages shape's events are
+        // logical messages, which pgoutput sends only with this option.
+        .args(["-o", "messages=true"])
         .args(["-E", &workload::fmt_lsn(load.end_lsn), "-f", "/dev/null"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

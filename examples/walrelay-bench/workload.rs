@@ -23,16 +23,36 @@ pub const FLOOR_GROUP: u32 = 2;
 
 /// The row for event `g` (a bigint expression), as a SELECT list; `group` picks the id range.
 pub fn row_sql(g: &str, group: u32, aggregates: u32) -> String {
-    format!(
-        "(lpad(to_hex({group}), 8, '0') || '-0000-4000-8000-' || lpad(to_hex({g}), 12, '0'))::uuid, \
-         (ARRAY['Order','Customer','Shipment','Payment'])[1 + {g} % 4], \
-         'agg-' || lpad(({g} % {aggregates})::text, 5, '0'), \
-         'EventHappened', \
-         format('{{\"orderId\": %s, \"customerId\": \"customer-%s\", \"amount\": %s, \"currency\": \"EUR\", \"items\": [{{\"sku\": \"SKU-%s\", \"qty\": %s, \"price\": 19.99}}, \
+    row_exprs(g, group, aggregates).join(", ")
+}
+
+/// The row's column expressions: id, aggregatetype, aggregateid, type, payload (jsonb).
+fn row_exprs(g: &str, group: u32, aggregates: u32) -> [String; 5] {
+    [
+        format!("(lpad(to_hex({group}), 8, '0') || '-0000-4000-8000-' || lpad(to_hex({g}), 12, '0'))::uuid"),
+        format!("(ARRAY['Order','Customer','Shipment','Payment'])[1 + {g} % 4]"),
+        format!("'agg-' || lpad(({g} % {aggregates})::text, 5, '0')"),
+        "'EventHappened'".to_string(),
+        format!(
+            "format('{{\"orderId\": %s, \"customerId\": \"customer-%s\", \"amount\": %s, \"currency\": \"EUR\", \"items\": [{{\"sku\": \"SKU-%s\", \"qty\": %s, \"price\": 19.99}}, \
 {{\"sku\": \"SKU-%s\", \"qty\": 1, \"price\": 4.5}}], \"shippingAddress\": {{\"street\": \"%s Main Street\", \
 \"city\": \"Berlin\", \"zip\": \"%s\", \"country\": \"DE\"}}}}', \
          {g}, lpad(({g} % {aggregates})::text, 5, '0'), round(({g} % 100000) / 100.0, 2), lpad(({g} % 997)::text, 5, '0'), \
          1 + {g} % 5, lpad(({g} % 991)::text, 5, '0'), {g} % 1000, 10000 + {g} % 90000)::jsonb"
+        ),
+    ]
+}
+
+/// The same event as a transactional logical decoding message (prefix `outbox`), one per row of
+/// `generate_series($1, $2)`: the table-less outbox. The payload travels as its jsonb text in a
+/// JSON string, so each record is byte for byte the row's (docs/table-less-outbox.md).
+pub fn message_statement(aggregates: u32) -> String {
+    let [id, aggregate_type, aggregate_id, event_type, payload] =
+        row_exprs("g", BACKLOG_GROUP, aggregates);
+    format!(
+        "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', {id}, \
+         'aggregatetype', {aggregate_type}, 'aggregateid', {aggregate_id}, 'type', {event_type}, \
+         'payload', ({payload})::text)::text) FROM generate_series($1::bigint, $2::bigint) g"
     )
 }
 

@@ -34,13 +34,20 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
     };
     let tables: Vec<String> = config.outbox.tables.iter().map(|t| t.to_string()).collect();
     let tables = tables.join(", ");
-    if before.publication {
-        println!("publication {} exists and covers {tables} (unchanged)", src.publication);
-    } else {
-        println!(
-            "created publication {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
+    let created =
+        crate::source::catalog::create_publication_sql(&src.publication, &config.outbox.tables)
+            .replace('"', "");
+    match (before.publication, config.outbox.tables.is_empty()) {
+        (true, false) => {
+            println!("publication {} exists and covers {tables} (unchanged)", src.publication)
+        }
+        (true, true) => println!(
+            "publication {} exists (unchanged); a message-only relay needs no table in it",
             src.publication
-        );
+        ),
+        (false, _) => {
+            println!("created publication {}", created.trim_start_matches("CREATE PUBLICATION "))
+        }
     }
     let lsn = state.confirmed;
     let failover = match slot::slot(&state.control, &src.slot).await {

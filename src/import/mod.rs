@@ -44,6 +44,8 @@ pub enum Format {
 }
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
+const DECODE_MESSAGE: &str =
+    "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent";
 const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
 const BOOTSTRAP_PLACEHOLDER: &str = "bootstrap.servers.placeholder:9092";
 
@@ -193,7 +195,12 @@ impl Builder {
     fn convert_outbox(&mut self) {
         let list = self.get("table.include.list").or_else(|| self.get("table.whitelist"));
         let Some(list) = list.map(str::to_string) else {
-            self.warn("table.include.list is not set; [outbox] table = public.outbox");
+            if self.messages() {
+                self.outbox_tables.clear();
+                self.warn("table.include.list is not set and message prefixes are: a message-only relay ([outbox] tables = []); name the outbox table(s) if rows are events too");
+            } else {
+                self.warn("table.include.list is not set; [outbox] table = public.outbox");
+            }
             return;
         };
         let tables: Vec<String> = list
@@ -214,15 +221,49 @@ impl Builder {
         self.outbox_tables = tables;
     }
 
+    /// Whether the connector captures logical decoding messages by a prefix list.
+    fn messages(&self) -> bool {
+        self.get("message.prefix.include.list").is_some()
+            || self.get("message.prefix.exclude.list").is_some()
+    }
+
+    /// The prefix lists (Debezium's names, same section as walrelay reads them), and what
+    /// walrelay does differently with messages.
+    fn convert_messages(&mut self, decoder: Option<String>) {
+        if !self.messages() {
+            if let Some(name) = decoder {
+                self.warn(format!(
+                    "transform `{name}` decodes logical messages, but neither message.prefix.include.list nor message.prefix.exclude.list is set: walrelay relays no message without one (Debezium captures every prefix); set one in [debezium]"
+                ));
+            }
+            return;
+        }
+        for key in ["message.prefix.include.list", "message.prefix.exclude.list"] {
+            if let Some(v) = self.get(key).map(str::to_string) {
+                self.debezium.insert(key.into(), v);
+            }
+        }
+        if decoder.is_none() {
+            self.warn(format!(
+                "message.prefix.* is set but `transforms` has no {DECODE_MESSAGE}: Debezium sends raw message events (topic <topic.prefix>.message); walrelay routes each selected message's JSON content as an outbox event, as with that transform before the EventRouter"
+            ));
+        }
+        self.warn("Debezium relays non-transactional logical messages (pg_logical_emit_message(false, …)), even when their transaction rolls back; walrelay refuses them unless [outbox] non_transactional_messages = \"relay\"");
+    }
+
     fn convert_router(&mut self) {
         let names: Vec<String> = self
             .get("transforms")
             .map(|t| t.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
             .unwrap_or_default();
         let mut router_name: Option<String> = None;
+        let mut decoder_name: Option<String> = None;
         for name in &names {
             let ty = self.get(&format!("transforms.{name}.type")).unwrap_or("").to_string();
-            if ty == EVENT_ROUTER && router_name.is_none() {
+            if ty == DECODE_MESSAGE && decoder_name.is_none() {
+                decoder_name = Some(name.clone());
+                self.convert_decoder(name);
+            } else if ty == EVENT_ROUTER && router_name.is_none() {
                 router_name = Some(name.clone());
             } else if ty == EVENT_ROUTER {
                 self.warn(format!(
@@ -235,6 +276,7 @@ impl Builder {
                 ));
             }
         }
+        self.convert_messages(decoder_name);
         let Some(name) = router_name else {
             self.warn(format!(
                 "no {EVENT_ROUTER} transform in `transforms`: [router] is left empty (Debezium's defaults)"
@@ -261,6 +303,29 @@ impl Builder {
                 ));
             } else {
                 self.router.insert(key, value);
+            }
+        }
+    }
+
+    /// `DecodeLogicalDecodingMessageContent`'s options: `fields.null.include` goes to
+    /// [debezium]; walrelay decodes every selected message as that transform does.
+    fn convert_decoder(&mut self, name: &str) {
+        let prefix = format!("transforms.{name}.");
+        let options: Vec<(String, String)> = self
+            .options
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_string(), v.clone())))
+            .collect();
+        for (key, value) in options {
+            match key.as_str() {
+                "type" => {}
+                "fields.null.include" => {
+                    self.debezium.insert(key, value);
+                }
+                "predicate" | "negate" => self.warn(format!(
+                    "{prefix}{key} is not needed: walrelay decodes only the messages its prefix list selects"
+                )),
+                _ => self.warn(format!("{prefix}{key} is not an option walrelay knows for {DECODE_MESSAGE}; left out")),
             }
         }
     }
@@ -565,9 +630,7 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
         _ if key.contains(".converter.") => format!(
             "{key}: walrelay's converters take no options beyond schemas.enable"
         ),
-        _ if key.starts_with("message.prefix.") => format!(
-            "{key}: walrelay does not relay logical decoding messages (pg_logical_emit_message)"
-        ),
+        "message.prefix.include.list" | "message.prefix.exclude.list" => return None,
         "publish.via.partition.root" => "publish.via.partition.root: create the publication yourself WITH (publish_via_partition_root = true) for a partitioned outbox".into(),
         _ => format!("{key} is not used by walrelay (no equivalent)"),
     };

@@ -300,3 +300,57 @@ fn import_maps_a_multi_table_include_list_to_outbox_tables() {
     );
     assert!(!warned(&imported, "table.include.list"), "{:?}", imported.warnings);
 }
+
+/// The golden harness's table-less outbox connector (tests/fixtures/debezium/messages/README.md).
+const MESSAGES_CONNECTOR: &str = r#"
+name=dbz-outbox-anchor
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+database.hostname=127.0.0.1
+database.dbname=postgres
+topic.prefix=dbz
+plugin.name=pgoutput
+slot.name=dbz_golden
+publication.name=dbz_publication
+publication.autocreate.mode=filtered
+snapshot.mode=no_data
+producer.override.bootstrap.servers=127.0.0.1:9092
+message.prefix.include.list=outbox
+transforms=decode,outbox
+transforms.decode.type=io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent
+transforms.decode.fields.null.include=true
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+"#;
+
+#[test]
+fn import_maps_the_table_less_outbox_chain_to_a_message_only_relay() {
+    let (config, imported) = import_ok(MESSAGES_CONNECTOR, Some(Format::Properties));
+    let toml = &imported.toml;
+    assert!(toml.contains("\"message.prefix.include.list\" = \"outbox\""), "{toml}");
+    assert!(toml.contains("\"fields.null.include\" = true"), "{toml}");
+    assert!(toml.contains("tables = []"), "{toml}");
+    assert!(config.outbox.tables.is_empty());
+    let selection = config.messages.expect("messages selected");
+    assert_eq!(selection.verdict(true, "OUTBOX"), crate::messages::Verdict::Event);
+    assert_eq!(config.router.message_nulls, crate::router::NullBehavior::OptionalBytes);
+    assert!(!warned(&imported, "is not applied"), "{:?}", imported.warnings);
+    assert!(!warned(&imported, "does not relay logical"), "{:?}", imported.warnings);
+    assert!(warned(&imported, "message-only relay"), "{:?}", imported.warnings);
+    assert!(warned(&imported, "non_transactional_messages"), "{:?}", imported.warnings);
+}
+
+#[test]
+fn import_warns_when_prefixes_and_the_message_decoder_come_without_each_other() {
+    let without_decoder = MESSAGES_CONNECTOR
+        .replace("transforms=decode,outbox", "transforms=outbox")
+        .replace("table.include.list", "x");
+    let (config, imported) = import_ok(&without_decoder, Some(Format::Properties));
+    assert!(config.messages.is_some());
+    assert!(warned(&imported, "has no io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"), "{:?}", imported.warnings);
+    let without_prefixes = MESSAGES_CONNECTOR
+        .replace("message.prefix.include.list=outbox\n", "")
+        .replace("publication.autocreate.mode=filtered", "table.include.list=public.outbox");
+    let (config, imported) = import_ok(&without_prefixes, Some(Format::Properties));
+    assert!(config.messages.is_none());
+    assert_eq!(config.outbox.tables, [crate::config::TableName::new("public", "outbox")]);
+    assert!(warned(&imported, "relays no message without one"), "{:?}", imported.warnings);
+}

@@ -1,6 +1,12 @@
 //! Replication events → what the relay acts on: outbox rows, logical messages, transaction
 //! boundaries and idle positions. Pure: no I/O, no clock, no Kafka.
 //!
+//! Logical decoding messages are selected here ([`MessageSelection`]): a message of a selected
+//! prefix is an event ([`Step::Message`]), or refused when it is non-transactional and relaying
+//! those is not configured ([`Step::RefusedMessage`]); any other is skipped, as Debezium skips
+//! it. A message outside Begin/Commit (a non-transactional one) is `alone`: no Commit follows it,
+//! so its own position is where the relay may confirm once it is handled.
+//!
 //! Rows are placed by relation OID (I8), never by name. A Relation message whose OID this
 //! session has not placed yet (or whose columns changed) comes back as [`Step::Lookup`]: the
 //! loop asks the catalog what the relation is ([`Fate`]) and hands the answer to
@@ -14,6 +20,7 @@ use pgwire_replication::ReplicationEvent;
 
 use crate::config::TableName;
 use crate::lsn::Lsn;
+use crate::messages::{MessageSelection, Verdict};
 use crate::pgoutput::{self, DecodeError, Message, Relation, Tuple};
 use crate::router::{Binding, RouteError, Router};
 
@@ -53,13 +60,11 @@ pub enum Step<'a> {
         table: &'a TableName,
         lsn: Lsn,
     },
-    /// A logical decoding message (`pg_logical_emit_message`).
-    Message {
-        transactional: bool,
-        prefix: String,
-        content: Bytes,
-        lsn: Lsn,
-    },
+    /// A logical decoding message (`pg_logical_emit_message`) selected as an outbox event.
+    Message(LogicalMessage),
+    /// A non-transactional message of a selected prefix, which `[outbox]
+    /// non_transactional_messages` refuses.
+    RefusedMessage(LogicalMessage),
     Commit {
         end_lsn: Lsn,
     },
@@ -76,6 +81,18 @@ pub enum Step<'a> {
         tuple: Tuple,
         lsn: Lsn,
     },
+}
+
+/// A logical decoding message the relay acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicalMessage {
+    pub prefix: String,
+    pub content: Bytes,
+    /// The message's own WAL position.
+    pub lsn: Lsn,
+    /// Outside any transaction on the stream (non-transactional): no Commit follows, so once it
+    /// is handled, its own position may be confirmed.
+    pub alone: bool,
 }
 
 /// Why the stream cannot be assembled.
@@ -120,14 +137,18 @@ pub struct Assembler {
     relations: HashMap<u32, Placed>,
     /// WAL position of the current change, to name rows in errors and dead letters.
     change_lsn: Lsn,
+    /// Which logical messages are events; `None`: every message is skipped.
+    messages: Option<MessageSelection>,
+    /// Between a Begin and its Commit.
+    in_transaction: bool,
 }
 
 /// How many bytes of an undecodable message its error shows.
 const HEAD_BYTES: usize = 32;
 
 impl Assembler {
-    pub fn new() -> Assembler {
-        Assembler::default()
+    pub fn new(messages: Option<MessageSelection>) -> Assembler {
+        Assembler { messages, ..Assembler::default() }
     }
 
     /// The WAL position of the change being handled.
@@ -139,15 +160,31 @@ impl Assembler {
         Ok(match event {
             ReplicationEvent::Begin { final_lsn, commit_time_micros, .. } => {
                 self.change_lsn = final_lsn.into();
+                self.in_transaction = true;
                 Step::Begin { commit_micros: commit_time_micros + PG_EPOCH_UNIX_MICROS }
             }
-            ReplicationEvent::Commit { end_lsn, .. } => Step::Commit { end_lsn: end_lsn.into() },
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                self.in_transaction = false;
+                Step::Commit { end_lsn: end_lsn.into() }
+            }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 Step::KeepAlive { wal_end: wal_end.into() }
             }
             ReplicationEvent::Message { transactional, lsn, prefix, content } => {
                 self.change_lsn = lsn.into();
-                Step::Message { transactional, prefix, content, lsn: lsn.into() }
+                let Some(selection) = &self.messages else { return Ok(Step::Skip) };
+                let verdict = selection.verdict(transactional, &prefix);
+                let message = LogicalMessage {
+                    prefix,
+                    content,
+                    lsn: lsn.into(),
+                    alone: !self.in_transaction,
+                };
+                match verdict {
+                    Verdict::Filtered => Step::Skip,
+                    Verdict::Event => Step::Message(message),
+                    Verdict::Refused => Step::RefusedMessage(message),
+                }
             }
             ReplicationEvent::XLogData { wal_start, data, .. } => {
                 if wal_start.0 != 0 {
@@ -284,6 +321,10 @@ mod tests {
         }
     }
 
+    fn assembler() -> Assembler {
+        Assembler::new(None)
+    }
+
     fn router() -> Router {
         Router::new(RouterConfig::parse(&Default::default(), &Default::default()).unwrap())
     }
@@ -294,7 +335,7 @@ mod tests {
 
     #[test]
     fn assembler_asks_the_catalog_once_per_relation_and_places_rows_by_oid() {
-        let (mut a, router) = (Assembler::new(), router());
+        let (mut a, router) = (assembler(), router());
         let rel = outbox_relation(16400, "outbox");
         let Step::Lookup(asked) = a.on_event(xlog(Message::Relation(rel.clone()), 10)).unwrap()
         else {
@@ -328,7 +369,7 @@ mod tests {
 
     #[test]
     fn assembler_skips_other_tables_but_never_an_unplaceable_one() {
-        let (mut a, router) = (Assembler::new(), router());
+        let (mut a, router) = (assembler(), router());
         a.place(outbox_relation(500, "audit"), Fate::Other, &router).unwrap();
         let reason = "an outbox name on OID 501".to_string();
         a.place(
@@ -350,7 +391,7 @@ mod tests {
 
     #[test]
     fn assembler_reports_updates_of_outbox_rows_and_drops_deletes() {
-        let (mut a, router) = (Assembler::new(), router());
+        let (mut a, router) = (assembler(), router());
         a.place(outbox_relation(7, "outbox"), outbox_fate(), &router).unwrap();
         let update = Message::Update(Update { relation_id: 7, old: None, new: row("x") });
         assert!(matches!(a.on_event(xlog(update, 5)).unwrap(), Step::Update { lsn: Lsn(5), .. }));
@@ -363,7 +404,7 @@ mod tests {
 
     #[test]
     fn assembler_row_before_its_relation_is_an_error_not_a_skip() {
-        let mut a = Assembler::new();
+        let mut a = assembler();
         let insert = Message::Insert(Insert { relation_id: 99, new: row("x") });
         let e = a.on_event(xlog(insert, 77)).unwrap_err();
         assert!(matches!(e, AssembleError::UnknownRelation { oid: 99, lsn: Lsn(77) }), "{e}");
@@ -371,7 +412,7 @@ mod tests {
 
     #[test]
     fn assembler_names_the_lsn_and_first_bytes_of_an_undecodable_message() {
-        let mut a = Assembler::new();
+        let mut a = assembler();
         let event = ReplicationEvent::XLogData {
             wal_start: WireLsn(0x1_0000_00A0),
             wal_end: WireLsn(0),
@@ -385,7 +426,7 @@ mod tests {
 
     #[test]
     fn assembler_binding_failure_names_the_table() {
-        let (mut a, router) = (Assembler::new(), router());
+        let (mut a, router) = (assembler(), router());
         let mut rel = outbox_relation(8, "outbox");
         rel.columns.retain(|c| c.name != "aggregateid");
         let e = a.place(rel, outbox_fate(), &router).unwrap_err();
@@ -393,30 +434,83 @@ mod tests {
         assert!(std::error::Error::source(&e).unwrap().to_string().contains("aggregateid"));
     }
 
+    fn message(transactional: bool, prefix: &str, at: u64) -> ReplicationEvent {
+        ReplicationEvent::Message {
+            transactional,
+            lsn: WireLsn(at),
+            prefix: prefix.into(),
+            content: Bytes::from_static(b"{}"),
+        }
+    }
+
+    fn selecting(pairs: &[(&str, &str)], non_transactional: Option<&str>) -> Assembler {
+        let opts = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Assembler::new(MessageSelection::parse(&opts, non_transactional).unwrap())
+    }
+
+    fn begin(at: u64) -> ReplicationEvent {
+        ReplicationEvent::Begin { final_lsn: WireLsn(at), xid: 1, commit_time_micros: 0 }
+    }
+
+    fn commit(at: u64) -> ReplicationEvent {
+        ReplicationEvent::Commit {
+            lsn: WireLsn(at),
+            end_lsn: WireLsn(at + 8),
+            commit_time_micros: 0,
+        }
+    }
+
     #[test]
-    fn assembler_turns_boundaries_and_messages_into_steps() {
-        let mut a = Assembler::new();
-        let begin =
-            ReplicationEvent::Begin { final_lsn: WireLsn(90), xid: 1, commit_time_micros: 0 };
+    fn assembler_turns_boundaries_into_steps() {
+        let mut a = assembler();
         assert!(matches!(
-            a.on_event(begin).unwrap(),
+            a.on_event(begin(90)).unwrap(),
             Step::Begin { commit_micros: PG_EPOCH_UNIX_MICROS }
         ));
-        let msg = ReplicationEvent::Message {
-            transactional: true,
-            lsn: WireLsn(91),
-            prefix: "outbox".into(),
-            content: Bytes::from_static(b"{}"),
-        };
-        assert!(matches!(
-            a.on_event(msg).unwrap(),
-            Step::Message { transactional: true, lsn: Lsn(91), .. }
-        ));
-        let commit = ReplicationEvent::Commit {
-            lsn: WireLsn(90),
-            end_lsn: WireLsn(100),
-            commit_time_micros: 0,
-        };
-        assert!(matches!(a.on_event(commit).unwrap(), Step::Commit { end_lsn: Lsn(100) }));
+        assert!(matches!(a.on_event(commit(92)).unwrap(), Step::Commit { end_lsn: Lsn(100) }));
+    }
+
+    #[test]
+    fn assembler_skips_every_message_when_no_prefix_list_is_configured() {
+        let mut a = assembler();
+        assert!(matches!(a.on_event(message(true, "outbox", 91)).unwrap(), Step::Skip));
+        assert!(matches!(a.on_event(message(false, "outbox", 92)).unwrap(), Step::Skip));
+    }
+
+    #[test]
+    fn assembler_selects_messages_by_prefix_inside_their_transaction() {
+        let mut a = selecting(&[("message.prefix.include.list", "outbox")], None);
+        a.on_event(begin(90)).unwrap();
+        match a.on_event(message(true, "OUTBOX", 91)).unwrap() {
+            Step::Message(m) => {
+                assert_eq!((m.prefix.as_str(), m.lsn, m.alone), ("OUTBOX", Lsn(91), false));
+                assert_eq!(m.content, Bytes::from_static(b"{}"));
+            }
+            other => panic!("expected a message, got {other:?}"),
+        }
+        assert!(matches!(a.on_event(message(true, "audit", 92)).unwrap(), Step::Skip));
+        assert_eq!(a.change_lsn(), Lsn(92), "a skipped message still names the position");
+    }
+
+    #[test]
+    fn assembler_refuses_non_transactional_messages_alone_unless_relaying_is_configured() {
+        let include = [("message.prefix.include.list", "outbox")];
+        let mut a = selecting(&include, None);
+        match a.on_event(message(false, "outbox", 50)).unwrap() {
+            Step::RefusedMessage(m) => assert!(m.alone && m.lsn == Lsn(50)),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(matches!(a.on_event(message(false, "audit", 51)).unwrap(), Step::Skip));
+        let mut a = selecting(&include, Some("relay"));
+        match a.on_event(message(false, "outbox", 52)).unwrap() {
+            Step::Message(m) => assert!(m.alone, "outside Begin/Commit"),
+            other => panic!("expected a message, got {other:?}"),
+        }
+        // pgoutput never sends one inside a transaction's Begin/Commit, but if it did, the
+        // transaction's Commit would confirm it.
+        a.on_event(begin(60)).unwrap();
+        assert!(
+            matches!(a.on_event(message(false, "outbox", 61)).unwrap(), Step::Message(m) if !m.alone)
+        );
     }
 }

@@ -22,11 +22,15 @@ use crate::metrics::Metrics;
 use crate::publish::{Publisher, Rejected, Report, SendError};
 use crate::router::Record;
 
-/// A row that could not become its record, for [`Delivery::undeliverable`].
+/// A row (or logical message) that could not become its record, for
+/// [`Delivery::undeliverable`] and [`Delivery::refuse`].
 pub struct Unroutable {
+    /// What it is, for messages: "outbox row" or "logical message".
+    pub kind: &'static str,
     /// What went wrong, for the log and the dead letter's `walrelay.error` header.
     pub reason: String,
-    /// `schema.table` the row came from.
+    /// `schema.table` the row came from, or `message:<prefix>` (the dead letter's
+    /// `walrelay.table` header).
     pub table: String,
     pub lsn: Lsn,
     pub key: Option<Bytes>,
@@ -98,6 +102,23 @@ impl Delivery {
         tracing::debug!(%end_lsn, inflight = self.frontier.inflight_records(), "transaction read");
     }
 
+    /// Starts an event outside any transaction (a non-transactional logical message): what is
+    /// published until [`Delivery::end_alone`] is confirmable at the message's own position.
+    pub fn begin_alone(&mut self) {
+        self.frontier.begin();
+        self.commit_micros = unix_micros();
+        self.read_lag = 0.0;
+    }
+
+    /// Ends what [`Delivery::begin_alone`] started: `lsn`, the message's position (the end of
+    /// its WAL record), is confirmed once everything before it is acknowledged. On a restart
+    /// PostgreSQL skips a non-transactional message whose record starts before the confirmed
+    /// position: once confirmed it is not sent again, and until then it is (at least once).
+    pub fn end_alone(&mut self, lsn: Lsn) {
+        self.frontier.commit(lsn);
+        self.read_records = 0;
+    }
+
     /// A keepalive's position, confirmable when nothing is in flight (I3).
     pub fn idle(&mut self, wal_end: Lsn) {
         self.frontier.idle(wal_end);
@@ -126,20 +147,51 @@ impl Delivery {
         cause: Option<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Result<()> {
         let what = format!(
-            "outbox row {} of {} at LSN {} cannot be turned into a record: {}",
+            "{} {} of {} at LSN {} cannot be turned into a record: {}",
+            row.kind,
             row.event_id.as_deref().unwrap_or("(no event id)"),
             row.table,
             row.lsn,
             row.reason
         );
         let Some(dl) = &self.dead_letter else {
-            let hint = format!("{}; nothing after this row was confirmed", row.hint);
+            // "row" or "message": the noun the operator reads elsewhere in the text.
+            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind);
+            let hint = format!("{}; nothing after this {noun} was confirmed", row.hint);
             return Err(match cause {
                 Some(cause) => Error::definite_with(what, hint, cause),
                 None => Error::definite(what, hint),
             });
         };
         tracing::warn!(topic = %dl.topic, "{what}; sent to the dead-letter topic");
+        self.dead_letter(row).await
+    }
+
+    /// A non-transactional logical message `[outbox] non_transactional_messages` refuses:
+    /// logged with its LSN and prefix, counted, and dead-lettered when `[dead_letter]` is
+    /// configured. Refused loudly, it does not stop the relay.
+    pub async fn refuse(&mut self, message: Unroutable) -> Result<()> {
+        self.metrics.messages_refused.fetch_add(1, Relaxed);
+        let id = message.event_id.as_deref().unwrap_or("(no event id)").to_owned();
+        match &self.dead_letter {
+            Some(dl) => {
+                tracing::warn!(lsn = %message.lsn, source = %message.table, event_id = %id,
+                    topic = %dl.topic, reason = %message.reason,
+                    "non-transactional logical message refused; sent to the dead-letter topic");
+                self.dead_letter(message).await
+            }
+            None => {
+                tracing::error!(lsn = %message.lsn, source = %message.table, event_id = %id,
+                    reason = %message.reason, hint = message.hint,
+                    "non-transactional logical message refused and not relayed");
+                Ok(())
+            }
+        }
+    }
+
+    /// Publishes `row`'s dead letter in its place.
+    async fn dead_letter(&mut self, row: Unroutable) -> Result<()> {
+        let dl = self.dead_letter.as_ref().expect("checked by the caller");
         self.metrics.dead_lettered.fetch_add(1, Relaxed);
         let letter = dead_letter::record(
             dl,

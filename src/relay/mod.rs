@@ -18,6 +18,7 @@
 
 mod assembler;
 mod delivery;
+mod message;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use crate::publish::Publisher;
 use crate::router::{InvalidOpBehavior, Router};
 use crate::source::{self, catalog, slot, watch, OutboxTable};
 
-pub use self::assembler::{AssembleError, Assembler, Fate, Step};
+pub use self::assembler::{AssembleError, Assembler, Fate, LogicalMessage, Step};
 use self::delivery::{Delivery, Unroutable};
 
 /// How a relay that did not fail ended.
@@ -183,6 +184,7 @@ impl<'c> Session<'c> {
             slot = %config.source.slot,
             publication = %config.source.publication,
             tables = %prepared.tables.iter().map(|t| t.name.to_string()).collect::<Vec<_>>().join(","),
+            messages = %config.messages.as_ref().map_or("ignored (no prefix list)".to_string(), |m| m.describe()),
             resume_lsn = %prepared.confirmed,
             "streaming"
         );
@@ -199,7 +201,7 @@ impl<'c> Session<'c> {
             control,
             stream,
             tables: prepared.tables,
-            assembler: Assembler::new(),
+            assembler: Assembler::new(config.messages.clone()),
             delivery,
             watch,
             reported: prepared.confirmed,
@@ -321,6 +323,7 @@ impl<'c> Session<'c> {
                 Err(e) => {
                     let raw = router.raw(binding, &tuple);
                     let row = Unroutable {
+                        kind: "outbox row",
                         reason: e.to_string(),
                         table: raw.table,
                         lsn,
@@ -336,10 +339,11 @@ impl<'c> Session<'c> {
             Step::Update { table, lsn } => {
                 on_update(router.config().invalid_op_behavior(), &table.to_string(), lsn)?
             }
-            // Logical decoding messages are not outbox rows unless configured as such.
-            Step::Message { .. } => {}
+            Step::Message(message) => self.on_message(router, message, false).await?,
+            Step::RefusedMessage(message) => self.on_message(router, message, true).await?,
             Step::Unplaceable { relation, reason, tuple, lsn } => {
                 let row = Unroutable {
+                    kind: "outbox row",
                     reason,
                     table: relation,
                     lsn,

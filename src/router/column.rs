@@ -4,6 +4,8 @@
 //! Values arrive in PostgreSQL's text output with the walsender session pinned to
 //! `DateStyle=ISO`, `TimeZone=UTC`, `IntervalStyle=postgres`, `extra_float_digits=3`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::convert::{Prim, Schema};
@@ -53,11 +55,6 @@ impl Kind {
         }
     }
 
-    /// Whether the Connect type is STRING (what `getString` and JSON expansion require).
-    pub(crate) fn is_string(self) -> bool {
-        matches!(self, Kind::Uuid | Kind::Text | Kind::Json | Kind::TimestampTz)
-    }
-
     /// A short description for error messages.
     pub(crate) fn describe(self) -> &'static str {
         match self {
@@ -93,8 +90,9 @@ impl Kind {
     }
 }
 
-/// One column's Connect value. Text is kept as the input `Bytes` (zero-copy).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One field's Connect value: a row's column, or a member of a message's JSON content. Text is
+/// kept as the input `Bytes` (zero-copy).
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Cv {
     Null,
     /// A Connect STRING: UTF-8 text (not yet validated).
@@ -106,6 +104,14 @@ pub(crate) enum Cv {
     Bin(Bytes),
     /// INT64 timestamps (millis or micros since the epoch, by kind).
     Ts(i64),
+    /// FLOAT64: a JSON number with a fraction or an exponent (message content only).
+    Double(f64),
+    /// ARRAY (message content only); a null element is [`Cv::Null`].
+    Array(Vec<Cv>),
+    /// STRUCT (message content only): every field of its schema, in schema order, with its
+    /// value ([`Cv::Null`] for a JSON null kept by `fields.null.include`, or a member an element
+    /// of an array of objects lacks).
+    Struct(Vec<(Arc<str>, Cv)>),
 }
 
 impl Cv {

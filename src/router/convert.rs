@@ -62,6 +62,11 @@ pub(crate) enum Schema {
 }
 
 impl Schema {
+    /// Whether this is the primitive type `ty` (any name, version or optionality).
+    pub(crate) fn is_prim(&self, ty: Prim) -> bool {
+        matches!(self, Schema::Prim { ty: t, .. } if *t == ty)
+    }
+
     pub(crate) fn optional(&self) -> bool {
         match self {
             Schema::Prim { optional, .. }
@@ -254,6 +259,8 @@ pub(crate) fn utf8(b: &[u8]) -> Result<&str, String> {
 /// `StringConverter.fromConnectData`: `value.toString()` as UTF-8; text passes through without a
 /// copy. A `bytea` passes through as its raw bytes (what Kafka Connect users get from
 /// `ByteArrayConverter`; Connect's StringConverter would write Java's `[B@…` object text).
+/// Structures are Java's `toString`: `Struct{a=1,b=x}` (null fields left out), lists
+/// `[1, 2]` — which is what Debezium emits for a message whose payload is a JSON object.
 pub(crate) fn string_bytes(cv: &Cv) -> Option<Bytes> {
     match cv {
         Cv::Null => None,
@@ -261,6 +268,58 @@ pub(crate) fn string_bytes(cv: &Cv) -> Option<Bytes> {
         Cv::Bool(true) => Some(Bytes::from_static(b"true")),
         Cv::Bool(false) => Some(Bytes::from_static(b"false")),
         Cv::Ts(v) => Some(Bytes::from(v.to_string())),
+        Cv::Double(_) | Cv::Array(_) | Cv::Struct(_) => {
+            let mut out = Vec::with_capacity(64);
+            write_java_to_string(&mut out, cv);
+            Some(out.into())
+        }
+    }
+}
+
+/// Java's `toString` of a Connect value (`Struct.toString`, `ArrayList.toString`,
+/// `Double.toString`); a null is `null`, as a list prints it.
+fn write_java_to_string(out: &mut Vec<u8>, cv: &Cv) {
+    match cv {
+        Cv::Null => out.extend_from_slice(b"null"),
+        Cv::Text(b) | Cv::Int(b) | Cv::Bin(b) => out.extend_from_slice(b),
+        Cv::Bool(v) => out.extend_from_slice(if *v { b"true" } else { b"false" }),
+        Cv::Ts(v) => out.extend_from_slice(v.to_string().as_bytes()),
+        Cv::Double(v) => out.extend_from_slice(java_double_to_string(*v).as_bytes()),
+        Cv::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                write_java_to_string(out, item);
+            }
+            out.push(b']');
+        }
+        Cv::Struct(fields) => {
+            out.extend_from_slice(b"Struct{");
+            let mut first = true;
+            for (name, value) in fields.iter().filter(|(_, v)| *v != Cv::Null) {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'=');
+                write_java_to_string(out, value);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// `Double.toString`, infinities and NaN included (unquoted, unlike JSON).
+fn java_double_to_string(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        java_double_string(v)
     }
 }
 
@@ -268,16 +327,73 @@ pub(crate) fn string_bytes(cv: &Cv) -> Option<Bytes> {
 /// Base64); `None` for a null value.
 pub(crate) fn simple_header_bytes(cv: &Cv) -> Option<Bytes> {
     match cv {
+        Cv::Null => None,
         Cv::Bin(b) => {
             let mut out = Vec::with_capacity(b.len() * 4 / 3 + 4);
             write_base64(&mut out, b);
+            Some(out.into())
+        }
+        Cv::Double(_) | Cv::Array(_) | Cv::Struct(_) => {
+            let mut out = Vec::with_capacity(64);
+            write_values_string(&mut out, cv, false);
             Some(out.into())
         }
         other => string_bytes(other),
     }
 }
 
-/// `JsonConverter.convertToJson` of one column value.
+/// Kafka Connect's `Values.append`: text as is at the top level, quoted (with `\` and `"`
+/// escaped) inside a list or struct; lists `[a,b]`; structs `{"name":value,…}` with every field,
+/// null ones as `null`.
+fn write_values_string(out: &mut Vec<u8>, cv: &Cv, embedded: bool) {
+    let quoted = |out: &mut Vec<u8>, text: &[u8]| {
+        out.push(b'"');
+        for &c in text {
+            if c == b'\\' || c == b'"' {
+                out.push(b'\\');
+            }
+            out.push(c);
+        }
+        out.push(b'"');
+    };
+    match cv {
+        Cv::Text(b) if embedded => quoted(out, b),
+        Cv::Bin(b) => {
+            let mut text = Vec::with_capacity(b.len() * 4 / 3 + 4);
+            write_base64(&mut text, b);
+            if embedded {
+                quoted(out, &text);
+            } else {
+                out.extend_from_slice(&text);
+            }
+        }
+        Cv::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_values_string(out, item, true);
+            }
+            out.push(b']');
+        }
+        Cv::Struct(fields) => {
+            out.push(b'{');
+            for (i, (name, value)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                quoted(out, name.as_bytes());
+                out.push(b':');
+                write_values_string(out, value, true);
+            }
+            out.push(b'}');
+        }
+        other => write_java_to_string(out, other),
+    }
+}
+
+/// `JsonConverter.convertToJson` of one value.
 pub(crate) fn write_cv_json(out: &mut Vec<u8>, cv: &Cv) -> Result<(), String> {
     match cv {
         Cv::Null => out.extend_from_slice(b"null"),
@@ -290,6 +406,29 @@ pub(crate) fn write_cv_json(out: &mut Vec<u8>, cv: &Cv) -> Result<(), String> {
             out.push(b'"');
         }
         Cv::Ts(v) => out.extend_from_slice(v.to_string().as_bytes()),
+        Cv::Double(v) => write_java_double(out, *v),
+        Cv::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_cv_json(out, item)?;
+            }
+            out.push(b']');
+        }
+        Cv::Struct(fields) => {
+            out.push(b'{');
+            for (i, (name, value)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, name);
+                out.push(b':');
+                write_cv_json(out, value)?;
+            }
+            out.push(b'}');
+        }
     }
     Ok(())
 }

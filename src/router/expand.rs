@@ -118,9 +118,10 @@ pub(crate) fn write_data(out: &mut Vec<u8>, data: &Data, schema: &Schema) {
     }
 }
 
-struct Infer {
-    nulls: NullBehavior,
-    empty_arrays: EmptyArrayBehavior,
+/// `JsonSchemaData`'s schema inference, with its null and empty-array behaviours.
+pub(crate) struct Infer {
+    pub(crate) nulls: NullBehavior,
+    pub(crate) empty_arrays: EmptyArrayBehavior,
 }
 
 fn opt(ty: Prim) -> Schema {
@@ -136,8 +137,9 @@ fn num_schema(n: &Num) -> Prim {
 }
 
 impl Infer {
-    /// `JsonSchemaData.toConnectSchema`.
-    fn schema(&self, key: Option<&str>, node: &Node) -> Result<Option<Schema>, String> {
+    /// `JsonSchemaData.toConnectSchema`: `None` for what it drops (a null under `ignore`, an
+    /// empty array under `ignore`); `Err` for what it fails on, with Debezium's text.
+    pub(crate) fn schema(&self, key: Option<&str>, node: &Node) -> Result<Option<Schema>, String> {
         Ok(match node {
             Node::Str(_) => Some(opt(Prim::String)),
             Node::Bool(_) => Some(opt(Prim::Boolean)),

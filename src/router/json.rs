@@ -14,6 +14,8 @@ use super::convert::{write_java_double, write_str};
 /// Jackson's default `StreamReadConstraints`.
 const MAX_DEPTH: usize = 1000;
 const MAX_NUMBER_LEN: usize = 1000;
+/// Objects with fewer members than this find repeated keys by a linear scan.
+const SMALL_OBJECT: usize = 16;
 
 /// A parsed JSON number, typed as Jackson types it.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,7 +180,9 @@ impl<'a> Parser<'a> {
     fn object(&mut self, depth: usize) -> Result<Node<'a>, String> {
         self.i += 1;
         let mut fields: Vec<(Cow<'a, str>, Node<'a>)> = Vec::new();
-        let mut index: HashMap<Cow<'a, str>, usize> = HashMap::new();
+        // Repeated keys are looked up linearly in small objects (no allocation, no hashing: an
+        // outbox event has a handful of members) and through an index in large ones.
+        let mut index: Option<HashMap<Cow<'a, str>, usize>> = None;
         self.ws();
         if self.b.get(self.i) == Some(&b'}') {
             self.i += 1;
@@ -197,10 +201,20 @@ impl<'a> Parser<'a> {
             self.i += 1;
             let value = self.value(depth)?;
             if self.dedupe {
-                match index.get(&key) {
-                    Some(&at) => fields[at].1 = value,
+                if index.is_none() && fields.len() >= SMALL_OBJECT {
+                    index =
+                        Some(fields.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect());
+                }
+                let seen = match &index {
+                    Some(index) => index.get(&key).copied(),
+                    None => fields.iter().position(|(k, _)| *k == key),
+                };
+                match seen {
+                    Some(at) => fields[at].1 = value,
                     None => {
-                        index.insert(key.clone(), fields.len());
+                        if let Some(index) = &mut index {
+                            index.insert(key.clone(), fields.len());
+                        }
                         fields.push((key, value));
                     }
                 }
@@ -241,30 +255,35 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Where the run of string bytes from `self.i` that need no decoding ends: at the next `"`,
+    /// `\`, control character or the end of the text (searched a word at a time, not a byte).
+    fn plain_run_end(&self) -> usize {
+        let rest = &self.b[self.i..];
+        let stop = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+        self.i + rest[..stop].iter().position(|&c| c < 0x20).unwrap_or(stop)
+    }
+
     fn string(&mut self) -> Result<Cow<'a, str>, String> {
         self.i += 1;
         let start = self.i;
-        while let Some(&c) = self.b.get(self.i) {
-            match c {
-                b'"' => {
-                    self.i += 1;
-                    return Ok(Cow::Borrowed(&self.s[start..self.i - 1]));
-                }
-                b'\\' => return self.string_escaped(start),
-                c if c < 0x20 => return self.err("unescaped control character in a string"),
-                _ => self.i += 1,
+        self.i = self.plain_run_end();
+        match self.b.get(self.i) {
+            Some(b'"') => {
+                self.i += 1;
+                Ok(Cow::Borrowed(&self.s[start..self.i - 1]))
             }
+            Some(b'\\') => self.string_escaped(start),
+            Some(_) => self.err("unescaped control character in a string"),
+            None => self.err("unterminated string"),
         }
-        self.err("unterminated string")
     }
 
     fn string_escaped(&mut self, start: usize) -> Result<Cow<'a, str>, String> {
-        let mut out = String::from(&self.s[start..self.i]);
+        let mut out = String::with_capacity(self.s.len().min(64 + 2 * (self.i - start)));
+        out.push_str(&self.s[start..self.i]);
         loop {
             let run = self.i;
-            while matches!(self.b.get(self.i), Some(&c) if c != b'"' && c != b'\\' && c >= 0x20) {
-                self.i += 1;
-            }
+            self.i = self.plain_run_end();
             out.push_str(&self.s[run..self.i]);
             match self.b.get(self.i) {
                 Some(b'"') => {

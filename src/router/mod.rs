@@ -2,14 +2,24 @@
 //!
 //! One committed INSERT into the outbox table becomes one Kafka record exactly as Debezium 3.6.3's
 //! `EventRouter` SMT followed by the configured Kafka Connect converters would produce it
-//! (peers.md §1, design.md §4). The goldens in `tests/fixtures/debezium/` are the reference; the
-//! parity tests in `golden_tests.rs` replay every fixture row through this module.
+//! (peers.md §1, design.md §4). So does one logical decoding message (`pg_logical_emit_message`)
+//! whose content is a JSON object of outbox columns, as Debezium's
+//! `DecodeLogicalDecodingMessageContent` followed by the `EventRouter` would (`message.rs`). The
+//! goldens in `tests/fixtures/debezium/` are the reference; the parity tests in
+//! `golden_tests.rs` and `message_golden_tests.rs` replay every fixture row and message through
+//! this module.
+//!
+//! Routing is kept apart from values: [`Router::bind_fields`] decides which field plays which
+//! role (id, key, payload, route, timestamp, version, placements) against a [`Shape`] — a
+//! Relation's columns or a message's members — and `route_values` reads them through [`Values`]
+//! (a pgoutput row, or decoded Connect values), so every routing option works for both.
 //!
 //! Shape of the work: [`RouterConfig::parse`] once at start-up; [`Router::bind`] once per Relation
 //! message (resolves column names to indexes and types); [`Router::route`] per row (index
-//! lookups, a topic cache, and zero-copy `Bytes` slices where the value passes through unchanged).
+//! lookups, a topic cache, and zero-copy `Bytes` slices where the value passes through unchanged);
+//! [`Router::route_message`] per message (decode, bind by member name, route).
 //!
-//! Where walrelay deliberately differs from Debezium 3.6.3:
+//! Where walrelay deliberately differs from Debezium 3.6.3, for rows:
 //! * With `table.expand.json.payload`, payloads Debezium 3.6.3 fails on (a top-level array of
 //!   objects, integers beyond `long`, …) are emitted as valid JSON instead of failing the record
 //!   (see `expand.rs` for the exact rules).
@@ -18,11 +28,38 @@
 //! * `StringConverter` writes a `bytea` as its raw bytes (Connect would write Java's `[B@…`).
 //! * With `table.field.event.schema.version`, the envelope schema uses each row's payload schema
 //!   (Debezium reuses the first payload schema seen for that version).
+//!
+//! And for logical decoding messages (`tests/fixtures/debezium/messages/README.md` has the rules
+//! this follows; the parity tests state each difference):
+//! * A message Debezium 3.6.3 stops its task on — content that is empty, not JSON, preceded by
+//!   whitespace or a byte-order mark, a JSON string or array; a missing or null `payload`, `id`,
+//!   `aggregateid`, `aggregatetype` or placed member; a non-string `aggregatetype`; an array
+//!   mixing types or number widths, or holding only nulls; a member with an empty name; an
+//!   integer beyond 64 bits; `table.field.event.timestamp` (no JSON value is a timestamp) — is
+//!   refused with a [`RouteError`] saying why, and the relay dead-letters it or stops at it with
+//!   its LSN (design.md I8). Debezium stays down on it, restart after restart.
+//! * Content is read as UTF-8 always; Debezium decodes it with the JVM's default charset (UTF-8
+//!   on JDK 18+ and in UTF-8 locales; JDK 17 in a C/POSIX locale turns every non-ASCII byte into
+//!   U+FFFD). Content that is not valid UTF-8 (only possible through the `bytea` form of
+//!   `pg_logical_emit_message` or a non-UTF-8 database) is refused, not repaired with U+FFFD.
+//! * An array of objects with different keys has its merged element fields in first-seen order;
+//!   Debezium's order comes from a `HashSet` and differs between JVM runs (only JsonConverter
+//!   output shows it; `Struct{…}` text is the same).
+//! * With `fields.null.include`, an `id` member that is JSON `null` is refused, as a row's NULL
+//!   id is; Debezium would send an `id` header without a value.
+//! * Selection (`crate::messages`): without `message.prefix.include.list` or `.exclude.list`
+//!   messages are ignored (Debezium captures every prefix); a non-transactional message is
+//!   refused unless `[outbox] non_transactional_messages = "relay"` (Debezium relays it, even
+//!   when its transaction rolls back); prefix patterns use Rust's regex syntax, and their
+//!   case-insensitive match folds non-ASCII letters too (Java's folds ASCII only).
+//! * `binary.handling.mode` has no counterpart: content is always read as bytes (Debezium fails
+//!   every message unless it is `bytes`, its default).
 
 mod column;
 mod convert;
 mod expand;
 mod json;
+mod message;
 mod options;
 mod record;
 mod topic;
@@ -32,17 +69,23 @@ mod expand_tests;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
+mod message_golden_tests;
+#[cfg(test)]
 mod options_tests;
 #[cfg(test)]
 mod route_tests;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use self::column::{Cv, Kind};
-use self::convert::{json_bytes, simple_header_bytes, string_bytes, Schema};
+use self::convert::{json_bytes, simple_header_bytes, string_bytes, Prim, Schema};
+pub use self::message::event_id as message_event_id;
+#[cfg(test)]
+pub(crate) use self::options::NullBehavior;
 use self::options::{Converter, HeaderConverter, MissingBehavior, PlacementKind};
 pub use self::options::{InvalidOpBehavior, Options, RouterConfig};
 use crate::pgoutput::{Relation, Tuple, Value};
@@ -126,53 +169,167 @@ pub enum RouteError {
          bind the latest Relation message before routing its rows"
     )]
     ColumnCount { table: String, expected: usize, found: usize },
+    #[error(
+        "the message content is not an outbox event: {reason}; emit a JSON object whose members \
+         are the outbox columns (`id`, `aggregatetype`, `aggregateid`, `payload`, …)"
+    )]
+    Content { reason: String },
+    #[error(
+        "the message content has no member `{member}` (or it is null), which the router needs as \
+         the {role}; add it to the JSON object the application emits, or point the option at \
+         another member"
+    )]
+    MissingMember { member: String, role: &'static str },
+    #[error(
+        "member `{member}` of the message content is {found}, but the {role} must be {expected}"
+    )]
+    MemberType { member: String, role: &'static str, found: &'static str, expected: &'static str },
 }
 
-/// A configured column resolved against a Relation.
+/// A configured field resolved against a Relation (a column) or a message's content (a
+/// member): where its value is and its Connect schema.
 #[derive(Debug, Clone)]
 struct Col {
+    /// The column's index in the row, or the member's in the decoded content.
     index: usize,
     name: Arc<str>,
-    kind: Kind,
     /// `json` (not `jsonb`) text may repeat keys; Jackson keeps the last value.
     dedupe_json: bool,
     schema: Schema,
+    /// `schema` as JsonConverter writes it; computed only when a converter writes schemas
+    /// (empty otherwise, and then never read).
     schema_json: Arc<str>,
 }
 
 impl Col {
-    fn read(&self, row: &[Value]) -> Result<Cv, RouteError> {
-        column::read(self.kind, &row[self.index]).map_err(|reason| self.invalid(reason))
-    }
-
     fn invalid(&self, reason: String) -> RouteError {
         RouteError::InvalidValue { column: self.name.to_string(), reason }
     }
 }
 
-/// The router's columns resolved against one Relation message.
+/// Where an event's values are: a pgoutput row, read by each column's type, or the members of a
+/// decoded message, which already are Connect values.
+#[derive(Clone, Copy)]
+enum Values<'a> {
+    Row { vals: &'a [Value], kinds: &'a [Kind] },
+    Message(&'a [Cv]),
+}
+
+impl Values<'_> {
+    fn read(&self, col: &Col) -> Result<Cow<'_, Cv>, RouteError> {
+        match self {
+            Values::Row { vals, kinds } => column::read(kinds[col.index], &vals[col.index])
+                .map(Cow::Owned)
+                .map_err(|reason| col.invalid(reason)),
+            Values::Message(members) => Ok(Cow::Borrowed(&members[col.index])),
+        }
+    }
+}
+
+/// The router's fields resolved against one Relation message (or one message's content): which
+/// field plays which role, so [`Router::route`] is index lookups.
 #[derive(Debug, Clone)]
 pub struct Binding {
-    /// `schema.table` as the Relation message named it.
+    /// `schema.table` as the Relation message named it (empty for a message).
     table: Arc<str>,
+    /// How pgoutput sends each column of the relation (empty for a message).
+    kinds: Vec<Kind>,
     ncols: usize,
     id: Col,
     key: Col,
     payload: Col,
     route: Col,
-    timestamp: Option<Col>,
+    timestamp: Option<(Col, TimeUnit)>,
     schema_version: Option<Col>,
     headers: Vec<(Arc<str>, Col)>,
     envelope: Vec<(String, Col)>,
     partition: Option<Col>,
-    /// `<topic.prefix>.<schema>.<table>.`: the start of the envelope struct's schema name.
-    envelope_name_base: String,
+    /// The envelope struct's schema name is `.0` + the routed value + `.1`:
+    /// `<topic.prefix>.<schema>.<table>.` and `.Value` for a row (the change event's value
+    /// schema name with the route value inserted), nothing around it for a message (whose
+    /// decoded content has no schema name).
+    envelope_name: (String, &'static str),
+    /// The `__debezium.context.*` headers go first (when enabled): Debezium adds them to change
+    /// events, never to messages.
+    extended_headers: bool,
 }
 
 impl Binding {
     /// `schema.table` of the relation this binding is for.
     pub fn table(&self) -> &Arc<str> {
         &self.table
+    }
+}
+
+/// The unit of an event timestamp field (`table.field.event.timestamp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimeUnit {
+    Millis,
+    Micros,
+}
+
+/// The unit of a Debezium timestamp schema (`io.debezium.time.Timestamp` / `MicroTimestamp`),
+/// the only ones the Event Router reads as a record timestamp.
+fn timestamp_unit(schema: &Schema) -> Option<TimeUnit> {
+    match schema {
+        Schema::Prim { ty: Prim::Int64, name: Some("io.debezium.time.Timestamp"), .. } => {
+            Some(TimeUnit::Millis)
+        }
+        Schema::Prim { ty: Prim::Int64, name: Some("io.debezium.time.MicroTimestamp"), .. } => {
+            Some(TimeUnit::Micros)
+        }
+        _ => None,
+    }
+}
+
+/// What [`Router::bind_fields`] requires of a field's Connect schema.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    String,
+    Int32,
+    Timestamp,
+}
+
+/// The fields an event offers, for [`Router::bind_fields`]: a Relation's columns or a decoded
+/// message's members. It also words what is wrong with them, in the terms of its source.
+trait Shape {
+    /// The field called `name`: its index and Connect schema, or `None` when absent.
+    fn field(&self, name: &str) -> Option<(usize, Schema, bool)>;
+    fn missing(&self, name: &str, role: &'static str) -> RouteError;
+    fn wrong_type(&self, col: &Col, role: &'static str, expected: Expect) -> RouteError;
+}
+
+struct RelationShape<'a> {
+    relation: &'a Relation,
+    table: &'a str,
+    kinds: &'a [Kind],
+    not_null: &'a [bool],
+}
+
+impl Shape for RelationShape<'_> {
+    fn field(&self, name: &str) -> Option<(usize, Schema, bool)> {
+        let index = self.relation.columns.iter().position(|c| c.name == name)?;
+        let optional = !self.not_null.get(index).copied().unwrap_or(false);
+        let dedupe_json = self.relation.columns[index].type_oid != 3802;
+        Some((index, self.kinds[index].schema(optional), dedupe_json))
+    }
+
+    fn missing(&self, name: &str, role: &'static str) -> RouteError {
+        RouteError::MissingColumn { column: name.to_owned(), role, table: self.table.to_owned() }
+    }
+
+    fn wrong_type(&self, col: &Col, role: &'static str, expected: Expect) -> RouteError {
+        RouteError::ColumnType {
+            column: col.name.to_string(),
+            role,
+            table: self.table.to_owned(),
+            found: self.kinds[col.index].describe(),
+            expected: match expected {
+                Expect::String => "a string type (text, varchar, …)",
+                Expect::Int32 => "int4",
+                Expect::Timestamp => "`timestamp` (without time zone)",
+            },
+        }
     }
 }
 
@@ -246,62 +403,65 @@ impl Router {
     /// is index lookups. `not_null[i]` is `pg_attribute.attnotnull` of column `i` (it decides
     /// `"optional"` in JSON-with-schemas output); an empty slice means "unknown: nullable".
     pub fn bind(&self, relation: &Relation, not_null: &[bool]) -> Result<Binding, RouteError> {
-        let cfg = &self.cfg;
         let table = format!("{}.{}", relation.namespace, relation.name);
-        let lookup = |name: &str| -> Option<Col> {
-            let index = relation.columns.iter().position(|c| c.name == name)?;
-            let c = &relation.columns[index];
-            let kind = Kind::from_pg(c.type_oid, c.type_modifier);
-            let schema = kind.schema(!not_null.get(index).copied().unwrap_or(false));
-            Some(Col {
-                index,
-                name: Arc::from(name),
-                kind,
-                dedupe_json: c.type_oid != 3802,
-                schema_json: Arc::from(schema.to_json()),
-                schema,
-            })
-        };
-        let missing = |column: &str, role: &'static str| RouteError::MissingColumn {
-            column: column.to_owned(),
-            role,
-            table: table.clone(),
-        };
-        let find = |name: &str, role: &'static str| lookup(name).ok_or_else(|| missing(name, role));
-        let wrong_type =
-            |col: &Col, role: &'static str, expected: &'static str| RouteError::ColumnType {
-                column: col.name.to_string(),
-                role,
-                table: table.clone(),
-                found: col.kind.describe(),
-                expected,
-            };
+        let kinds: Vec<Kind> =
+            relation.columns.iter().map(|c| Kind::from_pg(c.type_oid, c.type_modifier)).collect();
+        let shape = RelationShape { relation, table: &table, kinds: &kinds, not_null };
+        let mut b = self.bind_fields(&shape)?;
+        b.envelope_name = (
+            format!("{}.{}.{}.", self.cfg.topic_prefix, relation.namespace, relation.name),
+            ".Value",
+        );
+        b.extended_headers = true;
+        b.ncols = relation.columns.len();
+        b.table = Arc::from(table);
+        b.kinds = kinds;
+        Ok(b)
+    }
 
-        let route = find(&cfg.route_by_field, ROLE_ROUTE)?;
-        if !route.kind.is_string() {
-            return Err(wrong_type(&route, ROLE_ROUTE, "a string type (text, varchar, …)"));
-        }
+    /// The roles of the router's options, resolved against `shape`'s fields, with Debezium's
+    /// checks of their Connect types (the same for a column and for a message's member). The
+    /// caller fills in where the fields come from.
+    fn bind_fields(&self, shape: &dyn Shape) -> Result<Binding, RouteError> {
+        let cfg = &self.cfg;
+        let schemas_needed = cfg.writes_schemas();
+        let unused: Arc<str> = Arc::from("");
+        let lookup = |name: &str| -> Option<Col> {
+            let (index, schema, dedupe_json) = shape.field(name)?;
+            let schema_json =
+                if schemas_needed { Arc::from(schema.to_json()) } else { unused.clone() };
+            Some(Col { index, name: Arc::from(name), dedupe_json, schema, schema_json })
+        };
+        let find =
+            |name: &str, role: &'static str| lookup(name).ok_or_else(|| shape.missing(name, role));
+        let checked = |col: Col, role: &'static str, expected: Expect| {
+            let ok = match expected {
+                Expect::String => col.schema.is_prim(Prim::String),
+                Expect::Int32 => col.schema.is_prim(Prim::Int32),
+                Expect::Timestamp => timestamp_unit(&col.schema).is_some(),
+            };
+            if ok {
+                Ok(col)
+            } else {
+                Err(shape.wrong_type(&col, role, expected))
+            }
+        };
+
+        // In the order Debezium's `EventRouterDelegate.apply` reads them, so the first problem
+        // named is the one Debezium stops on.
+        let payload = find(&cfg.field_payload, ROLE_PAYLOAD)?;
+        let id = find(&cfg.field_event_id, ROLE_ID)?;
         let timestamp = match &cfg.field_timestamp {
             None => None,
             Some(name) => {
-                let col = find(name, ROLE_TIMESTAMP)?;
-                if !matches!(col.kind, Kind::TimestampMillis | Kind::TimestampMicros) {
-                    return Err(wrong_type(
-                        &col,
-                        ROLE_TIMESTAMP,
-                        "`timestamp` (without time zone)",
-                    ));
-                }
-                Some(col)
+                let col = checked(find(name, ROLE_TIMESTAMP)?, ROLE_TIMESTAMP, Expect::Timestamp)?;
+                let unit = timestamp_unit(&col.schema).expect("checked above");
+                Some((col, unit))
             }
         };
         let schema_version = match (&cfg.field_schema_version, cfg.has_envelope()) {
             (Some(name), true) => {
-                let col = find(name, ROLE_VERSION)?;
-                if col.kind != Kind::Int32 {
-                    return Err(wrong_type(&col, ROLE_VERSION, "int4"));
-                }
-                Some(col)
+                Some(checked(find(name, ROLE_VERSION)?, ROLE_VERSION, Expect::Int32)?)
             }
             _ => None,
         };
@@ -310,40 +470,37 @@ impl Router {
             let Some(col) = lookup(&p.column) else {
                 match cfg.additional_missing {
                     MissingBehavior::Ignore => continue,
-                    MissingBehavior::Error => return Err(missing(&p.column, ROLE_PLACEMENT)),
+                    MissingBehavior::Error => return Err(shape.missing(&p.column, ROLE_PLACEMENT)),
                 }
             };
             match p.kind {
                 PlacementKind::Header => headers.push((Arc::from(p.alias.as_str()), col)),
                 PlacementKind::Envelope => envelope.push((p.alias.clone(), col)),
                 PlacementKind::Partition => {
-                    if col.kind != Kind::Int32 {
-                        return Err(wrong_type(&col, ROLE_PARTITION, "int4"));
-                    }
-                    partition = Some(col);
+                    partition = Some(checked(col, ROLE_PARTITION, Expect::Int32)?);
                 }
             }
         }
+        let key = find(&cfg.field_event_key, ROLE_KEY)?;
+        let route = checked(find(&cfg.route_by_field, ROLE_ROUTE)?, ROLE_ROUTE, Expect::String)?;
         Ok(Binding {
-            ncols: relation.columns.len(),
-            id: find(&cfg.field_event_id, ROLE_ID)?,
-            key: find(&cfg.field_event_key, ROLE_KEY)?,
-            payload: find(&cfg.field_payload, ROLE_PAYLOAD)?,
+            table: Arc::from(""),
+            kinds: Vec::new(),
+            ncols: 0,
+            id,
+            key,
+            payload,
             route,
             timestamp,
             schema_version,
             headers,
             envelope,
             partition,
-            envelope_name_base: format!(
-                "{}.{}.{}.",
-                cfg.topic_prefix, relation.namespace, relation.name
-            ),
-            table: Arc::from(table),
+            envelope_name: (String::new(), ""),
+            extended_headers: false,
         })
     }
 
-    /// One committed INSERT row → one Kafka record.
     /// The raw text of a row's key, payload and event id columns, whatever their state: what a
     /// dead letter carries when [`Router::route`] could not map the row.
     pub fn raw(&self, b: &Binding, row: &Tuple) -> RawRow {
@@ -359,48 +516,93 @@ impl Router {
         }
     }
 
+    /// One committed INSERT row → one Kafka record.
     pub fn route(&mut self, b: &Binding, row: &Tuple) -> Result<Record, RouteError> {
-        let vals = &row.0[..];
-        if vals.len() != b.ncols {
+        if row.0.len() != b.ncols {
             return Err(RouteError::ColumnCount {
                 table: b.table.to_string(),
                 expected: b.ncols,
-                found: vals.len(),
+                found: row.0.len(),
             });
         }
-        let id = b.id.read(vals)?;
-        let event_id = match &id {
+        self.route_values(b, Values::Row { vals: &row.0, kinds: &b.kinds })
+    }
+
+    /// A logical decoding message's content → one Kafka record, routed as a row whose columns
+    /// are the content's top-level members (Debezium's `DecodeLogicalDecodingMessageContent`,
+    /// then its `EventRouter`). Message records never carry the `__debezium.context.*`
+    /// headers: Debezium adds them to change events only.
+    ///
+    /// Content nested deeper than [`INLINE_DEPTH`] is decoded and routed on a short-lived
+    /// thread with a stack large enough for any depth Jackson accepts, as expansion is.
+    pub fn route_message(&mut self, content: &Bytes) -> Result<Record, RouteError> {
+        // Counting brackets is one vectorised pass; only content with enough of them can nest
+        // deeper than INLINE_DEPTH, and only that is scanned properly.
+        let brackets = content.iter().filter(|&&b| b == b'{' || b == b'[').count();
+        let deep = brackets > INLINE_DEPTH
+            && std::str::from_utf8(content)
+                .is_ok_and(|text| json::nesting_exceeds(text, INLINE_DEPTH));
+        if !deep {
+            return self.route_message_on_this_stack(content);
+        }
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("walrelay-message".into())
+                .stack_size(DEEP_STACK_BYTES)
+                .spawn_scoped(scope, || self.route_message_on_this_stack(content))
+                .map_err(|e| RouteError::Content {
+                    reason: format!("cannot start a thread to decode deeply nested content: {e}"),
+                })?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    fn route_message_on_this_stack(&mut self, content: &Bytes) -> Result<Record, RouteError> {
+        let decoded = message::decode(content, self.cfg.message_nulls)?;
+        let binding = self.bind_fields(&decoded.shape())?;
+        self.route_values(&binding, Values::Message(&decoded.values))
+    }
+
+    /// An event's values → one Kafka record, the same way for a row and a message.
+    fn route_values(&mut self, b: &Binding, vals: Values<'_>) -> Result<Record, RouteError> {
+        let id = vals.read(&b.id)?;
+        let event_id = match &*id {
             Cv::Null => {
                 return Err(RouteError::NullValue { column: b.id.name.to_string(), role: ROLE_ID })
             }
             other => String::from_utf8_lossy(&string_bytes(other).unwrap_or_default()).into_owned(),
         };
 
-        let Cv::Text(route_value) = b.route.read(vals)? else {
-            return Err(RouteError::NullValue {
-                column: b.route.name.to_string(),
-                role: ROLE_ROUTE,
-            });
+        let route_value = match &*vals.read(&b.route)? {
+            Cv::Text(t) => t.clone(),
+            _ => {
+                return Err(RouteError::NullValue {
+                    column: b.route.name.to_string(),
+                    role: ROLE_ROUTE,
+                })
+            }
         };
         let topic = self.topic(&route_value)?;
 
-        let key = self.key(b, vals)?;
+        let key = self.key(&b.key, &*vals.read(&b.key)?)?;
 
-        let mut headers = Vec::with_capacity(self.extended.len() + 1 + b.headers.len());
-        headers.extend(self.extended.iter().cloned());
+        let extended: &[(Arc<str>, Bytes)] = if b.extended_headers { &self.extended } else { &[] };
+        let mut headers = Vec::with_capacity(extended.len() + 1 + b.headers.len());
+        headers.extend(extended.iter().cloned());
         if let Some(h) = self.header(&b.id, &id)? {
             headers.push((self.id_header.clone(), h));
         }
         for (alias, col) in &b.headers {
-            if let Some(h) = self.header(col, &col.read(vals)?)? {
+            if let Some(h) = self.header(col, &*vals.read(col)?)? {
                 headers.push((alias.clone(), h));
             }
         }
 
         let partition = match &b.partition {
-            Some(col) => match col.read(vals)? {
+            Some(col) => match &*vals.read(col)? {
                 Cv::Int(t) => Some(
-                    std::str::from_utf8(&t)
+                    std::str::from_utf8(t)
                         .ok()
                         .and_then(|s| s.parse::<i32>().ok())
                         .ok_or_else(|| col.invalid("not an int4 value".into()))?,
@@ -410,15 +612,15 @@ impl Router {
             None => None,
         };
         let timestamp_ms = match &b.timestamp {
-            Some(col) => match col.read(vals)? {
-                Cv::Ts(v) if col.kind == Kind::TimestampMicros => Some(v / 1000),
-                Cv::Ts(v) => Some(v),
+            Some((col, unit)) => match &*vals.read(col)? {
+                Cv::Ts(v) if *unit == TimeUnit::Micros => Some(v / 1000),
+                Cv::Ts(v) => Some(*v),
                 _ => None,
             },
             None => None,
         };
 
-        let payload = b.payload.read(vals)?;
+        let payload = vals.read(&b.payload)?;
         let value = if self.cfg.tombstone_on_empty_payload && payload.is_blank() {
             None
         } else {

@@ -49,6 +49,9 @@ pub(crate) const DEBEZIUM_KEYS: &[&str] = &[
     "key.converter.schemas.enable",
     "value.converter.schemas.enable",
     "header.converter.schemas.enable",
+    "message.prefix.include.list",
+    "message.prefix.exclude.list",
+    "fields.null.include",
 ];
 
 const STRING_CONVERTER_CLASS: &str = "org.apache.kafka.connect.storage.StringConverter";
@@ -144,6 +147,9 @@ pub struct RouterConfig {
     pub(crate) key_converter: Converter,
     pub(crate) value_converter: Converter,
     pub(crate) header_converter: HeaderConverter,
+    /// `DecodeLogicalDecodingMessageContent`'s `fields.null.include`: a message member that is
+    /// JSON `null` is dropped (`Ignore`, the default) or kept as an optional BYTES field.
+    pub(crate) message_nulls: NullBehavior,
 }
 
 impl RouterConfig {
@@ -216,6 +222,11 @@ impl RouterConfig {
             key_converter: d.converter("key.converter")?,
             value_converter,
             header_converter: d.header_converter()?,
+            message_nulls: if d.boolean("fields.null.include", false)? {
+                NullBehavior::OptionalBytes
+            } else {
+                NullBehavior::Ignore
+            },
         };
         cfg.check_combinations(router, debezium)?;
         Ok(cfg)
@@ -224,6 +235,13 @@ impl RouterConfig {
     /// `table.op.invalid.behavior`: what the relay does with an UPDATE of an outbox row.
     pub fn invalid_op_behavior(&self) -> InvalidOpBehavior {
         self.invalid_op
+    }
+
+    /// Whether any converter writes JsonConverter's `{"schema": …, "payload": …}` envelope.
+    pub(crate) fn writes_schemas(&self) -> bool {
+        matches!(self.key_converter, Converter::Json { schemas: true })
+            || matches!(self.value_converter, Converter::Json { schemas: true })
+            || matches!(self.header_converter, HeaderConverter::Json { schemas: true })
     }
 
     /// Whether any `envelope` placement turns the value into a `{payload, …}` struct.

@@ -7,15 +7,14 @@ use bytes::Bytes;
 
 use super::column::Cv;
 use super::convert::{
-    self, json_bytes, simple_header_bytes, string_bytes, write_cv_json, write_envelope_start,
+    self, json_bytes, simple_header_bytes, string_bytes, write_cv_json, write_envelope_start, Prim,
     Schema,
 };
 use super::expand::{self, Expanded};
 use super::json::{self, Node};
 use super::options::{Converter, HeaderConverter};
-use super::{topic, Binding, Col, RouteError, Router, SchemaNameKey};
+use super::{topic, Binding, Col, RouteError, Router, SchemaNameKey, Values};
 use super::{DEEP_STACK_BYTES, INLINE_DEPTH, SCHEMA_NAME_CACHE_LIMIT, TOPIC_CACHE_LIMIT};
-use crate::pgoutput::Value;
 
 impl Router {
     /// The topic for a route value, cached by the value's bytes.
@@ -38,13 +37,12 @@ impl Router {
         Ok(topic)
     }
 
-    pub(super) fn key(&self, b: &Binding, vals: &[Value]) -> Result<Option<Bytes>, RouteError> {
-        let cv = b.key.read(vals)?;
+    pub(super) fn key(&self, col: &Col, cv: &Cv) -> Result<Option<Bytes>, RouteError> {
         match self.cfg.key_converter {
-            Converter::String => Ok(string_bytes(&cv)),
-            Converter::Json { schemas } => json_bytes(&cv, schemas.then_some(&*b.key.schema_json))
+            Converter::String => Ok(string_bytes(cv)),
+            Converter::Json { schemas } => json_bytes(cv, schemas.then_some(&*col.schema_json))
                 .map(Some)
-                .map_err(|r| b.key.invalid(r)),
+                .map_err(|r| col.invalid(r)),
         }
     }
 
@@ -67,7 +65,7 @@ impl Router {
     pub(super) fn json_value(
         &mut self,
         b: &Binding,
-        vals: &[Value],
+        vals: Values<'_>,
         payload: &Cv,
         schemas: bool,
         route_text: &str,
@@ -75,7 +73,9 @@ impl Router {
     ) -> Result<Bytes, RouteError> {
         // Expansion (only string payloads; a null payload is left untouched, as in Debezium).
         let text = match payload {
-            Cv::Text(t) if self.cfg.expand_json_payload && b.payload.kind.is_string() => {
+            Cv::Text(t)
+                if self.cfg.expand_json_payload && b.payload.schema.is_prim(Prim::String) =>
+            {
                 Some(convert::utf8(t).map_err(|r| b.payload.invalid(r))?)
             }
             _ => None,
@@ -106,7 +106,7 @@ impl Router {
     fn json_value_on_this_stack(
         &mut self,
         b: &Binding,
-        vals: &[Value],
+        vals: Values<'_>,
         payload: &Cv,
         text: Option<&str>,
         schemas: bool,
@@ -193,7 +193,7 @@ impl Router {
             out.push(b',');
             convert::write_str(&mut out, alias);
             out.push(b':');
-            write_cv_json(&mut out, &col.read(vals)?).map_err(|r| col.invalid(r))?;
+            write_cv_json(&mut out, &*vals.read(col)?).map_err(|r| col.invalid(r))?;
         }
         out.push(b'}');
         if schemas {
@@ -208,7 +208,7 @@ impl Router {
     fn envelope_name(
         &mut self,
         b: &Binding,
-        vals: &[Value],
+        vals: Values<'_>,
         payload_schema: &Schema,
         routed: &str,
     ) -> Result<Arc<str>, RouteError> {
@@ -222,15 +222,16 @@ impl Router {
         if self.schema_names.len() >= SCHEMA_NAME_CACHE_LIMIT {
             self.schema_names.clear();
         }
-        let name: Arc<str> = Arc::from(format!("{}{routed}.Value", b.envelope_name_base));
+        let (start, end) = &b.envelope_name;
+        let name: Arc<str> = Arc::from(format!("{start}{routed}{end}"));
         self.schema_names.insert(key, name.clone());
         Ok(name)
     }
 }
 
-fn version_of(col: &Col, vals: &[Value]) -> Result<Option<i32>, RouteError> {
-    match col.read(vals)? {
-        Cv::Int(t) => std::str::from_utf8(&t)
+fn version_of(col: &Col, vals: Values<'_>) -> Result<Option<i32>, RouteError> {
+    match &*vals.read(col)? {
+        Cv::Int(t) => std::str::from_utf8(t)
             .ok()
             .and_then(|s| s.parse().ok())
             .map(Some)

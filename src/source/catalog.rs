@@ -207,7 +207,9 @@ impl Publication {
     pub fn problems(&self, tables: &[OutboxTable]) -> Vec<Problem> {
         let name = &self.name;
         let mut problems = Vec::new();
-        if !self.insert {
+        // A message-only relay needs no table: pgoutput sends logical messages whatever the
+        // publication publishes.
+        if !self.insert && !tables.is_empty() {
             problems.push(Problem {
                 what: format!(
                     "publication {name} does not publish INSERTs (publishes: {})",
@@ -300,12 +302,15 @@ pub async fn publication(control: &Control, name: &str) -> Result<Option<Publica
 
 /// `CREATE PUBLICATION` for the outbox tables: INSERTs only (UPDATE, DELETE and TRUNCATE of
 /// outbox rows are never events, so they are not even decoded), and rows of partitions under
-/// the root's OID.
+/// the root's OID. Without a table (a message-only relay) the publication is empty: pgoutput
+/// still needs one to start, and sends logical messages whatever it publishes.
 pub fn create_publication_sql(name: &str, tables: &[TableName]) -> String {
+    let with = "WITH (publish = 'insert', publish_via_partition_root = true)";
+    if tables.is_empty() {
+        return format!("CREATE PUBLICATION \"{name}\" {with}");
+    }
     let list = tables.iter().map(TableName::quoted).collect::<Vec<_>>().join(", ");
-    format!(
-        "CREATE PUBLICATION \"{name}\" FOR TABLE {list} WITH (publish = 'insert', publish_via_partition_root = true)"
-    )
+    format!("CREATE PUBLICATION \"{name}\" FOR TABLE {list} {with}")
 }
 
 /// Makes sure the publication exists and can carry every outbox table: creates it when missing
@@ -424,6 +429,17 @@ mod tests {
                 "ALTER PUBLICATION p ADD TABLE public.billing"
             ]
         );
+    }
+
+    #[test]
+    fn catalog_message_only_relay_gets_an_empty_publication_and_needs_nothing_of_it() {
+        assert_eq!(
+            create_publication_sql("walrelay", &[]),
+            "CREATE PUBLICATION \"walrelay\" WITH (publish = 'insert', publish_via_partition_root = true)"
+        );
+        let mut all_operations_but_insert = publication(false, vec![]);
+        all_operations_but_insert.insert = false;
+        assert!(all_operations_but_insert.problems(&[]).is_empty());
     }
 
     #[test]

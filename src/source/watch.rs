@@ -192,27 +192,7 @@ impl Checker {
 
     /// Every outbox table still exists and is still carried, INSERTs included.
     fn covered(&self, now: &Fingerprint) -> Result<()> {
-        for table in &self.tables {
-            if !now.tables.contains(&table.oid) {
-                return Err(Error::definite(
-                    format!("outbox table {} was dropped", table.name),
-                    "recreate it and add it to the publication (ALTER PUBLICATION … ADD TABLE), then restart walrelay; rows written while it was missing were not relayed",
-                ));
-            }
-        }
-        if !now.insert {
-            return Err(Error::definite(
-                format!("publication {} stopped publishing INSERTs while walrelay was running", self.publication),
-                format!("ALTER PUBLICATION {} SET (publish = 'insert'), then reconcile the outbox rows written meanwhile with Kafka (they were not decoded); walrelay confirmed nothing after the change", self.publication),
-            ));
-        }
-        if !now.all_tables && now.memberships.is_empty() && !self.tables.is_empty() {
-            return Err(Error::definite(
-                format!("publication {} no longer carries the outbox tables", self.publication),
-                format!("ALTER PUBLICATION {} ADD TABLE …, then reconcile the outbox rows written meanwhile with Kafka (they were not decoded); walrelay confirmed nothing after the change", self.publication),
-            ));
-        }
-        Ok(())
+        covered(&self.tables, &self.publication, now)
     }
 
     async fn query(
@@ -254,6 +234,33 @@ impl Checker {
     fn timed_out(&self, what: &str) -> Error {
         Error::transient_msg(format!("{what}: no answer within {} s", self.timeout.as_secs()))
     }
+}
+
+/// Every outbox table still exists and is still carried, INSERTs included. A message-only relay
+/// (no table) needs only the publication itself: pgoutput sends logical messages whatever it
+/// publishes.
+fn covered(tables: &[OutboxTable], publication: &str, now: &Fingerprint) -> Result<()> {
+    for table in tables {
+        if !now.tables.contains(&table.oid) {
+            return Err(Error::definite(
+                format!("outbox table {} was dropped", table.name),
+                "recreate it and add it to the publication (ALTER PUBLICATION … ADD TABLE), then restart walrelay; rows written while it was missing were not relayed",
+            ));
+        }
+    }
+    if !now.insert && !tables.is_empty() {
+        return Err(Error::definite(
+            format!("publication {} stopped publishing INSERTs while walrelay was running", publication),
+            format!("ALTER PUBLICATION {} SET (publish = 'insert'), then reconcile the outbox rows written meanwhile with Kafka (they were not decoded); walrelay confirmed nothing after the change", publication),
+        ));
+    }
+    if !now.all_tables && now.memberships.is_empty() && !tables.is_empty() {
+        return Err(Error::definite(
+            format!("publication {} no longer carries the outbox tables", publication),
+            format!("ALTER PUBLICATION {} ADD TABLE …, then reconcile the outbox rows written meanwhile with Kafka (they were not decoded); walrelay confirmed nothing after the change", publication),
+        ));
+    }
+    Ok(())
 }
 
 /// The catalog changed under the stream: say what, and that nothing after it was confirmed.
@@ -298,6 +305,22 @@ mod tests {
         assert!(changed(&fp(), &readded, "p").to_string().contains("membership"));
         let e = changed(&fp(), &readded, "p");
         assert!(e.hint().unwrap().contains("confirmed nothing after"), "{e:?}");
+    }
+
+    #[test]
+    fn watch_a_message_only_relay_needs_the_publication_but_not_its_inserts() {
+        let bare = Fingerprint { insert: false, memberships: vec![], tables: vec![], ..fp() };
+        assert!(covered(&[], "p", &bare).is_ok());
+        let table = OutboxTable {
+            name: TableName::new("public", "outbox"),
+            oid: 100,
+            partitioned: false,
+            owner: "app".into(),
+            owned: true,
+            columns: Vec::new(),
+        };
+        let e = covered(&[table], "p", &Fingerprint { insert: false, ..fp() }).unwrap_err();
+        assert!(e.to_string().contains("stopped publishing INSERTs"), "{e}");
     }
 
     #[test]

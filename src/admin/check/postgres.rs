@@ -90,6 +90,8 @@ async fn checks(config: &Config, control: &Control, r: &mut Report) -> Result<()
         );
     }
 
+    messages(config, server, r);
+
     // The slot first: whether it exists decides what the other checks require.
     let slot = slot::slot(control, &src.slot).await?;
     let slot_active = slot.as_ref().is_some_and(|s| s.active);
@@ -126,6 +128,27 @@ async fn checks(config: &Config, control: &Control, r: &mut Report) -> Result<()
     slot_checks(src, slot.as_ref(), &keep_size, r);
     failover(config, control, slot.as_ref(), r).await?;
     Ok(())
+}
+
+/// The logical messages selected as events, and whether this server can send them: pgoutput's
+/// `messages` option exists from PostgreSQL 14 on (Debezium asks for it only there too).
+fn messages(config: &Config, server: &crate::source::connect::Server, r: &mut Report) {
+    let Some(selection) = &config.messages else {
+        return;
+    };
+    let what = "logical messages";
+    if server.version_num < 140000 {
+        r.fail(
+            what,
+            format!(
+                "PostgreSQL {} cannot send logical decoding messages to pgoutput (its `messages` option needs 14 or later), so no message would be relayed",
+                server.version
+            ),
+            "upgrade PostgreSQL to 14 or later, or write the events as rows of an outbox table and remove [debezium] message.prefix.include.list / exclude.list",
+        );
+    } else {
+        r.ok(what, selection.describe());
+    }
 }
 
 /// What the role may do, for the publication check.

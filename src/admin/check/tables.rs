@@ -18,6 +18,12 @@ pub(super) async fn run(
 ) -> Result<()> {
     let mut found = Vec::new();
     let mut all_found = true;
+    if config.outbox.tables.is_empty() {
+        r.ok(
+            "outbox tables",
+            "none ([outbox] tables = []): a message-only relay, whose events are logical messages",
+        );
+    }
     for name in &config.outbox.tables {
         let what = format!("outbox table {name}");
         match catalog::outbox_table(control, name).await? {
@@ -164,6 +170,24 @@ async fn publication(
     let problems = publication.problems(tables);
     for problem in &problems {
         r.fail(&what, &problem.what, &problem.fix);
+    }
+    if config.outbox.tables.is_empty() {
+        r.ok(&what, "exists; a message-only relay needs no table in it (pgoutput sends logical messages whatever it publishes)");
+        if !publication.tables.is_empty() {
+            r.warn(
+                &format!("{what} scope"),
+                format!(
+                    "publishes {} table{}: a message-only relay skips their rows, yet each change is decoded and sent",
+                    publication.tables.len(),
+                    super::plural(publication.tables.len())
+                ),
+                format!(
+                    "a dedicated publication: {}, then set [source] publication",
+                    catalog::create_publication_sql("walrelay", &[]).replace('"', "")
+                ),
+            );
+        }
+        return Ok(());
     }
     if problems.is_empty() && !tables.is_empty() {
         let scope = if publication.all_tables {

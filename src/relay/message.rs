@@ -1,0 +1,65 @@
+//! The logical decoding messages the assembler selected: routed as rows are, or refused. A
+//! message outside any transaction (non-transactional) has no Commit after it, so it is
+//! confirmed at its own position once what it produced is acknowledged.
+
+use std::sync::Arc;
+
+use super::assembler::LogicalMessage;
+use super::delivery::Unroutable;
+use super::Session;
+use crate::error::Result;
+use crate::router::{message_event_id, Router};
+
+const KIND: &str = "logical message";
+
+impl Session<'_> {
+    /// Publishes the record of `message`, its dead letter, or — `refused` — refuses it.
+    pub(super) async fn on_message(
+        &mut self,
+        router: &mut Router,
+        message: LogicalMessage,
+        refused: bool,
+    ) -> Result<()> {
+        if message.alone {
+            self.delivery.begin_alone();
+        }
+        let source = format!("message:{}", message.prefix);
+        let unroutable = |reason: String, hint: &'static str| Unroutable {
+            kind: KIND,
+            reason,
+            table: source.clone(),
+            lsn: message.lsn,
+            key: None,
+            value: Some(message.content.clone()),
+            event_id: message_event_id(&message.content),
+            hint,
+        };
+        if refused {
+            let refusal = unroutable(
+                "it is non-transactional (pg_logical_emit_message(false, …)), and PostgreSQL sends \
+                 those even when their transaction rolls back"
+                    .into(),
+                "emit events with pg_logical_emit_message(true, …); set [outbox] \
+                 non_transactional_messages = \"relay\" only if events of rolled-back \
+                 transactions are acceptable",
+            );
+            self.delivery.refuse(refusal).await?;
+        } else {
+            match router.route_message(&message.content) {
+                Ok(record) => {
+                    self.delivery.publish(record, &Arc::from(source.as_str()), message.lsn).await?
+                }
+                Err(e) => {
+                    let hint = "fix what the application emits (see the reason), or configure \
+                                [dead_letter] topic";
+                    let letter = unroutable(e.to_string(), hint);
+                    self.delivery.undeliverable(letter, Some(Box::new(e))).await?;
+                }
+            }
+        }
+        if message.alone {
+            self.delivery.end_alone(message.lsn);
+        }
+        Ok(())
+    }
+}
