@@ -170,3 +170,102 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     drop((primary, standby));
 }
+
+/// `walrelay check` against a primary and its standby (both in the URL) says whether the slot
+/// survives a failover: on 18 the failover slot, `synchronized_standby_slots` (a warning with the
+/// fix while it is empty) and the standby's slot synchronisation; on 15 that there are no
+/// failover slots and what a failover loses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
+    use crate::support::servers::Server;
+    for server in [server_with(Capability::FailoverSlots).unwrap(), Server::major(15).unwrap()] {
+        let primary = cluster::start_instance("chk_primary", &server, &[]).await;
+        let standby = cluster::create_standby(&primary, "chk_standby").await;
+        let s = Setup::on(&primary.pg, "chkfo").await;
+        s.db.execute(&format!("SELECT pg_drop_replication_slot('{}')", s.slot)).await;
+        let (p1, p2) = (primary.pg.port(), standby.pg.pg.port());
+        let url = format!(
+            "host=127.0.0.1,127.0.0.1 port={p1},{p2} dbname={} user=postgres target_session_attrs=read-write",
+            s.db.name
+        );
+        let config = s.config().replace(&s.db.url, &url);
+        let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
+        println!("check on PostgreSQL {} with a standby:\n{}", server.version, run.stdout);
+        let standby_line = format!("standby 127.0.0.1:{p2}");
+        if server.major >= 17 {
+            assert_eq!(run.code, Some(0), "{run}");
+            assert!(
+                run.stdout.contains(&format!(
+                    "ok   slot {} failover: will be created as a failover slot",
+                    s.slot
+                )),
+                "{run}"
+            );
+            assert!(run.stdout.contains("warn synchronized_standby_slots: is empty"), "{run}");
+            assert!(
+                run.stdout.contains(&format!(
+                    "ALTER SYSTEM SET synchronized_standby_slots = '{}'",
+                    standby.slot
+                )),
+                "{run}"
+            );
+            // The standby has no copy yet: the slot does not exist.
+            assert!(
+                run.stdout.contains(&format!(
+                    "warn {standby_line}: holds no synchronised copy of slot {}",
+                    s.slot
+                )),
+                "{run}"
+            );
+
+            // With the slot created as a failover slot, synchronised, and the primary waiting for
+            // the standby: all ok.
+            let setup = crate::admin::walrelay_async(&["setup"], Some(&config)).await;
+            assert_eq!(setup.code, Some(0), "{setup}");
+            let admin = primary.pg.connect_to("postgres").await;
+            admin
+                .batch_execute(&format!(
+                    "ALTER SYSTEM SET synchronized_standby_slots = '{}'",
+                    standby.slot
+                ))
+                .await
+                .unwrap();
+            admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+            // The standby's copy becomes permanent once the slot has moved past the standby's
+            // catalog horizon: a relay streams and confirms a few events.
+            let mut relay = RelayProcess::start(&config);
+            s.wait_streaming(&mut relay).await;
+            s.insert_events("Order", "o-1", 3).await;
+            assert_eq!(s.read("Order", 3).await.len(), 3, "{}", relay.log());
+            let (surl, slot) = (standby.pg.pg.url(&s.db.name), s.slot.clone());
+            let (surl, slot) = (surl.as_str(), slot.as_str());
+            assert!(
+                wait_until(
+                    "the standby synchronises the slot",
+                    Duration::from_secs(60),
+                    || async move { slot_synced_on(surl, slot).await }
+                )
+                .await,
+                "{}",
+                relay.log()
+            );
+            let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
+            println!("after setup and synchronized_standby_slots:\n{}", run.stdout);
+            assert_eq!(run.code, Some(0), "{run}");
+            assert!(
+                run.stdout.contains(&format!("ok   slot {} failover: a failover slot", s.slot)),
+                "{run}"
+            );
+            assert!(run.stdout.contains("ok   synchronized_standby_slots: "), "{run}");
+            assert!(
+                run.stdout.contains(&format!("ok   {standby_line}: synchronises slot {}", s.slot)),
+                "{run}"
+            );
+            assert_eq!(relay.terminate(), Some(0));
+        } else {
+            assert!(run.stdout.contains("warn failover: PostgreSQL 15"), "{run}");
+            assert!(run.stdout.contains("has no failover slots"), "{run}");
+        }
+        drop((primary, standby));
+    }
+}

@@ -368,11 +368,12 @@ async fn standby_hosts(config: &Config, control: &Control, r: &mut Report) {
             continue;
         }
         let label = format!(
-            "standby {}",
+            "standby {}:{}",
             match host {
                 Host::Tcp(h) => h.clone(),
                 Host::Unix(p) => p.display().to_string(),
-            }
+            },
+            port_of(&src.conn, i)
         );
         let one = SourceConfig { conn: single(&src.conn, i), ..src.clone() };
         let standby = match crate::source::connect(&one).await {
