@@ -189,6 +189,10 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
             s.db.name
         );
         let config = s.config().replace(&s.db.url, &url);
+        // The standby must have replayed the test's database before check connects to it.
+        assert!(
+            cluster::wait_caught_up(&primary.pg, &standby.pg.pg, Duration::from_secs(30)).await
+        );
         let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
         println!("check on PostgreSQL {} with a standby:\n{}", server.version, run.stdout);
         let standby_line = format!("standby 127.0.0.1:{p2}");

@@ -248,6 +248,14 @@ impl<'c> Session<'c> {
                         let event = match event {
                             Ok(Some(event)) => event,
                             Ok(None) => return Err(Error::transient_msg("the replication stream ended")),
+                            // pgwire-replication reads Begin, Commit and Message itself; one it
+                            // cannot read is as undecodable as any other message.
+                            Err(pgwire_replication::PgWireError::Protocol(what)) if what.starts_with("pgoutput") => {
+                                return Err(Error::definite(
+                                    format!("the pgoutput message after LSN {} cannot be decoded: {what}", self.assembler.change_lsn()),
+                                    UNDECODABLE_HINT,
+                                ))
+                            }
                             Err(e) => {
                                 return Err(source::stream::classify(e, &self.config.source, &self.control).await)
                             }
@@ -470,11 +478,13 @@ fn on_update(behavior: InvalidOpBehavior, table: &str, lsn: Lsn) -> Result<()> {
     Ok(())
 }
 
+const UNDECODABLE_HINT: &str = "this is a walrelay bug or a server walrelay does not support: report it with the message's bytes and the PostgreSQL version; nothing after this position was confirmed";
+
 /// What the assembler could not do, as the relay's error: each stops the relay with a hint,
 /// since retrying reads the same WAL again.
 fn assemble_error(e: AssembleError) -> Error {
     let hint = match &e {
-        AssembleError::Undecodable { .. } => "this is a walrelay bug or a server walrelay does not support: report it with the message's bytes and the PostgreSQL version; nothing after this position was confirmed",
+        AssembleError::Undecodable { .. } => UNDECODABLE_HINT,
         AssembleError::UnknownRelation { .. } => "the server sent a row before describing its table, which pgoutput never does: report it with the PostgreSQL version",
         AssembleError::Bind { .. } => "restore the columns, or change the [router] column options to match the table",
     };
