@@ -153,6 +153,24 @@ table = "public.outbox"
         .await
     }
 
+    /// The pgoutput bytes of every change the slot would still send (a peek consumes nothing;
+    /// the slot must be inactive).
+    pub async fn slot_pending(&self) -> Vec<Vec<u8>> {
+        let sql = format!(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
+             'proto_version', '1', 'publication_names', '{}')",
+            self.publication
+        );
+        let rows = self.db.connect().await.query(&sql, &[&self.slot]).await.unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    /// Whether the slot still holds a change whose bytes contain `needle` (an event id, say).
+    pub async fn slot_holds(&self, needle: &str) -> bool {
+        let pending = self.slot_pending().await;
+        pending.iter().any(|d| d.windows(needle.len()).any(|w| w == needle.as_bytes()))
+    }
+
     /// The relay's log and the end of PostgreSQL's, for assertion messages.
     pub fn diagnostics(&self, relay: &RelayProcess) -> String {
         let pg = services().pg.log();

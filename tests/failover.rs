@@ -7,7 +7,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::Setup;
 use crate::support::cluster;
-use crate::support::faults::{self, collect_deliveries, verify, Writer, WriterConfig};
+use crate::support::faults::{
+    self, collect_deliveries, verify, PrivatePostgres, Writer, WriterConfig,
+};
 use crate::support::relay::RelayProcess;
 use crate::support::servers::{server_with, Capability};
 use crate::support::{services, wait_until};
@@ -31,6 +33,25 @@ async fn slot_synced_on(standby_url: &str, slot: &str) -> bool {
     .is_some_and(|r| r.get::<_, Option<bool>>(0) == Some(true))
 }
 
+/// A test database on `primary`, and the URL (and relay configuration) naming the primary and
+/// its standby with `target_session_attrs=read-write`. The slot is left for walrelay to create
+/// (as a failover slot on 17+; Setup makes a plain one).
+async fn on_primary_and_standby(
+    primary: &PrivatePostgres,
+    standby: &cluster::Standby,
+    name: &str,
+) -> (Setup, String, String) {
+    let s = Setup::on(&primary.pg, name).await;
+    s.db.execute(&format!("SELECT pg_drop_replication_slot('{}')", s.slot)).await;
+    let (p1, p2) = (primary.pg.port(), standby.pg.pg.port());
+    let url = format!(
+        "host=127.0.0.1,127.0.0.1 port={p1},{p2} dbname={} user=postgres target_session_attrs=read-write",
+        s.db.name
+    );
+    let config = s.config().replace(&s.db.url, &url);
+    (s, url, config)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost() {
     let server = server_with(Capability::FailoverSlots).unwrap_or_else(|e| panic!("{e}"));
@@ -51,15 +72,7 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     }
     admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
 
-    let s = Setup::on(&primary.pg, "failover").await;
-    // walrelay creates the slot itself, as a failover slot (Setup made a plain one).
-    s.db.execute(&format!("SELECT pg_drop_replication_slot('{}')", s.slot)).await;
-    let (p1, p2) = (primary.pg.port(), standby.pg.pg.port());
-    let url = format!(
-        "host=127.0.0.1,127.0.0.1 port={p1},{p2} dbname={} user=postgres target_session_attrs=read-write",
-        s.db.name
-    );
-    let config = s.config().replace(&s.db.url, &url);
+    let (s, url, config) = on_primary_and_standby(&primary, &standby, "failover").await;
     let mut relay = RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;
     let failover: bool =
@@ -181,14 +194,8 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
     for server in [server_with(Capability::FailoverSlots).unwrap(), Server::major(15).unwrap()] {
         let primary = cluster::start_instance("chk_primary", &server, &[]).await;
         let standby = cluster::create_standby(&primary, "chk_standby").await;
-        let s = Setup::on(&primary.pg, "chkfo").await;
-        s.db.execute(&format!("SELECT pg_drop_replication_slot('{}')", s.slot)).await;
-        let (p1, p2) = (primary.pg.port(), standby.pg.pg.port());
-        let url = format!(
-            "host=127.0.0.1,127.0.0.1 port={p1},{p2} dbname={} user=postgres target_session_attrs=read-write",
-            s.db.name
-        );
-        let config = s.config().replace(&s.db.url, &url);
+        let (s, _, config) = on_primary_and_standby(&primary, &standby, "chkfo").await;
+        let p2 = standby.pg.pg.port();
         // The standby must have replayed the test's database before check connects to it.
         assert!(
             cluster::wait_caught_up(&primary.pg, &standby.pg.pg, Duration::from_secs(30)).await

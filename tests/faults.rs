@@ -971,27 +971,6 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
 // ---------------------------------------------------------------------------------------------
 // poison rows
 
-/// Whether the slot still holds a change whose pgoutput bytes contain `needle` (peek, which
-/// consumes nothing; the slot must be inactive).
-async fn slot_still_has(s: &Setup, needle: &str) -> bool {
-    let client = s.db.connect().await;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
-                 'proto_version', '1', 'publication_names', '{}')",
-                s.publication
-            ),
-            &[&s.slot],
-        )
-        .await
-        .unwrap();
-    rows.iter().any(|r| {
-        let data: Vec<u8> = r.get(0);
-        data.windows(needle.len()).any(|w| w == needle.as_bytes())
-    })
-}
-
 /// The LSN written right after `marker` on a log line (`… at LSN 0/1A2B3C …`).
 fn lsn_after(line: &str, marker: &str) -> Option<u64> {
     let rest = line.split(marker).nth(1)?;
@@ -1109,11 +1088,8 @@ async fn illegal_topic_name_without_dead_letter_stops_the_relay_at_that_row_and_
     assert!(first.contains(&poison), "the message does not name the event id {poison}: {first}");
     assert!(first.contains("topic") && first.contains("hint"), "no reason or hint: {first}");
     assert_eq!(ids(&s.read("Order", 1).await), vec![a.clone()]);
-    assert!(slot_still_has(&s, &poison).await, "the slot was confirmed past the poison row");
-    assert!(
-        slot_still_has(&s, &b).await,
-        "the slot was confirmed past the row after the poison row"
-    );
+    assert!(s.slot_holds(&poison).await, "the slot was confirmed past the poison row");
+    assert!(s.slot_holds(&b).await, "the slot was confirmed past the row after the poison row");
 
     let mut again = s.start_relay();
     assert_eq!(again.wait_exit(Duration::from_secs(30)), Some(1), "{}", again.log());

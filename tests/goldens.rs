@@ -27,17 +27,28 @@ struct Golden {
 }
 
 fn golden(name: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}.jsonl")).unwrap();
+    golden_in(FIXTURES, name)
+}
+
+/// The records of golden `name` (`<dir>/<name>.jsonl`), one JSON object per line.
+pub(crate) fn golden_in(dir: &str, name: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(format!("{dir}/{name}.jsonl")).unwrap();
     text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-fn b64(v: &Value) -> Option<Vec<u8>> {
+pub(crate) fn b64(v: &Value) -> Option<Vec<u8>> {
     v.as_str().map(|s| base64::engine::general_purpose::STANDARD.decode(s).unwrap())
 }
 
 /// The fixture's statements, one at a time on one connection (rows 16–18 share a transaction).
 fn fixture_statements() -> Vec<String> {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/fixture.sql")).unwrap();
+    sql_statements(&format!("{FIXTURES}/fixture.sql"))
+}
+
+/// The statements of an SQL file, comments dropped, split at `;` line ends (BEGIN … COMMIT
+/// stay separate statements, run in order on one connection).
+pub(crate) fn sql_statements(path: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
     let body: String = text
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))

@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use base64::Engine;
 use serde_json::Value;
 
 use crate::common::Setup;
@@ -28,23 +27,12 @@ struct Golden {
 }
 
 fn golden(name: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn b64(v: &Value) -> Option<Vec<u8>> {
-    v.as_str().map(|s| base64::engine::general_purpose::STANDARD.decode(s).unwrap())
+    crate::goldens::golden_in(FIXTURES, name)
 }
 
 /// The fixture's statements, one at a time on one connection (BEGIN … COMMIT included).
 fn fixture_statements() -> Vec<String> {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/messages_fixture.sql")).unwrap();
-    let body: String = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    body.split(";\n").map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    crate::goldens::sql_statements(&format!("{FIXTURES}/messages_fixture.sql"))
 }
 
 /// The `id` header of a record as text (a JSON header converter quotes it).
@@ -97,7 +85,10 @@ async fn check(g: Golden) {
             .unwrap()
             .iter()
             .map(|h| {
-                (h["key"].as_str().unwrap().to_string(), b64(&h["value_b64"]).unwrap_or_default())
+                (
+                    h["key"].as_str().unwrap().to_string(),
+                    crate::goldens::b64(&h["value_b64"]).unwrap_or_default(),
+                )
             })
             .collect();
         let id = id_of(&want_headers);
@@ -107,9 +98,12 @@ async fn check(g: Golden) {
         let what = format!("{} seq {} (message {id})", g.name, want["seq"]);
         let topic = have.topic.strip_prefix(&format!("{}.", s.topic_prefix)).unwrap();
         assert_eq!(topic, want["topic"].as_str().unwrap(), "{what}: topic");
-        assert_eq!(have.key, b64(&want["key_b64"]), "{what}: key");
-        let want_value =
-            if want["value_is_null"].as_bool().unwrap() { None } else { b64(&want["value_b64"]) };
+        assert_eq!(have.key, crate::goldens::b64(&want["key_b64"]), "{what}: key");
+        let want_value = if want["value_is_null"].as_bool().unwrap() {
+            None
+        } else {
+            crate::goldens::b64(&want["value_b64"])
+        };
         assert_eq!(
             have.value.as_deref().map(String::from_utf8_lossy),
             want_value.as_deref().map(String::from_utf8_lossy),
