@@ -153,6 +153,20 @@ table = "public.outbox"
         .await
     }
 
+    /// How many relations the test's publication sends (`pg_publication_tables`).
+    pub async fn published_tables(&self) -> i64 {
+        self.db
+            .connect()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
+                &[&self.publication],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
     /// The pgoutput bytes of every change the slot would still send (a peek consumes nothing;
     /// the slot must be inactive).
     pub async fn slot_pending(&self) -> Vec<Vec<u8>> {

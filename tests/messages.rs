@@ -298,15 +298,7 @@ async fn message_only_relay_needs_no_outbox_table() {
     let mut relay = RelayProcess::start(&cfg);
     s.wait_streaming(&mut relay).await;
     let c = s.db.connect().await;
-    let published: i64 = c
-        .query_one(
-            "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
-            &[&s.publication],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(published, 0, "the publication is empty");
+    assert_eq!(s.published_tables().await, 0, "the publication is empty");
     insert_row(&c, &uuid(1), "o-1", "{}").await;
     emit(&c, true, "outbox", &event(&uuid(2), "o-1", "a message")).await;
     let got = s.read("Order", 1).await;

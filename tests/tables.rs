@@ -66,6 +66,19 @@ fn assert_ordered(by_key: &BTreeMap<String, Vec<u64>>) {
     }
 }
 
+/// Reads the `expected` events, checks each arrived once and every aggregate in commit order;
+/// returns how many aggregates there were.
+async fn assert_all_in_order(s: &Setup, relay: &RelayProcess, mut expected: Vec<String>) -> usize {
+    let got = s.read("Order", expected.len()).await;
+    let mut got_ids = ids(&got);
+    got_ids.sort();
+    expected.sort();
+    assert_eq!(got_ids, expected, "{}", s.diagnostics(relay));
+    let by_key = sequences(&got);
+    assert_ordered(&by_key);
+    by_key.len()
+}
+
 /// Every row of a range-partitioned outbox is relayed under the table's name and in commit
 /// order per aggregate: rows of the current partition, of an old partition, and of a
 /// partition attached while the relay streams.
@@ -91,16 +104,9 @@ async fn partitioned_outbox_rows_are_relayed_in_order_from_old_current_and_newly
     for n in 30..60 {
         expected.push(insert_at(&s, "outbox", &format!("o-{}", n % 3), n, stamps[n % 3]).await);
     }
-    let got = s.read("Order", 60).await;
-    let mut got_ids = ids(&got);
-    got_ids.sort();
-    expected.sort();
-    assert_eq!(got_ids, expected, "{}", s.diagnostics(&relay));
-    let by_key = sequences(&got);
-    assert_ordered(&by_key);
+    let aggregates = assert_all_in_order(&s, &relay, expected).await;
     println!(
-        "partitioned outbox: 60 of 60 rows from 3 partitions (one attached while streaming) delivered, {} aggregates in commit order",
-        by_key.len()
+        "partitioned outbox: 60 of 60 rows from 3 partitions (one attached while streaming) delivered, {aggregates} aggregates in commit order"
     );
     let more = s.read_within("Order", 61, Duration::from_secs(3)).await;
     assert_eq!(more.len(), 60, "a row was delivered twice");
@@ -250,25 +256,9 @@ async fn two_outbox_tables_in_one_relay_keep_commit_order_across_tables() {
     ))
     .await;
     expected.extend([uuid_for(40), uuid_for(41)]);
-    let got = s.read("Order", 42).await;
-    let mut got_ids = ids(&got);
-    got_ids.sort();
-    expected.sort();
-    assert_eq!(got_ids, expected, "{}", s.diagnostics(&relay));
-    let by_key = sequences(&got);
-    assert_ordered(&by_key);
-    println!("two outbox tables: 42 of 42 rows delivered, {} aggregates in commit order across both tables", by_key.len());
-    let publications: i64 =
-        s.db.connect()
-            .await
-            .query_one(
-                "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
-                &[&s.publication],
-            )
-            .await
-            .unwrap()
-            .get(0);
-    assert_eq!(publications, 2, "one publication carries both tables");
+    let aggregates = assert_all_in_order(&s, &relay, expected).await;
+    println!("two outbox tables: 42 of 42 rows delivered, {aggregates} aggregates in commit order across both tables");
+    assert_eq!(s.published_tables().await, 2, "one publication carries both tables");
     assert_eq!(relay.terminate(), Some(0));
 }
 

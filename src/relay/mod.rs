@@ -377,15 +377,15 @@ impl<'c> Session<'c> {
     /// table, or one that carries an outbox's name without being it.
     async fn fate(&self, relation: &Relation) -> Result<Fate> {
         let outbox = |oid: u32| self.tables.iter().find(|t| t.oid == oid);
-        let (table, oid) = match outbox(relation.id) {
-            Some(t) => (Some(t), relation.id),
-            None => match catalog::relation(&self.control, relation.id).await? {
-                Some(now) => (outbox(now.root), relation.id),
-                None => (None, relation.id),
-            },
+        let table = match outbox(relation.id) {
+            Some(t) => Some(t),
+            None => catalog::relation(&self.control, relation.id)
+                .await?
+                .and_then(|now| outbox(now.root)),
         };
         if let Some(table) = table {
-            let columns = catalog::columns(&self.control, oid).await?;
+            // The relation's own columns (a partition's may be ordered differently).
+            let columns = catalog::columns(&self.control, relation.id).await?;
             let not_null = relation
                 .columns
                 .iter()

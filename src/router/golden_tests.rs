@@ -64,7 +64,7 @@ impl FixtureRow {
     }
 }
 
-fn b64(v: &J) -> Option<Vec<u8>> {
+pub(super) fn b64(v: &J) -> Option<Vec<u8>> {
     v.as_str().map(|s| base64::engine::general_purpose::STANDARD.decode(s).expect("golden base64"))
 }
 
@@ -195,6 +195,34 @@ fn assert_run_id(bytes: &[u8], ours: &str) {
     assert!(ours.len() == 36 && uuid::Uuid::parse_str(ours).unwrap().get_version_num() == 7);
 }
 
+/// Compares one record with one line of a `.jsonl` golden: topic, key, value bytes, header
+/// names, order and bytes (the run id by format: it is fresh per run), no partition placement,
+/// the producer's timestamp.
+pub(super) fn assert_record(rec: &Record, g: &J, ctx: &str, run_id: &str) {
+    assert_eq!(&*rec.topic, g["topic"].as_str().unwrap(), "{ctx}: topic");
+    assert_eq!(rec.key.as_deref(), b64(&g["key_b64"]).as_deref(), "{ctx}: key");
+    let want = if g["value_is_null"].as_bool().unwrap() { None } else { b64(&g["value_b64"]) };
+    assert_eq!(
+        rec.value.as_deref().map(String::from_utf8_lossy),
+        want.as_deref().map(String::from_utf8_lossy),
+        "{ctx}: value"
+    );
+    assert_eq!(rec.value.as_deref(), want.as_deref(), "{ctx}: value bytes");
+    let want_headers = g["headers"].as_array().unwrap();
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| &**n).collect();
+    let want_names: Vec<&str> = want_headers.iter().map(|h| h["key"].as_str().unwrap()).collect();
+    assert_eq!(names, want_names, "{ctx}: header names and order");
+    for ((name, bytes), want) in rec.headers.iter().zip(want_headers) {
+        if &**name == "__debezium.context.runId" {
+            assert_run_id(bytes, run_id);
+        } else {
+            assert_eq!(Some(bytes.to_vec()), b64(&want["value_b64"]), "{ctx}: header {name}");
+        }
+    }
+    assert_eq!(rec.partition, None, "{ctx}: no partition placement");
+    assert_eq!(rec.timestamp_ms, None, "{ctx}: timestamp is the producer's");
+}
+
 /// Routes every row and compares with `NAME.jsonl`. Returns the ids compared.
 fn check_golden(name: &str) -> Vec<String> {
     let (r, d) = golden_config(name);
@@ -209,31 +237,8 @@ fn check_golden(name: &str) -> Vec<String> {
         let rec =
             router.route(&binding, &row.tuple()).unwrap_or_else(|e| panic!("{name} row {id}: {e}"));
         let ctx = format!("{name}, event {id}");
-        assert_eq!(&*rec.topic, g["topic"].as_str().unwrap(), "{ctx}: topic");
-        assert_eq!(rec.key.as_deref(), b64(&g["key_b64"]).as_deref(), "{ctx}: key");
-        let want_value =
-            if g["value_is_null"].as_bool().unwrap() { None } else { b64(&g["value_b64"]) };
-        assert_eq!(
-            rec.value.as_deref().map(String::from_utf8_lossy),
-            want_value.as_deref().map(String::from_utf8_lossy),
-            "{ctx}: value"
-        );
-        assert_eq!(rec.value.as_deref(), want_value.as_deref(), "{ctx}: value bytes");
-        let want_headers = g["headers"].as_array().unwrap();
-        let names: Vec<&str> = rec.headers.iter().map(|(n, _)| &**n).collect();
-        let want_names: Vec<&str> =
-            want_headers.iter().map(|h| h["key"].as_str().unwrap()).collect();
-        assert_eq!(names, want_names, "{ctx}: header names and order");
-        for ((hname, bytes), want) in rec.headers.iter().zip(want_headers) {
-            if &**hname == "__debezium.context.runId" {
-                assert_run_id(bytes, router.run_id());
-            } else {
-                assert_eq!(Some(bytes.to_vec()), b64(&want["value_b64"]), "{ctx}: header {hname}");
-            }
-        }
+        assert_record(&rec, &g, &ctx, router.run_id());
         assert_eq!(rec.event_id, id, "{ctx}: event_id");
-        assert_eq!(rec.partition, None, "{ctx}: no partition placement");
-        assert_eq!(rec.timestamp_ms, None, "{ctx}: timestamp is the producer's");
         compared.push(id);
     }
     compared
