@@ -18,6 +18,7 @@ mod support;
 mod ackhist;
 mod fresh;
 mod kafka;
+mod latency;
 mod measure;
 mod polling;
 mod probe;
@@ -26,6 +27,7 @@ mod retention;
 mod shapes;
 mod steady;
 mod systems;
+mod txnprobe;
 mod walstream;
 mod workload;
 
@@ -52,6 +54,11 @@ enum Cmd {
     PollingRelay(polling::PollingArgs),
     /// Time a fresh walrelay-like producer's first delivery (diagnostics).
     ProbeProducer(probe::ProbeArgs),
+    /// Tail latency: pipelined writers vs independent Poisson clients, each beside the broker's
+    /// own floor for its topic layout (docs/benchmarks.md, issue 13).
+    Latency(latency::LatencyArgs),
+    /// Does each test broker honour Kafka transactions (abort, commit, fencing)? (issue 16)
+    ProbeTransactions(txnprobe::TxnProbeArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -138,6 +145,8 @@ fn main() {
     match cli.cmd {
         Some(Cmd::PollingRelay(args)) => return polling::child_main(args),
         Some(Cmd::ProbeProducer(args)) => return probe::probe_main(args),
+        Some(Cmd::Latency(args)) => return latency::main(args),
+        Some(Cmd::ProbeTransactions(args)) => return txnprobe::main(args),
         None => {}
     }
     let o = cli.opts;

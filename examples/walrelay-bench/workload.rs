@@ -43,6 +43,15 @@ fn row_exprs(g: &str, group: u32, aggregates: u32) -> [String; 5] {
     ]
 }
 
+/// The single-row INSERT of event `$1` with every row of one aggregate type (so one topic).
+pub fn insert_one_type_sql(group: u32, aggregates: u32, aggregate_type: &str) -> String {
+    let [id, _, aggregate_id, event_type, payload] = row_exprs("g", group, aggregates);
+    format!(
+        "INSERT INTO outbox ({COLUMNS}) SELECT {id}, '{aggregate_type}', {aggregate_id}, \
+         {event_type}, {payload} FROM (SELECT $1::bigint AS g) s"
+    )
+}
+
 /// The same event as a transactional logical decoding message (prefix `outbox`), one per row of
 /// `generate_series($1, $2)`: the table-less outbox. The payload travels as its jsonb text in a
 /// JSON string, so each record is byte for byte the row's (docs/table-less-outbox.md).

@@ -1,0 +1,500 @@
+//! `walrelay-bench latency`: commit→ack tail latency under two client shapes, each beside the
+//! broker's own floor for the same topic layout, in one invocation (issue 13).
+//!
+//! * `pipelined` — the steady phase of the main benchmark: 2 (8 above 5,000/s) pipelined
+//!   connections on a fixed schedule, four aggregate types into four pre-created topics of four
+//!   partitions.
+//! * `clients` — what an application looks like: independent connections (4; 16 above
+//!   5,000/s), each one transaction at a time with Poisson arrivals (`pgbench -c 4 -j 2 -R`),
+//!   one aggregate type, so one topic, auto-created by the broker on first produce.
+//!
+//! For each: commit→ack and commit→read from walrelay's own histograms, commit→CreateTime from
+//! the records read back (the CreateTime is when walrelay handed the record to librdkafka, in
+//! ms), and the broker alone (a producer with walrelay's settings, the same layout, arrivals
+//! and record size) from send to delivery report.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::ackhist::{self, AckQuantiles};
+use crate::measure::{now_us, percentile};
+use crate::support::{unique, TestDb};
+use crate::systems::{keep_log, start_walrelay, walrelay_config, PLAIN_OUTBOX};
+use crate::workload::{self, parse_event_id, STEADY_GROUP};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct LatencyArgs {
+    /// Repetitions; medians and ranges are printed.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Rates, events/s.
+    #[arg(long, value_delimiter = ',', default_value = "2000,20000")]
+    rates: Vec<u64>,
+    /// Seconds per rate (the first fifth, at most 5 s, is warm-up and not counted).
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Shapes (comma-separated): pipelined, clients.
+    #[arg(long, value_delimiter = ',', default_value = "pipelined,clients")]
+    shapes: Vec<String>,
+    /// Don't build the release walrelay binary first.
+    #[arg(long)]
+    no_build: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Shape {
+    Pipelined,
+    Clients,
+}
+
+impl Shape {
+    fn parse(name: &str) -> Option<Shape> {
+        match name.trim() {
+            "pipelined" => Some(Shape::Pipelined),
+            "clients" => Some(Shape::Clients),
+            _ => None,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Shape::Pipelined => "pipelined writers, fixed schedule, 4 pre-created topics × 4",
+            Shape::Clients => "independent clients, Poisson, 1 auto-created topic",
+        }
+    }
+
+    fn connections(self, rate: u64) -> usize {
+        match (self, rate > 5_000) {
+            (Shape::Pipelined, false) => 2,
+            (Shape::Pipelined, true) => 8,
+            (Shape::Clients, false) => 4,
+            (Shape::Clients, true) => 16,
+        }
+    }
+
+    /// The topics the shape's records go to under `prefix`.
+    fn topics(self, prefix: &str) -> Vec<String> {
+        match self {
+            Shape::Pipelined => crate::kafka::topics(prefix),
+            Shape::Clients => vec![format!("{prefix}.outbox.event.Order")],
+        }
+    }
+}
+
+/// Quantiles of a sample, in ms.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Quantiles {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+}
+
+impl Quantiles {
+    fn of(mut v: Vec<f64>) -> Quantiles {
+        v.sort_by(|a, b| a.total_cmp(b));
+        Quantiles {
+            count: v.len() as u64,
+            p50_ms: percentile(&v, 50.0),
+            p99_ms: percentile(&v, 99.0),
+            p999_ms: percentile(&v, 99.9),
+        }
+    }
+}
+
+/// One shape at one rate in one repetition.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub rep: u32,
+    pub shape: Shape,
+    pub rate: u64,
+    pub achieved: f64,
+    pub events: u64,
+    pub ack: Option<AckQuantiles>,
+    pub read: Option<AckQuantiles>,
+    /// commit (the writer saw COMMIT return) → the record's CreateTime.
+    pub create_time: Quantiles,
+    /// Records read back: all events of the phase arrived.
+    pub missing: u64,
+    /// The broker alone, same layout and arrivals: send → delivery report.
+    pub floor: Quantiles,
+}
+
+pub fn main(args: LatencyArgs) {
+    let shapes: Vec<Shape> = args.shapes.iter().filter_map(|s| Shape::parse(s)).collect();
+    crate::prepare_walrelay(args.no_build);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let rows = rt.block_on(async {
+        let _svc = tokio::task::spawn_blocking(crate::support::services).await.expect("services");
+        crate::measure::epoch();
+        let mut rows = Vec::new();
+        for rep in 0..args.repeat.max(1) {
+            for &shape in &shapes {
+                eprintln!("[latency] repetition {}/{}: {}", rep + 1, args.repeat, shape.describe());
+                rows.extend(measure(rep, shape, &args.rates, args.seconds).await);
+            }
+        }
+        rows
+    });
+    println!("{}", render(&args, &shapes, &rows));
+    let path = crate::target_dir().join("walrelay-bench").join(format!(
+        "latency-{}.json",
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    ));
+    let _ = std::fs::create_dir_all(path.parent().unwrap());
+    let _ = std::fs::write(&path, serde_json::to_string_pretty(&rows).unwrap_or_default());
+    println!("JSON: {}", path.display());
+}
+
+/// The floors, then walrelay, for every rate of one shape (a fresh broker for each).
+async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row> {
+    let mut floors = Vec::new();
+    for &rate in rates {
+        crate::fresh::broker();
+        let f = floor(crate::fresh::bootstrap(), shape, rate, seconds.min(10.0)).await;
+        eprintln!("[latency]   broker alone at {rate}/s: send→ack {f:?}");
+        floors.push(f);
+    }
+    crate::fresh::broker();
+    let db = workload::create_db("bench_lat").await;
+    let (publication, slot, prefix) = (unique("lat_pub"), unique("lat"), unique("lat"));
+    workload::create_publication_and_slots(&db, &publication, &[&slot]).await;
+    if shape == Shape::Pipelined {
+        crate::kafka::create_topics(crate::fresh::bootstrap(), &prefix).await;
+    }
+    let http_port = crate::support::free_port();
+    let mut relay = start_walrelay(&walrelay_config(
+        &db,
+        &slot,
+        &publication,
+        &prefix,
+        http_port,
+        PLAIN_OUTBOX,
+    ));
+    let capacity: usize = rates.iter().map(|r| (*r as f64 * seconds * 1.3) as usize + 1000).sum();
+    let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let mut rows = Vec::new();
+    let mut first_n = 1u64;
+    for (&rate, floor) in rates.iter().zip(floors) {
+        let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
+        let warmup = (seconds / 5.0).min(5.0);
+        let after_warmup = async {
+            tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
+            ackhist::scrape(http_port).await
+        };
+        let write = write(&db, shape, rate, seconds, first_n, commit_us.clone());
+        let ((events, achieved), warm) = tokio::join!(write, after_warmup);
+        let deadline = Instant::now() + Duration::from_secs_f64(30.0 + 2.0 * seconds);
+        let now = loop {
+            let now = ackhist::scrape(http_port).await;
+            if ackhist::count(&now.ack).saturating_sub(before) >= events
+                || Instant::now() > deadline
+            {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let range = first_n..first_n + events;
+        let skip = (warmup * achieved) as u64;
+        let (create_time, missing) = create_times(&prefix, shape, range, skip, &commit_us).await;
+        let row = Row {
+            rep,
+            shape,
+            rate,
+            achieved,
+            events,
+            ack: ackhist::between(&warm.ack, &now.ack),
+            read: ackhist::between(&warm.read, &now.read),
+            create_time,
+            missing,
+            floor,
+        };
+        eprintln!(
+            "[latency]   walrelay at {rate}/s (achieved {achieved:.0}/s): commit→ack {:?}, commit→read {:?}, commit→CreateTime {:?}, missing {missing}",
+            row.ack, row.read, row.create_time
+        );
+        rows.push(row);
+        first_n += events;
+    }
+    relay.terminate();
+    keep_log(&format!("{prefix}-latency"), &relay.log());
+    workload::drop_db(&db).await;
+    rows
+}
+
+/// Writes the shape's single-row transactions at `rate` for `seconds`, numbering events from
+/// `first_n`; returns how many were committed and the rate achieved.
+async fn write(
+    db: &TestDb,
+    shape: Shape,
+    rate: u64,
+    seconds: f64,
+    first_n: u64,
+    commit_us: Arc<Vec<AtomicU64>>,
+) -> (u64, f64) {
+    let conns = shape.connections(rate);
+    match shape {
+        Shape::Pipelined => {
+            let p = workload::run_rate(
+                db,
+                STEADY_GROUP,
+                true,
+                conns,
+                rate,
+                seconds,
+                first_n,
+                1000,
+                commit_us,
+            )
+            .await;
+            (p.events, p.achieved_rate)
+        }
+        Shape::Clients => poisson_clients(db, conns, rate, seconds, first_n, commit_us).await,
+    }
+}
+
+/// `clients` connections, each committing one single-row transaction at a time at Poisson
+/// arrivals of `rate / clients` per second, like `pgbench -R`: a client that falls behind runs
+/// its next transaction at once, and the lag shows as a lower achieved rate.
+async fn poisson_clients(
+    db: &TestDb,
+    clients: usize,
+    rate: u64,
+    seconds: f64,
+    first_n: u64,
+    commit_us: Arc<Vec<AtomicU64>>,
+) -> (u64, f64) {
+    let sql = workload::insert_one_type_sql(STEADY_GROUP, 1000, "Order");
+    let next = Arc::new(AtomicU64::new(first_n));
+    let start = tokio::time::Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let c = workload::connect(&db.url).await;
+        c.batch_execute("SET synchronous_commit = on").await.expect("SET synchronous_commit");
+        let stmt = c.prepare(&sql).await.expect("prepare");
+        let (next, commit_us) = (next.clone(), commit_us.clone());
+        let mut rng = SplitMix(now_us() ^ ((i as u64 + 1) << 40));
+        let mean_gap = clients as f64 / rate as f64;
+        tasks.push(tokio::spawn(async move {
+            let mut due = start;
+            loop {
+                due += Duration::from_secs_f64(rng.exponential(mean_gap));
+                if due >= end {
+                    break;
+                }
+                tokio::time::sleep_until(due).await;
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let Some(slot) = commit_us.get(n as usize) else { break };
+                c.execute(&stmt, &[&(n as i64)]).await.expect("insert");
+                slot.store(now_us().max(1), Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client");
+    }
+    let events = next.load(Ordering::Relaxed) - first_n;
+    (events, events as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A small, seedable generator for arrival gaps (the benchmark needs no crypto and no crate).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// An exponentially distributed gap with this mean.
+    fn exponential(&mut self, mean: f64) -> f64 {
+        let u = ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        -mean * u.ln()
+    }
+}
+
+/// The broker alone: records like walrelay's (key, `id` header, a ~300-byte value) produced
+/// with walrelay's producer settings at `rate`, arriving as the shape's do, into the shape's
+/// layout; send → delivery report, the first second not counted.
+async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quantiles {
+    let prefix = unique("floor");
+    if shape == Shape::Pipelined {
+        crate::kafka::create_topics(bootstrap, &prefix).await;
+    }
+    let topics = shape.topics(&prefix);
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", crate::kafka::LINGER_MS)
+        .create()
+        .expect("producer");
+    let value = format!("{{\"pad\": \"{}\"}}", "x".repeat(290));
+    let mut rng = SplitMix(now_us());
+    let start = Instant::now();
+    let mut due = 0.0f64;
+    let mut pending = Vec::new();
+    let mut n = 0u64;
+    while due < seconds {
+        due += match shape {
+            Shape::Pipelined => 1.0 / rate as f64,
+            Shape::Clients => rng.exponential(1.0 / rate as f64),
+        };
+        let wait = due - start.elapsed().as_secs_f64();
+        if wait > 0.0005 {
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        }
+        n += 1;
+        let key = format!("agg-{:05}", n % 1000);
+        let id = format!("{:08x}-0000-4000-8000-{n:012x}", STEADY_GROUP);
+        let record: FutureRecord<'_, str, str> =
+            FutureRecord::to(&topics[n as usize % topics.len()])
+                .key(key.as_str())
+                .payload(value.as_str())
+                .headers(
+                    OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) }),
+                );
+        let sent = Instant::now();
+        let counted = start.elapsed() > Duration::from_secs(1);
+        if let Ok(delivery) = producer.send_result(record) {
+            pending.push(tokio::spawn(async move {
+                let ok = matches!(delivery.await, Ok(Ok(_)));
+                (ok && counted).then(|| sent.elapsed().as_secs_f64() * 1000.0)
+            }));
+        }
+    }
+    let mut ms = Vec::with_capacity(pending.len());
+    for p in pending {
+        if let Ok(Some(v)) = p.await {
+            ms.push(v);
+        }
+    }
+    Quantiles::of(ms)
+}
+
+/// Reads the shape's topics back and measures commit → CreateTime for events `range` (the
+/// first `skip` not counted); also how many of `range` never arrived.
+async fn create_times(
+    prefix: &str,
+    shape: Shape,
+    range: std::ops::Range<u64>,
+    skip: u64,
+    commit_us: &Arc<Vec<AtomicU64>>,
+) -> (Quantiles, u64) {
+    let (bootstrap, topics) = (crate::fresh::bootstrap().to_string(), shape.topics(prefix));
+    let commit_us = commit_us.clone();
+    // The benchmark's clock is monotonic; CreateTime is wall-clock ms.
+    let wall_at_epoch_us =
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64 - now_us() as i64;
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", unique("lat_reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for t in &topics {
+            let md = c.fetch_metadata(Some(t), Duration::from_secs(10)).expect("metadata");
+            for p in md.topics().iter().flat_map(|t| t.partitions()) {
+                tpl.add_partition_offset(t, p.id(), Offset::Beginning).expect("partition");
+            }
+        }
+        c.assign(&tpl).expect("assign");
+        let mut seen = vec![false; (range.end - range.start) as usize];
+        let (mut arrived, mut last) = (0u64, Instant::now());
+        let mut ms = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while arrived < seen.len() as u64
+            && last.elapsed() < Duration::from_secs(10)
+            && Instant::now() < deadline
+        {
+            let Some(Ok(m)) = c.poll(Duration::from_millis(100)) else { continue };
+            last = Instant::now();
+            let id = m
+                .headers()
+                .and_then(|hs| hs.iter().find(|h| h.key == "id").and_then(|h| h.value))
+                .and_then(parse_event_id);
+            let Some((STEADY_GROUP, n)) = id else { continue };
+            if !range.contains(&n) || std::mem::replace(&mut seen[(n - range.start) as usize], true)
+            {
+                continue;
+            }
+            arrived += 1;
+            let (Some(create_ms), commit) =
+                (m.timestamp().to_millis(), commit_us[n as usize].load(Ordering::Relaxed))
+            else {
+                continue;
+            };
+            if n >= range.start + skip && commit != 0 {
+                let commit_wall_us = wall_at_epoch_us + commit as i64;
+                ms.push((create_ms * 1000 - commit_wall_us) as f64 / 1000.0);
+            }
+        }
+        (Quantiles::of(ms), seen.len() as u64 - arrived)
+    })
+    .await
+    .expect("read back")
+}
+
+/// One table: per shape and rate, medians over the repetitions with [min–max].
+fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
+    let mut out = format!(
+        "### walrelay-bench latency: {} repetition(s), {} s per rate; median [min–max]\n\n\
+         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | ack p99 − broker p99 ms | missing |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        args.repeat, args.seconds
+    );
+    for &shape in shapes {
+        for &rate in &args.rates {
+            let of: Vec<&Row> =
+                rows.iter().filter(|r| r.shape == shape && r.rate == rate).collect();
+            if of.is_empty() {
+                continue;
+            }
+            let col = |f: &dyn Fn(&Row) -> f64| spread(of.iter().map(|r| f(r)).collect());
+            out += &format!(
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                shape.describe(),
+                col(&|r| r.achieved),
+                col(&|r| r.ack.map_or(f64::NAN, |q| q.p50_ms)),
+                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms)),
+                col(&|r| r.read.map_or(f64::NAN, |q| q.p99_ms)),
+                col(&|r| r.create_time.p99_ms),
+                col(&|r| r.floor.p50_ms),
+                col(&|r| r.floor.p99_ms),
+                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor.p99_ms),
+                of.iter().map(|r| r.missing).sum::<u64>(),
+            );
+        }
+    }
+    out
+}
+
+/// "median [min–max]" (just the value for one repetition).
+fn spread(mut v: Vec<f64>) -> String {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let fmt = |x: f64| if x.abs() >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") };
+    match v.len() {
+        0 => "–".into(),
+        1 => fmt(v[0]),
+        n => format!("{} [{}–{}]", fmt(v[n / 2]), fmt(v[0]), fmt(v[n - 1])),
+    }
+}
