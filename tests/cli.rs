@@ -71,8 +71,9 @@ async fn healthz_answers_ok_while_the_relay_runs() {
 
 #[test]
 fn invalid_librdkafka_property_stops_at_start_up_naming_it() {
-    // PostgreSQL at port 1 is unreachable: the error must come before any connection attempt.
+    // PostgreSQL at port 1 is unreachable: the error must come before any connection attempt,
+    // and it is bad input, so exit code 2 like every configuration error.
     let (code, err) = run_with_config(&format!("{BASE}\"compression.type\" = \"brotli\"\n"));
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("compression.type") && err.contains("[kafka]"), "{err}");
 }

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::secret::{is_secret_key, MASK};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+
+use super::secret::{is_secret_key, scrub, MASK};
 use super::{invalid, ConfigError, Options};
 
 /// `[kafka]`: librdkafka producer properties, relay-owned ones already applied.
@@ -21,6 +24,50 @@ impl fmt::Debug for KafkaConfig {
             .map(|(k, v)| (k.as_str(), if is_secret_key(k) { MASK } else { v.as_str() }))
             .collect();
         f.debug_struct("KafkaConfig").field("properties", &shown).finish()
+    }
+}
+
+impl KafkaConfig {
+    /// Checks every property with librdkafka without connecting, so that a typo is a
+    /// configuration error (exit code 2) before any server is reached.
+    pub fn check_with_librdkafka(&self) -> Result<(), ConfigError> {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in &self.properties {
+            cfg.set(k, v);
+        }
+        cfg.create_native_config().map(drop).map_err(|e| match &e {
+            KafkaError::ClientConfig(_, _, key, _) => ConfigError::InvalidValue {
+                section: "kafka",
+                key: key.clone(),
+                value: String::new(),
+                reason: format!(
+                    "librdkafka: {}; names and values are librdkafka's (CONFIGURATION.md)",
+                    self.describe_librdkafka_error(&e)
+                ),
+            },
+            _ => ConfigError::InvalidValue {
+                section: "kafka",
+                key: "*".into(),
+                value: String::new(),
+                reason: self.describe_librdkafka_error(&e),
+            },
+        })
+    }
+
+    /// librdkafka's error in words that carry no secret: its `Display` of a configuration
+    /// error ends with the property's value (`… ssl.key.password <the password>`), so that
+    /// error is told by its description alone, and any secret property's value is masked.
+    pub fn describe_librdkafka_error(&self, e: &KafkaError) -> String {
+        let secrets: Vec<String> = self
+            .properties
+            .iter()
+            .filter(|(k, _)| is_secret_key(k))
+            .map(|(_, v)| v.clone())
+            .collect();
+        match e {
+            KafkaError::ClientConfig(_, description, _, _) => scrub(description, &secrets),
+            other => scrub(&other.to_string(), &secrets),
+        }
     }
 }
 

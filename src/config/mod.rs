@@ -68,13 +68,16 @@ const SECTIONS: &[&str] = &[
 ];
 
 impl Config {
-    /// Reads the file, then applies `WALRELAY_*` overrides from the process environment.
+    /// Reads the file, applies `WALRELAY_*` overrides from the process environment, and has
+    /// librdkafka check the `[kafka]` properties.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        Config::parse_with_env(&text, std::env::vars_os())
+        let config = Config::parse_with_env(&text, std::env::vars_os())?;
+        config.kafka.check_with_librdkafka()?;
+        Ok(config)
     }
 
     /// Parses the file's text alone.

@@ -94,18 +94,26 @@ pub fn redact_url(text: &str) -> String {
 fn password_spans(text: &str) -> Vec<Range<usize>> {
     static URL: OnceLock<Regex> = OnceLock::new();
     static KEY_VALUE: OnceLock<Regex> = OnceLock::new();
-    // `://user:` then anything up to the last `@` on the same line (no whitespace or quotes:
-    // they end a URL in every file walrelay reads).
+    static USER_INFO: OnceLock<Regex> = OnceLock::new();
+    // `scheme:` (`//` and the user optional, so a URL damaged by a typo is still covered), a
+    // `:`, then anything up to the last `@` of the URL (whitespace and quotes end a URL in
+    // every file walrelay reads).
     let url = URL.get_or_init(|| {
-        Regex::new(r#"://[^\s:@/"'`]*:([^\s"'`]*)@"#).expect("a valid regular expression")
+        Regex::new(r#"[A-Za-z][A-Za-z0-9+.\-]*:[^\s@:"'`]*:([^\s"'`]*)@"#)
+            .expect("a valid regular expression")
     });
     // `password = value`, `password='quoted \' value'`, `?password=value&…`.
     let key_value = KEY_VALUE.get_or_init(|| {
         Regex::new(r#"(?i)password\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s&"'`]*)"#)
             .expect("a valid regular expression")
     });
+    // `user:password@` wherever it stands, for URLs a typo broke before the user (`postgres://
+    // walrelay:…@`, `postgres://x'/walrelay:…@`), which libpq may still accept.
+    let user_info = USER_INFO.get_or_init(|| {
+        Regex::new(r#"[^\s@:"'`/]+:([^\s"'`@/:]+)@"#).expect("a valid regular expression")
+    });
     let mut spans = Vec::new();
-    for caps in url.captures_iter(text) {
+    for caps in url.captures_iter(text).chain(user_info.captures_iter(text)) {
         let m = caps.get(1).expect("group 1 always takes part");
         if !m.is_empty() {
             spans.push(m.range());
@@ -194,6 +202,11 @@ mod tests {
             ("postgres://u:pw1@h:5/db", "postgres://u:****@h:5/db"),
             ("postgres://u@h/db", "postgres://u@h/db"),
             ("postgres://u:p/w?x@h/db", "postgres://u:****@h/db"),
+            ("postgres:u:pw1@h/db", "postgres:u:****@h/db"),
+            ("postgresql://w/walrelay:pw1@h/db", "postgresql://w/walrelay:****@h/db"),
+            ("postgresql:// walrelay:pw1@h/db", "postgresql:// walrelay:****@h/db"),
+            ("postgres://x'/walrelay:pw1@h/db", "postgres://x'/walrelay:****@h/db"),
+            ("postgres://u@h:5/db?sslrootcert=/a:b", "postgres://u@h:5/db?sslrootcert=/a:b"),
             ("host=h password=pw1 user=u", "host=h password=**** user=u"),
             ("host=h password = 'p w\\' 1' user=u", "host=h password = **** user=u"),
             (

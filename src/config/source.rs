@@ -63,7 +63,9 @@ pub(super) fn parse_with(
 ) -> Result<SourceConfig, ConfigError> {
     let raw: Raw = section::from_options(S, opts)?;
     let url = raw.url.unwrap_or_default();
-    let conn_error = |reason: &str| invalid(S, "url", &redact_url(&url), reason);
+    // The URL itself is not repeated: one that does not parse is exactly the one whose
+    // password no rule can find (a `:` or `@` lost to a typo).
+    let conn_error = |reason: &str| invalid(S, "url", "", reason);
     let (plain_url, tls) = crate::tls::Tls::extract(&url, env).map_err(|r| conn_error(&r))?;
     let mut conn: tokio_postgres::Config = plain_url
         .parse()
