@@ -36,7 +36,7 @@ pub struct HttpConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawLimits {
+pub(super) struct RawLimits {
     inflight_records: Option<u64>,
     inflight_bytes: Option<u64>,
     shutdown_grace_ms: Option<u64>,
@@ -71,7 +71,7 @@ pub(super) fn parse_limits(opts: &Options) -> Result<Limits, ConfigError> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawHttp {
+pub(super) struct RawHttp {
     listen: Option<String>,
     ready_max_lag_bytes: Option<u64>,
 }

@@ -164,6 +164,19 @@ impl Config {
     }
 }
 
+/// walrelay's own sections and the keys each accepts, from their serde derives (any other key
+/// is refused); the pass-through sections are open maps and not listed.
+pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
+    vec![
+        ("source", section::keys_of::<source::Raw>()),
+        ("outbox", section::keys_of::<outbox::Raw>()),
+        ("limits", section::keys_of::<limits::RawLimits>()),
+        ("http", section::keys_of::<limits::RawHttp>()),
+        ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),
+        ("retention", section::keys_of::<retention::RawRetention>()),
+    ]
+}
+
 fn invalid(section: &'static str, key: &str, value: &str, reason: &str) -> ConfigError {
     ConfigError::InvalidValue {
         section,

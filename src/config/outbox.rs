@@ -44,7 +44,7 @@ impl fmt::Display for TableName {
 /// The section as written. `tables` is the comma-joined list (see `document`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Raw {
+pub(super) struct Raw {
     table: Option<String>,
     tables: Option<String>,
     non_transactional_messages: Option<String>,

@@ -33,7 +33,7 @@ pub struct DeadLetterConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRetention {
+pub(super) struct RawRetention {
     keep: Option<String>,
     interval: Option<String>,
     column: Option<String>,
@@ -69,7 +69,7 @@ pub(super) fn parse_retention(opts: &Options) -> Result<RetentionConfig, ConfigE
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawDeadLetter {
+pub(super) struct RawDeadLetter {
     topic: Option<String>,
     max_value_bytes: Option<u64>,
 }

@@ -21,6 +21,40 @@ pub(super) fn from_options<T: DeserializeOwned>(
     T::deserialize(SectionDeserializer { opts }).map_err(|e| e.into_config_error(section, opts))
 }
 
+/// The keys `T` accepts, as its serde derive declares them: the derive hands its field names to
+/// `deserialize_struct`, where a probe takes them and stops.
+pub(super) fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    let fields = std::cell::Cell::new(&[][..]);
+    let _ = T::deserialize(KeyProbe(&fields));
+    fields.get()
+}
+
+struct KeyProbe<'a>(&'a std::cell::Cell<&'static [&'static str]>);
+
+impl<'de> de::Deserializer<'de> for KeyProbe<'_> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Error> {
+        Err(Error::invalid("not a section struct"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.0.set(fields);
+        Err(Error::invalid("keys taken"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
 /// A deserialization failure, value-free by construction.
 #[derive(Debug)]
 pub(super) struct Error {
@@ -237,6 +271,7 @@ mod tests {
         assert_eq!(s, Sample { name: Some("a".into()), count: Some(7), on: Some(true) });
         let empty: Sample = from_options("x", &Options::new()).unwrap();
         assert_eq!(empty, Sample { name: None, count: None, on: None });
+        assert_eq!(keys_of::<Sample>(), ["name", "count", "on"]);
     }
 
     #[test]

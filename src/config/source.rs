@@ -41,7 +41,7 @@ impl fmt::Debug for SourceConfig {
 /// The section as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Raw {
+pub(super) struct Raw {
     url: Option<String>,
     slot: Option<String>,
     publication: Option<String>,
