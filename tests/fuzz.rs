@@ -100,7 +100,7 @@ fn config_output(result: Result<Config, walrelay::config::ConfigError>) -> Strin
 #[test]
 fn fuzz_toml_config_never_panics_or_prints_a_secret() {
     let seeds = toml_seeds();
-    let cases = generate(mutated(seeds.clone()), 3000);
+    let cases = generate(mutated(seeds.clone()), 1000);
     let mut tally = Tally::new("toml config");
     for (which, text) in &cases {
         tally.case(text, &seeds[*which].guarded(text), || config_output(Config::parse(text)));
@@ -227,7 +227,7 @@ fn env_guarded(vars: &[(OsString, OsString)]) -> Vec<String> {
 
 #[test]
 fn fuzz_environment_overlay_never_panics_or_prints_a_secret() {
-    let cases = generate(proptest::collection::vec(env_variable(), 1..6), 2000);
+    let cases = generate(proptest::collection::vec(env_variable(), 1..6), 1000);
     let mut tally = Tally::new("environment overlay");
     for vars in &cases {
         let shown = format!("{vars:?}");
@@ -354,7 +354,7 @@ fn import_output(text: &str, format: Format) -> String {
 }
 
 fn fuzz_import(input: &'static str, seeds: Vec<Seed>, format: Format, extension: &str) {
-    let cases = generate(mutated(seeds.clone()), 600);
+    let cases = generate(mutated(seeds.clone()), 300);
     let mut tally = Tally::new(input);
     for (which, text) in &cases {
         tally.case(text, &seeds[*which].guarded(text), || import_output(text, format));
@@ -445,7 +445,7 @@ fn libpq_config(url: &str) -> String {
 #[test]
 fn fuzz_libpq_urls_never_panic_or_print_a_secret() {
     let seeds = libpq_seeds();
-    let cases = generate(mutated(seeds.clone()), 3000);
+    let cases = generate(mutated(seeds.clone()), 1000);
     let mut tally = Tally::new("libpq url");
     for (which, url) in &cases {
         tally.case(url, &seeds[*which].guarded(url), || {

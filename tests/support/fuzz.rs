@@ -125,11 +125,20 @@ pub struct Tally {
     panics: usize,
     leaks: usize,
     failures: Vec<String>,
+    started: Instant,
 }
 
 impl Tally {
     pub fn new(input: &'static str) -> Tally {
-        Tally { input, cases: 0, binary_cases: 0, panics: 0, leaks: 0, failures: Vec::new() }
+        Tally {
+            input,
+            cases: 0,
+            binary_cases: 0,
+            panics: 0,
+            leaks: 0,
+            failures: Vec::new(),
+            started: Instant::now(),
+        }
     }
 
     /// Runs one in-process case: `run` returns everything walrelay would print for it.
@@ -176,8 +185,13 @@ impl Tally {
     /// Prints the summary line, then fails the test on any panic or leak.
     pub fn finish(self) {
         super::note(&format!(
-            "fuzz {}: {} cases ({} through the walrelay binary), {} panics, {} leaks",
-            self.input, self.cases, self.binary_cases, self.panics, self.leaks
+            "fuzz {}: {} cases, {} panics, {} leaks ({} of the cases through the walrelay binary; {:.1} s)",
+            self.input,
+            self.cases,
+            self.panics,
+            self.leaks,
+            self.binary_cases,
+            self.started.elapsed().as_secs_f64()
         ));
         assert!(
             self.panics == 0 && self.leaks == 0,
