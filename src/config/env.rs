@@ -18,6 +18,38 @@ pub(super) struct Override {
     pub section: &'static str,
     pub key: String,
     pub value: String,
+    pub variable: String,
+}
+
+/// `error` with the variable named when the key it is about came from the environment: the
+/// file does not hold that key, so "fix the key" alone would send the operator to the wrong place.
+pub(super) fn attribute(
+    error: ConfigError,
+    overrides: &[(&'static str, String, String)],
+) -> ConfigError {
+    let from = |section: &str, key: &str| {
+        overrides.iter().find(|(s, k, _)| *s == section && k == key).map(|(_, _, v)| v.clone())
+    };
+    match error {
+        ConfigError::UnknownKey { section, key, hint } => match from(section, &key) {
+            Some(variable) => ConfigError::UnknownKey {
+                section,
+                key,
+                hint: format!("{hint} (set by {variable})"),
+            },
+            None => ConfigError::UnknownKey { section, key, hint },
+        },
+        ConfigError::InvalidValue { section, key, value, reason } => match from(section, &key) {
+            Some(variable) => ConfigError::InvalidValue {
+                section,
+                key,
+                value,
+                reason: format!("{reason} (set by {variable})"),
+            },
+            None => ConfigError::InvalidValue { section, key, value, reason },
+        },
+        other => other,
+    }
 }
 
 /// The overrides among `vars`, in order. Variables whose next word after the prefix is not a
@@ -50,7 +82,7 @@ where
                 ),
             });
         };
-        out.push(Override { section, key, value: value.to_string() });
+        out.push(Override { section, key, value: value.to_string(), variable: name.to_string() });
     }
     Ok(out)
 }
@@ -95,7 +127,12 @@ mod tests {
         let found = overrides(vars).unwrap();
         assert_eq!(
             found,
-            [Override { section: "kafka", key: "linger.ms".into(), value: "5".into() }]
+            [Override {
+                section: "kafka",
+                key: "linger.ms".into(),
+                value: "5".into(),
+                variable: "WALRELAY_KAFKA_LINGER__MS".into()
+            }]
         );
         let e = overrides([(OsString::from("WALRELAY_KAFKA_SASL__PASSWORD"), bad.clone())])
             .unwrap_err()

@@ -113,10 +113,18 @@ impl Config {
 
     fn build(text: &str, overrides: Vec<env::Override>) -> Result<Config, ConfigError> {
         let mut doc = document::parse(text)?;
+        // A section its owner module parses from its own TOML table is taken out of `doc`
+        // here, before the flat sections are read.
         let mut sections = document::sections(&mut doc)?;
+        let origins: Vec<(&'static str, String, String)> =
+            overrides.iter().map(|o| (o.section, o.key.clone(), o.variable.clone())).collect();
         for o in overrides {
             sections.entry(o.section).or_default().insert(o.key, o.value);
         }
+        Config::from_sections(sections).map_err(|e| env::attribute(e, &origins))
+    }
+
+    fn from_sections(mut sections: BTreeMap<&'static str, Options>) -> Result<Config, ConfigError> {
         let mut take = |s: &str| sections.remove(s);
         let (source, outbox, router, debezium) =
             (take("source"), take("outbox"), take("router"), take("debezium"));

@@ -193,7 +193,7 @@ fn environment_overrides_file_keys_with_dotted_names_spelled_double_underscore()
     assert_eq!(c.dead_letter.unwrap().topic, "dlq");
     let typo = [("WALRELAY_SOURCE_SLOTT".to_string(), "x".to_string())];
     let e = Config::parse_with_env(MINIMAL, typo).unwrap_err().to_string();
-    assert!(e.contains("slott"), "{e}");
+    assert!(e.contains("slott") && e.contains("(set by WALRELAY_SOURCE_SLOTT)"), "{e}");
 }
 
 #[test]
