@@ -101,14 +101,18 @@ impl Config {
         V: Into<OsString>,
     {
         let overrides = env::overrides(env)?;
-        let mut secrets = secret::secrets_in(text);
+        let mut env_secrets = Vec::new();
         for o in &overrides {
             if secret::is_secret_key(&o.key) {
-                secrets.push(o.value.clone());
+                env_secrets.push(o.value.clone());
             }
-            secrets.extend(secret::secrets_in(&o.value));
+            env_secrets.extend(secret::secrets_in(&o.value));
         }
-        Config::build(text, overrides).map_err(|e| e.scrubbed(&secrets))
+        Config::build(text, overrides).map_err(|e| {
+            let mut secrets = secret::secrets_in(text);
+            secrets.append(&mut env_secrets);
+            e.scrubbed(&secrets)
+        })
     }
 
     fn build(text: &str, overrides: Vec<env::Override>) -> Result<Config, ConfigError> {

@@ -82,7 +82,7 @@ async fn broker(config: &Config, r: &mut Report) {
         .or_else(|| props.get("metadata.broker.list"))
         .cloned()
         .unwrap_or_default();
-    let what = format!("broker {servers}");
+    let what = format!("broker {}", crate::config::redact_url(&servers));
     let kafka = config.kafka.clone();
     let mut cfg = ClientConfig::new();
     for (k, v) in props {
