@@ -89,11 +89,12 @@ fn toml_seeds() -> Vec<Seed> {
     seeds
 }
 
-/// What walrelay prints for a configuration: the error, or the loaded config's `Debug`.
+/// What walrelay prints for a configuration: the error (`Display` and `Debug`), or the loaded
+/// config's `Debug`.
 fn config_output(result: Result<Config, walrelay::config::ConfigError>) -> String {
     match result {
         Ok(config) => format!("{config:?}"),
-        Err(e) => e.to_string(),
+        Err(e) => format!("{e}\n{e:?}"),
     }
 }
 
@@ -452,7 +453,7 @@ fn fuzz_libpq_urls_never_panic_or_print_a_secret() {
             // The load's outcome, and the source as `check` and `status` describe a loaded one.
             match Config::parse(&libpq_config(url)) {
                 Ok(config) => format!("{config:?}\n{}", walrelay::config::redact_url(url)),
-                Err(e) => e.to_string(),
+                Err(e) => format!("{e}\n{e:?}"),
             }
         });
     }

@@ -9,8 +9,8 @@ use std::fmt;
 use super::secret;
 
 /// A configuration problem found at start-up. The relay refuses to start on any of these
-/// (exit code 2).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// (exit code 2). `Debug` shows an invalid value as `Display` does (see [`secret::shown`]).
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {reason}")]
     Read { path: String, reason: String },
@@ -45,6 +45,44 @@ impl fmt::Display for ShownValue<'_> {
     }
 }
 
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { path, reason } => {
+                f.debug_struct("Read").field("path", path).field("reason", reason).finish()
+            }
+            ConfigError::Syntax { line, column, message } => f
+                .debug_struct("Syntax")
+                .field("line", line)
+                .field("column", column)
+                .field("message", message)
+                .finish(),
+            ConfigError::Environment { name, reason } => {
+                f.debug_struct("Environment").field("name", name).field("reason", reason).finish()
+            }
+            ConfigError::UnknownKey { section, key, hint } => f
+                .debug_struct("UnknownKey")
+                .field("section", section)
+                .field("key", key)
+                .field("hint", hint)
+                .finish(),
+            ConfigError::Missing { section, key, hint } => f
+                .debug_struct("Missing")
+                .field("section", section)
+                .field("key", key)
+                .field("hint", hint)
+                .finish(),
+            ConfigError::InvalidValue { section, key, value, reason } => f
+                .debug_struct("InvalidValue")
+                .field("section", section)
+                .field("key", key)
+                .field("value", &format_args!("{}", secret::shown(key, value)))
+                .field("reason", reason)
+                .finish(),
+        }
+    }
+}
+
 impl ConfigError {
     /// The same error with each of `secrets` masked wherever it appears: for messages built
     /// from text in which no key says which value is the secret (a damaged file).
@@ -73,5 +111,32 @@ impl ConfigError {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_error_shows_a_secret_keys_value_by_type_in_display_and_debug() {
+        let e = ConfigError::InvalidValue {
+            section: "kafka",
+            key: "sasl.password".into(),
+            value: "hunter2".into(),
+            reason: "is not accepted".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "[kafka] `sasl.password` = (a string, not shown) is invalid: is not accepted"
+        );
+        assert!(!format!("{e:?}").contains("hunter2"), "{e:?}");
+        let url = ConfigError::InvalidValue {
+            section: "source",
+            key: "url".into(),
+            value: "postgres://u:hunter2@h/d".into(),
+            reason: "r".into(),
+        };
+        assert!(!format!("{url} {url:?}").contains("hunter2"), "{url:?}");
     }
 }
