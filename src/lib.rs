@@ -9,7 +9,6 @@
 pub mod admin;
 pub mod checkpoint;
 pub mod config;
-pub mod config_error;
 pub mod dead_letter;
 pub mod duration;
 pub mod error;

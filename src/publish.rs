@@ -226,10 +226,9 @@ impl Publisher {
             cfg.set(k, v);
         }
         cfg.create_native_config().map(drop).map_err(|e| {
-            Error::definite_with(
-                "librdkafka rejected the [kafka] configuration",
+            Error::definite(
+                format!("librdkafka rejected the [kafka] configuration: {}", kafka.describe_librdkafka_error(&e)),
                 "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
-                e,
             )
         })
     }
@@ -247,10 +246,9 @@ impl Publisher {
         cfg.set_log_level(RDKafkaLogLevel::Warning);
         let (tx, rx) = mpsc::unbounded_channel();
         let producer: BaseProducer<RelayContext> = cfg.create_with_context(RelayContext { reports: tx, capture_bytes, metrics, acked: AtomicBool::new(false) }).map_err(|e| {
-            Error::definite_with(
-                "librdkafka rejected the [kafka] configuration",
+            Error::definite(
+                format!("librdkafka rejected the [kafka] configuration: {}", kafka.describe_librdkafka_error(&e)),
                 "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
-                e,
             )
         })?;
         let producer = Arc::new(producer);

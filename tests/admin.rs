@@ -436,39 +436,27 @@ fn literals_in_brackets(text: &str) -> Vec<String> {
     list.split('"').skip(1).step_by(2).map(str::to_owned).collect()
 }
 
-/// Every key the configuration code accepts, by section, scraped from the source:
+/// Every key the configuration code accepts, by section:
 ///
-/// * `src/config.rs`: each `fn parse_<section>` declares `const S: &str = "<section>";` and lists
-///   its keys in `reject_unknown(S, &opts, &[ "…", … ])` — the very list that makes every other
-///   key an error, so a key the parser accepts is in it. The top-level `SECTIONS` list gives the
-///   section names.
-/// * `src/router/options.rs`: `ROUTER_KEYS` and `DEBEZIUM_KEYS`, which `check_keys` enforces the
-///   same way for `[router]` and `[debezium]`.
+/// * walrelay's own sections: `walrelay::config::owned_section_keys()`, the field names of the
+///   `deny_unknown_fields` serde structs — the very lists that make every other key an error.
+/// * `src/router/options.rs`: `ROUTER_KEYS` and `DEBEZIUM_KEYS` (scraped, which keeps that file
+///   untouched by this test), which `check_keys` enforces the same way for `[router]` and
+///   `[debezium]`.
 ///
-/// Scraping rather than a shared constant keeps those files untouched by this test, and it
-/// can't silently pass: every section must yield keys, and the scraped keys are then fed to
-/// `Config::parse` one by one, which must not call any of them unknown — so a scraper that
-/// reads the wrong list fails too. `[kafka]` passes librdkafka's own properties through; the
-/// keys walrelay itself owns or requires there (`RELAY_OWNED_KAFKA`, `bootstrap.servers`) are
-/// checked instead.
+/// It can't silently pass: every section must yield keys, and the keys are then fed to
+/// `Config::parse` one by one, which must not call any of them unknown. `[kafka]` passes
+/// librdkafka's own properties through; the keys walrelay itself owns or requires there
+/// (`RELAY_OWNED_KAFKA`, `bootstrap.servers`) are checked instead.
 fn keys_in_code() -> Vec<(String, Vec<String>)> {
-    let config = repo_file("src/config.rs");
-    let mut sections = Vec::new();
-    for (i, _) in config.match_indices("const S: &str = \"") {
-        let rest = &config[i + "const S: &str = \"".len()..];
-        let name = rest[..rest.find('"').unwrap()].to_string();
-        let body_end = rest.find("\nfn ").or_else(|| rest.find("\npub fn ")).unwrap_or(rest.len());
-        let body = &rest[..body_end];
-        if name == "kafka" {
-            continue;
-        }
-        let Some(at) = body.find("reject_unknown(S") else {
-            panic!("parse function of [{name}] has no reject_unknown(S, …) list; update keys_in_code()");
-        };
-        let keys = literals_in_brackets(&body[at..]);
-        assert!(!keys.is_empty(), "no keys scraped for [{name}]");
-        sections.push((name, keys));
-    }
+    // walrelay's own sections: the keys their serde structs declare.
+    let mut sections: Vec<(String, Vec<String>)> = walrelay::config::owned_section_keys()
+        .into_iter()
+        .map(|(name, keys)| {
+            assert!(!keys.is_empty(), "no keys for [{name}]");
+            (name.to_string(), keys.iter().map(|k| k.to_string()).collect())
+        })
+        .collect();
     let options = repo_file("src/router/options.rs");
     for (name, constant) in [("router", "ROUTER_KEYS"), ("debezium", "DEBEZIUM_KEYS")] {
         let at = options.find(&format!("const {constant}: &[&str] = &[")).unwrap_or_else(|| {

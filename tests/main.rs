@@ -14,6 +14,7 @@ mod delivery;
 mod durability;
 mod failover;
 mod faults;
+mod fuzz;
 mod goldens;
 mod messages;
 mod migration;

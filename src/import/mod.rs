@@ -19,7 +19,8 @@ use std::process::ExitCode;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
-use crate::config::{Config, ConfigError};
+use crate::config::secret::{self, is_secret_key};
+use crate::config::{Config, ConfigError, ENV_PREFIX};
 
 mod parse;
 #[cfg(test)]
@@ -81,7 +82,22 @@ pub fn run_cli(path: &Path) -> ExitCode {
 
 /// Converts a connector configuration. `format: None` tries JSON, then properties. `source`
 /// names the input in the generated header comment.
+///
+/// Nothing returned holds a secret of the input: secret options are not copied (the file says
+/// which `WALRELAY_*` variable or `PGPASSWORD` takes each), no message shows a secret option's
+/// value, and everything is scrubbed of the secrets [`secret::secrets_in`] finds in `text`.
 pub fn import(text: &str, format: Option<Format>, source: &str) -> Result<Imported, String> {
+    let secrets = secret::secrets_in(text);
+    match convert(text, format, source) {
+        Ok(imported) => Ok(Imported {
+            toml: secret::scrub(&imported.toml, &secrets),
+            warnings: imported.warnings.iter().map(|w| secret::scrub(w, &secrets)).collect(),
+        }),
+        Err(e) => Err(secret::scrub(&e, &secrets)),
+    }
+}
+
+fn convert(text: &str, format: Option<Format>, source: &str) -> Result<Imported, String> {
     let (name, options) = match format {
         Some(Format::Json) => parse_json(text)?,
         Some(Format::Properties) => (None, parse_properties(text)),
@@ -385,11 +401,25 @@ impl Builder {
             props.entry("bootstrap.servers".into()).or_insert_with(|| b.to_string());
         }
         for (k, v) in &props {
-            if v.contains("${") {
+            if v.contains("${") && !is_secret_key(k) {
                 self.warnings.push(format!(
                     "[kafka] {k} holds a Kafka Connect config-provider reference ({v}); walrelay does not resolve it: put the value in"
                 ));
             }
+        }
+        // A secret stays out of the file (which gets reviewed, committed, printed): it is
+        // named with the variable that supplies it, as the database password is.
+        let secret_keys: Vec<String> = props.keys().filter(|k| is_secret_key(k)).cloned().collect();
+        for key in secret_keys {
+            props.remove(&key);
+            let variable = kafka_env_variable(&key);
+            self.dropped.entry("kafka").or_default().push(format!(
+                "{} is a secret and is not copied: set {variable} in walrelay's environment",
+                toml_key(&key)
+            ));
+            self.warn(format!(
+                "[kafka] {key} is a secret and is not copied into the file: set {variable} in walrelay's environment"
+            ));
         }
         if !props.contains_key("bootstrap.servers") && !props.contains_key("metadata.broker.list") {
             self.warn("bootstrap.servers is not in the connector config (it lives in the Connect worker's config): fill in [kafka] \"bootstrap.servers\"");
@@ -477,7 +507,7 @@ impl Builder {
             _ => (&mut self.kafka, "kafka"),
         };
         let value = map.remove(key).unwrap_or_default();
-        let shown = if is_secret(key) { "****".to_string() } else { value };
+        let shown = if is_secret_key(key) { secret::MASK.to_string() } else { value };
         self.dropped.entry(name).or_default().push(format!("{key} = {shown} (left out: {reason})"));
         self.warnings.push(format!("[{name}] {key} = {shown} left out: {reason}"));
     }
@@ -651,8 +681,9 @@ fn java_producer_hint(key: &str) -> Option<&'static str> {
     })
 }
 
-fn is_secret(key: &str) -> bool {
-    key.contains("password") || key.contains("secret") || key.contains("jaas")
+/// The `WALRELAY_*` variable that sets `[kafka] key` (see `config::env`).
+fn kafka_env_variable(key: &str) -> String {
+    format!("{ENV_PREFIX}KAFKA_{}", key.to_ascii_uppercase().replace('.', "__"))
 }
 
 fn toml_string(v: &str) -> String {

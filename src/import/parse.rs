@@ -13,9 +13,9 @@ pub(super) fn parse_json(text: &str) -> Result<(Option<String>, BTreeMap<String,
         return Err("the JSON is not an object".into());
     };
     let name = top.get("name").and_then(|n| n.as_str()).map(str::to_owned);
-    let config = match top.get("config") {
-        Some(serde_json::Value::Object(c)) => c.clone(),
-        _ => top,
+    let (config, top_level) = match top.get("config") {
+        Some(serde_json::Value::Object(c)) => (c.clone(), false),
+        _ => (top, true),
     };
     let mut out = BTreeMap::new();
     for (k, v) in config {
@@ -23,15 +23,35 @@ pub(super) fn parse_json(text: &str) -> Result<(Option<String>, BTreeMap<String,
             serde_json::Value::String(s) => s,
             serde_json::Value::Null => continue,
             serde_json::Value::Bool(_) | serde_json::Value::Number(_) => v.to_string(),
+            // Never the value itself: an object here is often the connector's settings
+            // under a misspelt key, passwords included.
+            serde_json::Value::Object(_) if top_level => {
+                return Err(format!(
+                    "option `{k}` is an object, expected a string, number or boolean; the connector's settings go under \"config\" (Kafka Connect's REST form) or at the top level"
+                ))
+            }
             other => {
                 return Err(format!(
-                    "option `{k}` is {other}, expected a string, number or boolean"
+                    "option `{k}` is {}, expected a string, number or boolean",
+                    json_type(&other)
                 ))
             }
         };
         out.insert(k, text);
     }
     Ok((name, out))
+}
+
+/// A JSON value's type, for messages that may not show the value.
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 /// Java `.properties`: `key=value`, `key: value` or `key value`; `#`/`!` comments; a trailing

@@ -96,8 +96,23 @@ fn import_never_prints_a_password() {
     assert!(!all.contains("s3cret-pw"), "{all}");
     assert!(imported.toml.contains("PGPASSWORD"), "{}", imported.toml);
     assert!(warned(&imported, "database.password is not copied"), "{:?}", imported.warnings);
-    // A producer secret that is carried over is in the file (it is needed), never in warnings.
-    assert!(!imported.warnings.join("\n").contains("kafka-pw"));
+    // A producer secret is not copied either: the file names the variable that supplies it.
+    assert!(!all.contains("kafka-pw"), "{all}");
+    assert!(imported.toml.contains("WALRELAY_KAFKA_SASL__PASSWORD"), "{}", imported.toml);
+    assert!(warned(&imported, "[kafka] sasl.password is a secret"), "{:?}", imported.warnings);
+}
+
+/// Issue 17's reproduction: the settings under a misspelt key were printed whole, password
+/// included (`option `config2` is {…"database.password":"secret"…}`).
+#[test]
+fn import_settings_under_a_misspelt_key_are_named_by_type_not_printed() {
+    let leak = r#"{"name": "outbox", "config2": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector", "database.user": "dbz", "database.password": "secret-pw-17"}}"#;
+    let e = import(leak, Some(Format::Json), "leak.json").unwrap_err();
+    assert!(!e.contains("secret-pw-17"), "{e}");
+    assert!(e.contains("`config2` is an object") && e.contains("\"config\""), "{e}");
+    let nested = r#"{"config": {"database.password": {"value": "secret-pw-17"}}}"#;
+    let e = import(nested, Some(Format::Json), "x.json").unwrap_err();
+    assert!(!e.contains("secret-pw-17") && e.contains("`database.password` is an object"), "{e}");
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::topic::TopicRouter;
-use crate::config_error::ConfigError;
+use crate::config::ConfigError;
 
 /// A flattened configuration section: `"a.b.c"` → the scalar value as text.
 pub type Options = BTreeMap<String, String>;

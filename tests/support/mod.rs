@@ -13,6 +13,7 @@
 pub mod broker;
 pub mod cluster;
 pub mod faults;
+pub mod fuzz;
 pub mod kafka;
 pub mod postgres;
 pub mod proxy;

@@ -82,7 +82,8 @@ async fn broker(config: &Config, r: &mut Report) {
         .or_else(|| props.get("metadata.broker.list"))
         .cloned()
         .unwrap_or_default();
-    let what = format!("broker {servers}");
+    let what = format!("broker {}", crate::config::redact_url(&servers));
+    let kafka = config.kafka.clone();
     let mut cfg = ClientConfig::new();
     for (k, v) in props {
         cfg.set(k, v);
@@ -90,7 +91,8 @@ async fn broker(config: &Config, r: &mut Report) {
     // The outcome is reported on the check line; librdkafka's own log lines would repeat it.
     cfg.set_log_level(RDKafkaLogLevel::Emerg);
     let result = tokio::task::spawn_blocking(move || {
-        let producer: BaseProducer = cfg.create().map_err(|e| (true, e.to_string()))?;
+        let producer: BaseProducer =
+            cfg.create().map_err(|e| (true, kafka.describe_librdkafka_error(&e)))?;
         let metadata = producer
             .client()
             .fetch_metadata(None, BROKER_TIMEOUT)

@@ -1,0 +1,133 @@
+//! `[kafka]`: librdkafka producer properties, passed through by librdkafka's names (an open
+//! map: librdkafka checks them), with the properties walrelay's guarantees depend on enforced.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+
+use super::secret::{is_secret_key, scrub, MASK};
+use super::{invalid, ConfigError, Options};
+
+/// `[kafka]`: librdkafka producer properties, relay-owned ones already applied.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaConfig {
+    pub properties: Options,
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| (k.as_str(), if is_secret_key(k) { MASK } else { v.as_str() }))
+            .collect();
+        f.debug_struct("KafkaConfig").field("properties", &shown).finish()
+    }
+}
+
+impl KafkaConfig {
+    /// Checks every property with librdkafka without connecting, so that a typo is a
+    /// configuration error (exit code 2) before any server is reached.
+    pub fn check_with_librdkafka(&self) -> Result<(), ConfigError> {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in &self.properties {
+            cfg.set(k, v);
+        }
+        cfg.create_native_config().map(drop).map_err(|e| match &e {
+            KafkaError::ClientConfig(_, _, key, _) => ConfigError::InvalidValue {
+                section: "kafka",
+                key: key.clone(),
+                value: String::new(),
+                reason: format!(
+                    "librdkafka: {}; names and values are librdkafka's (CONFIGURATION.md)",
+                    self.describe_librdkafka_error(&e)
+                ),
+            },
+            _ => ConfigError::InvalidValue {
+                section: "kafka",
+                key: "*".into(),
+                value: String::new(),
+                reason: self.describe_librdkafka_error(&e),
+            },
+        })
+    }
+
+    /// librdkafka's error in words that carry no secret: its `Display` of a configuration
+    /// error ends with the property's value (`… ssl.key.password <the password>`), so that
+    /// error is told by its description alone, and any secret property's value is masked.
+    pub fn describe_librdkafka_error(&self, e: &KafkaError) -> String {
+        let secrets: Vec<String> = self
+            .properties
+            .iter()
+            .filter(|(k, _)| is_secret_key(k))
+            .map(|(_, v)| v.clone())
+            .collect();
+        match e {
+            KafkaError::ClientConfig(_, description, _, _) => scrub(description, &secrets),
+            other => scrub(&other.to_string(), &secrets),
+        }
+    }
+}
+
+/// Producer properties walrelay sets itself, because I2 and I5 depend on them.
+pub const RELAY_OWNED_KAFKA: &[(&str, &[&str], &str)] = &[
+    ("enable.idempotence", &["true"], "true"),
+    ("acks", &["all", "-1"], "all"),
+    ("partitioner", &["murmur2_random"], "murmur2_random"),
+];
+
+const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
+
+/// librdkafka waits `linger.ms` (its default: 5) before sending a batch. A relay's records arrive
+/// a transaction at a time, so at low rates that wait is most of commit→ack; under load it sets
+/// how many produce requests the broker has to handle. Measured (benchmark, 1M-event drain and
+/// single-row transactions; docs/benchmarks.md): 2 ms gave p99 6 ms at 2,000/s against 8–10 ms
+/// at 3 ms, with the same drain (1.3× the decoding ceiling). Below 2 ms the broker's per-request
+/// cost grows (1 ms once halved a drain on the 2-core test machine).
+const DEFAULT_LINGER_MS: &str = "2";
+
+pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError> {
+    const S: &str = "kafka";
+    if !properties.contains_key("bootstrap.servers")
+        && !properties.contains_key("metadata.broker.list")
+    {
+        return Err(ConfigError::Missing {
+            section: S,
+            key: "bootstrap.servers".into(),
+            hint: "set \"bootstrap.servers\" = \"host:9092\"".into(),
+        });
+    }
+    for (key, allowed, default) in RELAY_OWNED_KAFKA {
+        match properties.get(*key) {
+            Some(v) if !allowed.contains(&v.to_ascii_lowercase().as_str()) => {
+                return Err(invalid(
+                    S,
+                    key,
+                    v,
+                    &format!("walrelay needs {key}={default} for its ordering and delivery guarantees; remove the key"),
+                ));
+            }
+            _ => {
+                properties.insert(key.to_string(), default.to_string());
+            }
+        }
+    }
+    for unsafe_key in ["transactional.id", "enable.gapless.guarantee"] {
+        if properties.contains_key(unsafe_key) {
+            return Err(ConfigError::UnknownKey {
+                section: S,
+                key: unsafe_key.into(),
+                hint: "walrelay manages delivery itself; remove the key".into(),
+            });
+        }
+    }
+    properties
+        .entry("message.timeout.ms".into())
+        .or_insert_with(|| DEFAULT_MESSAGE_TIMEOUT_MS.into());
+    if !properties.contains_key("queue.buffering.max.ms") {
+        properties.entry("linger.ms".into()).or_insert_with(|| DEFAULT_LINGER_MS.into());
+    }
+    Ok(KafkaConfig { properties })
+}

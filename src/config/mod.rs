@@ -1,0 +1,232 @@
+//! The configuration file: one TOML document plus `WALRELAY_*` overrides, validated whole at
+//! start-up.
+//!
+//! walrelay's own sections (`[source]`, `[outbox]`, `[limits]`, `[http]`, `[dead_letter]`,
+//! `[retention]`) deserialize with serde into `deny_unknown_fields` structs ([`section`]); the
+//! pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay open maps that their owners
+//! check (the router, the message selection, librdkafka). No error message prints a secret:
+//! see [`secret`].
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::messages::MessageSelection;
+use crate::router::RouterConfig;
+
+mod document;
+mod env;
+mod error;
+mod kafka;
+mod limits;
+mod outbox;
+mod retention;
+pub mod secret;
+mod section;
+mod source;
+#[cfg(test)]
+mod tests;
+
+pub use env::ENV_PREFIX;
+pub use error::ConfigError;
+pub use kafka::{KafkaConfig, RELAY_OWNED_KAFKA};
+pub use limits::{HttpConfig, Limits};
+pub use outbox::{OutboxConfig, TableName};
+pub use retention::{DeadLetterConfig, RetentionConfig};
+pub use secret::redact_url;
+pub use source::SourceConfig;
+
+/// Flattened `dotted.key -> value text` options of one section.
+pub type Options = BTreeMap<String, String>;
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub source: SourceConfig,
+    pub outbox: OutboxConfig,
+    /// Which logical decoding messages are events too; `None`: messages are ignored.
+    pub messages: Option<MessageSelection>,
+    pub router: RouterConfig,
+    pub kafka: KafkaConfig,
+    pub limits: Limits,
+    pub http: Option<HttpConfig>,
+    pub dead_letter: Option<DeadLetterConfig>,
+    pub retention: Option<RetentionConfig>,
+}
+
+/// The sections of the file, in the order they are documented.
+const SECTIONS: &[&str] = &[
+    "source",
+    "outbox",
+    "router",
+    "debezium",
+    "kafka",
+    "limits",
+    "http",
+    "dead_letter",
+    "retention",
+];
+
+impl Config {
+    /// Reads the file, applies `WALRELAY_*` overrides from the process environment, and has
+    /// librdkafka check the `[kafka]` properties.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let config = Config::parse_with_env(&text, std::env::vars_os())?;
+        config.kafka.check_with_librdkafka()?;
+        Ok(config)
+    }
+
+    /// Parses the file's text alone.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with_env(text, std::iter::empty::<(OsString, OsString)>())
+    }
+
+    /// Parses the text, then lets `env` override keys: `WALRELAY_<SECTION>_<KEY>`, upper case,
+    /// with each `.` of a key written `__` (`WALRELAY_KAFKA_SASL__PASSWORD` sets `[kafka]
+    /// "sasl.password"`, `WALRELAY_SOURCE_URL` sets `[source] url`). Variables whose next word
+    /// is not a section are left alone; an unknown key in a known section is an error.
+    ///
+    /// Every error is scrubbed of the secrets the text and the overrides hold, as a last line
+    /// of defence behind the value-free messages the sections produce.
+    pub fn parse_with_env<K, V>(
+        text: &str,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Config, ConfigError>
+    where
+        K: Into<OsString>,
+        V: Into<OsString>,
+    {
+        let overrides = env::overrides(env)?;
+        let mut env_secrets = Vec::new();
+        for o in &overrides {
+            if secret::is_secret_key(&o.key) {
+                env_secrets.push(o.value.clone());
+            }
+            env_secrets.extend(secret::secrets_in(&o.value));
+        }
+        Config::build(text, overrides).map_err(|e| {
+            let mut secrets = secret::secrets_in(text);
+            secrets.append(&mut env_secrets);
+            e.scrubbed(&secrets)
+        })
+    }
+
+    fn build(text: &str, overrides: Vec<env::Override>) -> Result<Config, ConfigError> {
+        let mut doc = document::parse(text)?;
+        // A section its owner module parses from its own TOML table is taken out of `doc`
+        // here, before the flat sections are read.
+        let mut sections = document::sections(&mut doc)?;
+        let origins: Vec<(&'static str, String, String)> =
+            overrides.iter().map(|o| (o.section, o.key.clone(), o.variable.clone())).collect();
+        for o in overrides {
+            sections.entry(o.section).or_default().insert(o.key, o.value);
+        }
+        Config::from_sections(sections).map_err(|e| env::attribute(e, &origins))
+    }
+
+    fn from_sections(mut sections: BTreeMap<&'static str, Options>) -> Result<Config, ConfigError> {
+        let mut take = |s: &str| sections.remove(s);
+        let (source, outbox, router, debezium) =
+            (take("source"), take("outbox"), take("router"), take("debezium"));
+        let (kafka, limits, http, dead_letter) =
+            (take("kafka"), take("limits"), take("http"), take("dead_letter"));
+        let retention = take("retention");
+        let kafka = kafka::parse(kafka.unwrap_or_default())?;
+        let source = source::parse(&source.unwrap_or_default())?;
+        let (outbox, non_transactional) = outbox::parse(&outbox.unwrap_or_default())?;
+        let debezium = debezium.unwrap_or_default();
+        let router = RouterConfig::parse(&router.unwrap_or_default(), &debezium)?;
+        let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
+        if outbox.tables.is_empty() && messages.is_none() {
+            return Err(invalid(
+                "outbox",
+                "tables",
+                "[]",
+                "lists no table and no logical messages are selected, so nothing would be \
+                 relayed: name the outbox table(s), or set [debezium] \
+                 \"message.prefix.include.list\" for a table-less outbox",
+            ));
+        }
+        if outbox.tables.is_empty() && retention.is_some() {
+            return Err(invalid(
+                "outbox",
+                "tables",
+                "[]",
+                "a message-only relay has no outbox rows, so [retention] has nothing to purge \
+                 (logical messages leave nothing behind): remove the [retention] section",
+            ));
+        }
+        Ok(Config {
+            source,
+            outbox,
+            messages,
+            router,
+            dead_letter: dead_letter
+                .map(|d| retention::parse_dead_letter(&d, &kafka))
+                .transpose()?,
+            kafka,
+            limits: limits::parse_limits(&limits.unwrap_or_default())?,
+            http: http.map(|h| limits::parse_http(&h)).transpose()?,
+            retention: retention.map(|r| retention::parse_retention(&r)).transpose()?,
+        })
+    }
+}
+
+/// walrelay's own sections and the keys each accepts, from their serde derives (any other key
+/// is refused); the pass-through sections are open maps and not listed.
+pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
+    vec![
+        ("source", section::keys_of::<source::Raw>()),
+        ("outbox", section::keys_of::<outbox::Raw>()),
+        ("limits", section::keys_of::<limits::RawLimits>()),
+        ("http", section::keys_of::<limits::RawHttp>()),
+        ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),
+        ("retention", section::keys_of::<retention::RawRetention>()),
+    ]
+}
+
+fn invalid(section: &'static str, key: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::InvalidValue {
+        section,
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A key the section cannot do without; `hint` says what to set.
+fn required<T>(
+    section: &'static str,
+    value: Option<T>,
+    key: &str,
+    hint: &str,
+) -> Result<T, ConfigError> {
+    value.ok_or_else(|| ConfigError::Missing {
+        section,
+        key: key.to_string(),
+        hint: hint.to_string(),
+    })
+}
+
+/// PostgreSQL identifiers walrelay puts into SQL and into the replication command. pgwire-replication
+/// sends the slot name unquoted, so only plain lower-case identifiers are accepted.
+pub fn check_identifier(section: &'static str, key: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            section,
+            key,
+            value,
+            "must be a plain PostgreSQL identifier: lower-case letters, digits and _, starting with a letter or _, at most 63 bytes",
+        ))
+    }
+}

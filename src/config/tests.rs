@@ -1,0 +1,270 @@
+//! The configuration file as operators write it: defaults, spellings, and the errors that name the key.
+use std::time::Duration;
+
+use super::*;
+
+const MINIMAL: &str = r#"
+    [source]
+    url = "postgres://walrelay:s3cret@127.0.0.1:5432/app"
+    [kafka]
+    "bootstrap.servers" = "127.0.0.1:9092"
+"#;
+
+#[test]
+fn linger_defaults_to_two_ms_unless_either_spelling_is_set() {
+    let own = Config::parse(&format!("{MINIMAL}\n\"linger.ms\" = 20\n")).unwrap();
+    assert_eq!(own.kafka.properties["linger.ms"], "20");
+    let alias = Config::parse(&format!("{MINIMAL}\n\"queue.buffering.max.ms\" = 7\n")).unwrap();
+    assert!(!alias.kafka.properties.contains_key("linger.ms"), "{:?}", alias.kafka.properties);
+}
+
+#[test]
+fn minimal_config_gets_defaults_and_relay_owned_producer_settings() {
+    let c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.source.slot, "walrelay");
+    assert_eq!(c.source.publication, "walrelay");
+    assert_eq!(c.outbox, OutboxConfig { tables: vec![TableName::new("public", "outbox")] });
+    assert_eq!(c.kafka.properties["enable.idempotence"], "true");
+    assert_eq!(c.kafka.properties["acks"], "all");
+    assert_eq!(c.kafka.properties["linger.ms"], "2");
+    assert_eq!(c.kafka.properties["partitioner"], "murmur2_random");
+    assert_eq!(c.kafka.properties["message.timeout.ms"], "30000");
+    assert!(c.http.is_none());
+}
+
+#[test]
+fn dotted_and_quoted_keys_and_numbers_mean_the_same() {
+    let dotted = format!("{MINIMAL}\nlinger.ms = 5\n");
+    let quoted = format!("{MINIMAL}\n\"linger.ms\" = \"5\"\n");
+    let a = Config::parse(&dotted).unwrap();
+    let b = Config::parse(&quoted).unwrap();
+    assert_eq!(a.kafka.properties["linger.ms"], "5");
+    assert_eq!(a.kafka.properties, b.kafka.properties);
+}
+
+#[test]
+fn both_spellings_of_one_key_are_rejected_as_duplicate() {
+    let text = format!("{MINIMAL}\n\"linger.ms\" = 5\nlinger.ms = 6\n");
+    let err = Config::parse(&text);
+    // TOML itself or our flattening must refuse it; either way the key is named.
+    let msg = err.unwrap_err().to_string();
+    assert!(msg.contains("linger"), "{msg}");
+}
+
+#[test]
+fn unknown_section_and_key_are_named_in_the_error() {
+    let e = Config::parse(&format!("{MINIMAL}\n[sorce]\nx=1\n")).unwrap_err().to_string();
+    assert!(e.contains("sorce") && e.contains("[source]"), "{e}");
+    let e = Config::parse(&MINIMAL.replace("[kafka]", "slott = \"x\"\n[kafka]"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[source] unknown key `slott`"), "{e}");
+}
+
+#[test]
+fn unsafe_relay_owned_kafka_setting_is_an_error_not_an_override() {
+    let e = Config::parse(&format!("{MINIMAL}\nacks = 1\n")).unwrap_err().to_string();
+    assert!(e.contains("acks") && e.contains("remove the key"), "{e}");
+    let e = Config::parse(&format!("{MINIMAL}\n\"enable.idempotence\" = false\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("enable.idempotence"), "{e}");
+    assert!(Config::parse(&format!("{MINIMAL}\nacks = \"all\"\n")).is_ok());
+}
+
+#[test]
+fn missing_bootstrap_servers_says_what_to_set() {
+    let e = Config::parse("[source]\nurl=\"postgres://a@b/c\"\n").unwrap_err().to_string();
+    assert!(e.contains("bootstrap.servers"), "{e}");
+}
+
+#[test]
+fn source_without_url_connects_from_the_libpq_environment() {
+    let env = |k: &str| match k {
+        "PGHOST" => Some("db1,db2".to_string()),
+        "PGDATABASE" => Some("app".to_string()),
+        "PGUSER" => Some("relay".to_string()),
+        "PGTARGETSESSIONATTRS" => Some("read-write".to_string()),
+        _ => None,
+    };
+    let src = source::parse_with(&Options::new(), &env).unwrap();
+    assert_eq!(src.conn.get_hosts().len(), 2);
+    assert_eq!((src.conn.get_dbname(), src.conn.get_user()), (Some("app"), Some("relay")));
+    assert_eq!(src.failover, None);
+}
+
+#[test]
+fn source_failover_is_a_boolean() {
+    let c = Config::parse(&MINIMAL.replace("[kafka]", "failover = false\n[kafka]")).unwrap();
+    assert_eq!(c.source.failover, Some(false));
+    let e = Config::parse(&MINIMAL.replace("[kafka]", "failover = \"maybe\"\n[kafka]"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("failover") && e.contains("true or false"), "{e}");
+}
+
+#[test]
+fn outbox_tables_take_a_list_or_one_table_but_not_both() {
+    let c = Config::parse(&format!(
+        "{MINIMAL}\n[outbox]\ntables = [\"public.outbox\", \"billing.outbox\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.outbox.tables,
+        [TableName::new("public", "outbox"), TableName::new("billing", "outbox")]
+    );
+    let one = Config::parse(&format!("{MINIMAL}\n[outbox]\ntable = \"events\"\n")).unwrap();
+    assert_eq!(one.outbox.tables, [TableName::new("public", "events")]);
+    let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntable = \"a\"\ntables = [\"b\"]\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("table/tables"), "{e}");
+    let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = [\"a\", \"public.a\"]\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("twice"), "{e}");
+}
+
+#[test]
+fn messages_are_selected_by_prefix_lists_and_may_be_the_only_events() {
+    let none = Config::parse(MINIMAL).unwrap();
+    assert!(none.messages.is_none(), "without a prefix list, messages are ignored");
+    let only = format!(
+        "{MINIMAL}\n[outbox]\ntables = []\nnon_transactional_messages = \"relay\"\n\
+         [debezium]\n\"message.prefix.include.list\" = \"outbox\"\n"
+    );
+    let c = Config::parse(&only).unwrap();
+    assert!(c.outbox.tables.is_empty());
+    let selection = c.messages.expect("selected");
+    assert_eq!(selection.verdict(false, "OUTBOX"), crate::messages::Verdict::Event);
+    let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = []\n")).unwrap_err().to_string();
+    assert!(e.contains("tables") && e.contains("message.prefix.include.list"), "{e}");
+    let e = Config::parse(&format!(
+        "{MINIMAL}\n[debezium]\n\"message.prefix.include.list\" = \"a\"\n\
+         \"message.prefix.exclude.list\" = \"b\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("message.prefix.include.list") && e.contains("message.prefix.exclude.list"),
+        "{e}"
+    );
+}
+
+#[test]
+fn names_that_could_inject_sql_are_rejected() {
+    for bad in ["walrelay; drop table x", "Walrelay", "a-b", "", "x\"y"] {
+        let text = MINIMAL.replace("[kafka]", &format!("slot = {bad:?}\n[kafka]"));
+        let e = Config::parse(&text).unwrap_err().to_string();
+        assert!(e.contains("slot"), "{bad}: {e}");
+    }
+    let text = format!("{MINIMAL}\n[outbox]\ntable = \"public.outbox; select 1\"\n");
+    assert!(Config::parse(&text).is_err());
+}
+
+#[test]
+fn password_never_appears_in_debug_or_errors() {
+    let c = Config::parse(MINIMAL).unwrap();
+    let dbg = format!("{c:?}");
+    assert!(!dbg.contains("s3cret"), "{dbg}");
+    assert!(dbg.contains("walrelay:****@127.0.0.1"), "{dbg}");
+    let bad = MINIMAL.replace(
+        "postgres://walrelay:s3cret@127.0.0.1:5432/app",
+        "postgres://u:s3cret@h:notaport/app",
+    );
+    let e = Config::parse(&bad).unwrap_err().to_string();
+    assert!(!e.contains("s3cret"), "{e}");
+    assert_eq!(redact_url("host=h password=s3cret user=u"), "host=h password=**** user=u");
+}
+
+#[test]
+fn environment_overrides_file_keys_with_dotted_names_spelled_double_underscore() {
+    let env = [
+        ("WALRELAY_SOURCE_URL", "postgres://other@db:5433/app2"),
+        ("WALRELAY_KAFKA_LINGER__MS", "7"),
+        ("WALRELAY_ROUTER_ROUTE__TOPIC__REPLACEMENT", "events.${routedByValue}"),
+        ("WALRELAY_DEAD_LETTER_TOPIC", "dlq"),
+        ("WALRELAY_BIN", "/not/a/section"),
+    ];
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    let c = Config::parse_with_env(MINIMAL, env).unwrap();
+    assert_eq!(c.source.conn.get_dbname(), Some("app2"));
+    assert_eq!(c.kafka.properties["linger.ms"], "7");
+    assert_eq!(c.dead_letter.unwrap().topic, "dlq");
+    let typo = [("WALRELAY_SOURCE_SLOTT".to_string(), "x".to_string())];
+    let e = Config::parse_with_env(MINIMAL, typo).unwrap_err().to_string();
+    assert!(e.contains("slott") && e.contains("(set by WALRELAY_SOURCE_SLOTT)"), "{e}");
+}
+
+#[test]
+fn dead_letter_section_parses_and_caps_its_payload_to_half_the_message_limit() {
+    let text = format!("{MINIMAL}\"message.max.bytes\" = 10000\n[dead_letter]\ntopic = \"dlq\"\n");
+    let d = Config::parse(&text).unwrap().dead_letter.unwrap();
+    assert_eq!((d.topic.as_str(), d.max_value_bytes), ("dlq", 5000));
+    let e = Config::parse(&format!("{MINIMAL}[dead_letter]\ntopic = \"bad topic\"\n")).unwrap_err();
+    assert!(e.to_string().contains("topic"), "{e}");
+}
+
+#[test]
+fn kafka_secrets_are_hidden_in_debug() {
+    let c = Config::parse(&format!("{MINIMAL}\n\"sasl.password\" = \"hunter2\"\n")).unwrap();
+    assert!(!format!("{c:?}").contains("hunter2"));
+}
+
+#[test]
+fn retention_takes_durations_and_a_column_with_defaults() {
+    let c = Config::parse(&format!("{MINIMAL}\n[retention]\nkeep = \"7d\"\n")).unwrap();
+    assert_eq!(
+        c.retention,
+        Some(RetentionConfig {
+            keep: Duration::from_secs(7 * 86_400),
+            interval: Duration::from_secs(3_600),
+            column: "created_at".into(),
+        })
+    );
+    let c = Config::parse(&format!(
+        "{MINIMAL}\n[retention]\nkeep = \"12h\"\ninterval = \"30m\"\ncolumn = \"written_at\"\n"
+    ))
+    .unwrap()
+    .retention
+    .unwrap();
+    assert_eq!((c.keep.as_secs(), c.interval.as_secs()), (43_200, 1_800));
+    assert_eq!(c.column, "written_at");
+    assert!(Config::parse(MINIMAL).unwrap().retention.is_none());
+}
+
+#[test]
+fn bad_retention_values_are_refused_with_the_key_named() {
+    for (lines, key) in [
+        ("interval = \"1h\"", "`keep`"),
+        ("keep = \"7\"", "`keep`"),
+        ("keep = \"1w\"", "`keep`"),
+        ("keep = \"0d\"", "`keep`"),
+        ("keep = \"7d\"\ninterval = \"soon\"", "`interval`"),
+        ("keep = \"7d\"\ninterval = \"0s\"", "`interval`"),
+        ("keep = \"7d\"\ncolumn = \"Created At\"", "`column`"),
+        ("keep = \"7d\"\nkeep_for = \"7d\"", "`keep_for`"),
+    ] {
+        let e =
+            Config::parse(&format!("{MINIMAL}\n[retention]\n{lines}\n")).unwrap_err().to_string();
+        assert!(e.starts_with("[retention]") && e.contains(key), "{lines}: {e}");
+    }
+}
+
+#[test]
+fn limits_and_http_parse_and_validate() {
+    let c = Config::parse(&format!(
+        "{MINIMAL}\n[limits]\ninflight_records = 10\ninflight_bytes = 4096\n[http]\nlisten = \"127.0.0.1:9187\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.limits.inflight_records, 10);
+    assert_eq!(c.http.unwrap().listen.port(), 9187);
+    let e = Config::parse(&format!("{MINIMAL}\n[limits]\ninflight_records = \"many\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("inflight_records"), "{e}");
+    let e = Config::parse(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("listen"), "{e}");
+}
