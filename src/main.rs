@@ -75,7 +75,7 @@ fn run(path: PathBuf) -> ExitCode {
         });
         let metrics = walrelay::metrics::Metrics::new();
         if let Some(http) = &config.http {
-            if let Err(e) = walrelay::http::serve(http, metrics.clone()).await {
+            if let Err(e) = walrelay::http::serve(http, metrics.clone()) {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "cannot start");
                 return ExitCode::FAILURE;
             }
