@@ -1,5 +1,6 @@
-//! The operational HTTP endpoint: `/healthz` (the process is alive), `/readyz` (streaming,
-//! broker reachable, lag under the limit) and `/metrics` (OpenMetrics text).
+//! The operational HTTP endpoint: `/healthz` (the process is alive: this thread answers and the
+//! relay's thread runs), `/readyz` (streaming, broker reachable, lag under the limit) and
+//! `/metrics` (OpenMetrics text).
 //!
 //! HTTP/1 is hyper's; this file keeps what an operator's endpoint needs around it:
 //!
@@ -35,6 +36,20 @@ use crate::metrics::Metrics;
 
 /// The name of the endpoint's thread (in `top -H`, and in panic messages).
 pub const THREAD: &str = "walrelay-http";
+
+/// `/healthz` fails once the relay's runtime has not run its heartbeat for this long: its one
+/// thread is stuck (a blocking call, a busy loop), which this thread, answering on its own,
+/// would otherwise hide from a liveness probe.
+pub const RELAY_STALL: Duration = Duration::from_secs(30);
+
+/// Runs on the relay's runtime, beside the relay: proves to `/healthz` that the runtime still
+/// schedules tasks. Never returns.
+pub async fn heartbeat(metrics: Arc<Metrics>) {
+    loop {
+        metrics.relay_heartbeat_micros.store(crate::metrics::unix_micros(), Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
 
 /// How long connections may take, and how many may be open.
 #[derive(Debug, Clone, Copy)]
@@ -216,7 +231,10 @@ fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> 
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
     }
     match path {
-        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/healthz" => match relay_stalled(&state.metrics) {
+            None => text(StatusCode::OK, "ok\n".into()),
+            Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not alive: {why}\n")),
+        },
         "/readyz" => match not_ready(&state.metrics, state.max_lag) {
             None => text(StatusCode::OK, "ready\n".into()),
             Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
@@ -243,6 +261,15 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// Why the relay's runtime looks stuck, or `None` while its heartbeat moves (or before it
+/// started: the relay has not begun).
+fn relay_stalled(m: &Metrics) -> Option<String> {
+    let last = m.relay_heartbeat_micros.load(Relaxed);
+    let silent = (crate::metrics::unix_micros() - last).max(0) as u64;
+    (last != 0 && silent > RELAY_STALL.as_micros() as u64)
+        .then(|| format!("the relay's thread has not run for {} s", silent / 1_000_000))
 }
 
 /// Why the relay is not ready, or `None` when it is. A stand-by relay (waiting for the slot

@@ -80,6 +80,7 @@ fn run(path: PathBuf) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
+        tokio::spawn(walrelay::http::heartbeat(metrics.clone()));
         // `[retention]`: purges on a task and a connection of its own, beside the relay.
         let retention = walrelay::retention::task::Task::spawn(&config, metrics.clone());
         let outcome = relay::run(config, metrics, shutdown).await;

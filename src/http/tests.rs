@@ -85,6 +85,21 @@ fn healthz_is_ok_metrics_render_and_anything_else_is_not_found() {
 }
 
 #[test]
+fn healthz_fails_once_the_relay_thread_stops_running_its_heartbeat() {
+    let m = Metrics::new();
+    let addr = start(m.clone(), quick());
+    let now = crate::metrics::unix_micros();
+    m.relay_heartbeat_micros.store(now - 1_000_000, Relaxed);
+    assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200 OK"));
+    m.relay_heartbeat_micros.store(now - RELAY_STALL.as_micros() as i64 - 5_000_000, Relaxed);
+    let stalled = get(addr, "/healthz");
+    assert!(
+        stalled.starts_with("HTTP/1.1 503") && stalled.contains("has not run for 3"),
+        "{stalled}"
+    );
+}
+
+#[test]
 fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
     let m = Metrics::new();
     let addr = start(m.clone(), quick());

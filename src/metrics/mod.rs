@@ -58,6 +58,9 @@ pub struct Metrics {
     pub slot_retained_wal_bytes: AtomicU64,
     /// `max_slot_wal_keep_size` in bytes: -1 unlimited, 0 not read yet.
     pub slot_wal_keep_limit_bytes: AtomicI64,
+    /// When the relay's runtime last ran its heartbeat task (µs since the Unix epoch; 0: it
+    /// has not started). `/healthz` fails when this stops moving: see [`crate::http::heartbeat`].
+    pub relay_heartbeat_micros: AtomicI64,
     commit_to_ack: Histogram,
     /// commit → the relay loop read the transaction from the stream: PostgreSQL's share of
     /// commit→ack, plus the loop's own wait to be scheduled.

@@ -162,6 +162,8 @@ struct Session<'c> {
     /// slow catalog never holds the loop; the position it vouches for caps what is confirmed
     /// (see `source::watch`), and it ends with the error that ends the session.
     watch: watch::Watch,
+    /// Samples the slot's retained WAL for `/metrics` (see `source::retained`).
+    retained: tokio::task::JoinHandle<()>,
     /// Last position handed to the replication client.
     reported: Lsn,
     metrics: Arc<Metrics>,
@@ -170,6 +172,7 @@ struct Session<'c> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         self.watch.task.abort();
+        self.retained.abort();
     }
 }
 
@@ -200,8 +203,15 @@ impl<'c> Session<'c> {
             control.timeout,
             control.server.version_num,
         );
+        let retained = source::retained::start(
+            control.client_handle(),
+            config.source.slot.clone(),
+            metrics.clone(),
+            control.timeout,
+        );
         Ok(Session {
             config,
+            retained,
             control,
             stream,
             tables: prepared.tables,
