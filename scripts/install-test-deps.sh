@@ -67,7 +67,10 @@ fi
 if [ "$QUICK" = 0 ]; then
   command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS test"
   dpkg -s locales >/dev/null 2>&1 || want locales "locale-gen, for the de_DE.UTF-8 locale of the translated-messages tests"
-  command -v promtool >/dev/null 2>&1 || want prometheus "promtool, to check docs/prometheus/alerts.yaml"
+  if ! command -v promtool >/dev/null 2>&1; then
+    want prometheus "promtool, to check docs/prometheus/alerts.yaml"
+    NEW_PROMETHEUS=1
+  fi
 fi
 command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
@@ -86,6 +89,10 @@ if [ "${#PKGS[@]}" -gt 0 ]; then
   log "apt-get install ${PKGS[*]}"
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PKGS[@]}" \
     || die "apt-get install ${PKGS[*]} failed"
+  # Debian's package is the Prometheus server too, and enables it: only promtool is wanted here.
+  if [ "${NEW_PROMETHEUS:-0}" = 1 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    "${SUDO[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 else
   log "apt packages: all present, nothing to install"
 fi
