@@ -27,7 +27,8 @@ const BUCKETS: [f64; 32] = [
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    pub published: Mutex<BTreeMap<Arc<str>, u64>>,
+    /// Acknowledged records by topic, through [`Metrics::count_published`] (which bounds it).
+    published: Mutex<BTreeMap<Arc<str>, u64>>,
     pub delivery_errors: AtomicU64,
     pub dead_lettered: AtomicU64,
     /// Non-transactional logical messages refused (`[outbox] non_transactional_messages`).
