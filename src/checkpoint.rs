@@ -40,11 +40,16 @@ pub struct Frontier {
     base: Seq,
     /// One per record not yet behind the frontier.
     slots: VecDeque<Slot>,
-    /// Commit marks: (sequence number after the transaction's last record, its end_lsn).
-    commits: VecDeque<(Seq, Lsn)>,
+    /// Commit marks: (sequence number after the transaction's last record, its end_lsn, its
+    /// commit time in µs since the Unix epoch).
+    commits: VecDeque<(Seq, Lsn, i64)>,
     bytes: usize,
     /// Between Begin and Commit: the stream is inside a transaction.
     open: bool,
+    /// The open transaction's commit time, µs since the Unix epoch.
+    open_commit_micros: i64,
+    /// The commit time of the last transaction behind the frontier, once there is one.
+    last_confirmed_commit: Option<i64>,
     /// The highest position that is safe to confirm.
     confirmed: Lsn,
 }
@@ -66,16 +71,18 @@ impl Frontier {
         seq
     }
 
-    /// A transaction starts; keepalives are not confirmable until it commits.
-    pub fn begin(&mut self) {
+    /// A transaction that committed at `commit_micros` (µs since the Unix epoch) starts;
+    /// keepalives are not confirmable until it commits.
+    pub fn begin(&mut self, commit_micros: i64) {
         self.open = true;
+        self.open_commit_micros = commit_micros;
     }
 
     /// Marks the end of a transaction whose records were all `sent` before this call.
     pub fn commit(&mut self, end_lsn: Lsn) {
         self.open = false;
         let after = self.base + self.slots.len() as Seq;
-        self.commits.push_back((after, end_lsn));
+        self.commits.push_back((after, end_lsn, self.open_commit_micros));
         self.advance();
     }
 
@@ -110,11 +117,12 @@ impl Frontier {
             self.slots.pop_front();
             self.base += 1;
         }
-        while let Some(&(after, end_lsn)) = self.commits.front() {
+        while let Some(&(after, end_lsn, commit_micros)) = self.commits.front() {
             if after > self.base {
                 break;
             }
             self.confirmed = self.confirmed.max(end_lsn);
+            self.last_confirmed_commit = Some(commit_micros);
             self.commits.pop_front();
         }
     }
@@ -133,6 +141,20 @@ impl Frontier {
 
     pub fn confirmed(&self) -> Lsn {
         self.confirmed
+    }
+
+    /// The commit time of the oldest transaction read and not behind the frontier yet (the
+    /// open one when every earlier one is); `None` when there is none.
+    pub fn oldest_unconfirmed_commit(&self) -> Option<i64> {
+        match self.commits.front() {
+            Some(&(_, _, commit_micros)) => Some(commit_micros),
+            None => self.open.then_some(self.open_commit_micros),
+        }
+    }
+
+    /// The commit time of the last transaction behind the frontier.
+    pub fn last_confirmed_commit(&self) -> Option<i64> {
+        self.last_confirmed_commit
     }
 
     /// Records read from the WAL whose position is not yet confirmable.
@@ -209,7 +231,7 @@ mod tests {
     #[test]
     fn keepalive_is_confirmed_only_when_idle() {
         let mut f = Frontier::new(Lsn(0));
-        f.begin();
+        f.begin(0);
         let r = f.sent(1, Lsn(0), Sent::default());
         f.idle(Lsn(1000));
         assert_eq!(f.confirmed(), Lsn(0), "a record is in flight");
@@ -221,6 +243,29 @@ mod tests {
         assert_eq!(f.confirmed(), Lsn(1000));
         f.idle(Lsn(500));
         assert_eq!(f.confirmed(), Lsn(1000), "never moves backwards");
+    }
+
+    #[test]
+    fn the_oldest_unconfirmed_commit_time_follows_the_frontier() {
+        let mut f = Frontier::new(Lsn(0));
+        assert_eq!(f.oldest_unconfirmed_commit(), None);
+        f.begin(1_000);
+        assert_eq!(f.oldest_unconfirmed_commit(), Some(1_000), "read, not committed yet");
+        let a = f.sent(1, Lsn(0), Sent::default());
+        f.commit(Lsn(10));
+        f.begin(2_000);
+        let b = f.sent(1, Lsn(0), Sent::default());
+        f.commit(Lsn(20));
+        assert_eq!(f.oldest_unconfirmed_commit(), Some(1_000));
+        f.ack(b);
+        assert_eq!(f.oldest_unconfirmed_commit(), Some(1_000), "the first is still unacked");
+        assert_eq!(f.last_confirmed_commit(), None);
+        f.ack(a);
+        assert_eq!(f.oldest_unconfirmed_commit(), None, "caught up");
+        assert_eq!(f.last_confirmed_commit(), Some(2_000));
+        f.begin(3_000);
+        f.commit(Lsn(30));
+        assert_eq!(f.last_confirmed_commit(), Some(3_000), "a transaction without records");
     }
 
     #[test]

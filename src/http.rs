@@ -1,65 +1,279 @@
-//! The operational HTTP endpoint: `/healthz` (the process is alive), `/readyz` (streaming,
-//! broker reachable, lag under the limit) and `/metrics` (Prometheus text).
+//! The operational HTTP endpoint: `/healthz` (the process is alive: this thread answers and the
+//! relay's thread runs), `/readyz` (streaming, broker reachable, lag under the limit) and
+//! `/metrics` (OpenMetrics text).
 //!
-//! Hand-written on purpose: three fixed GET routes do not justify an HTTP framework.
+//! HTTP/1 is hyper's; this file keeps what an operator's endpoint needs around it:
+//!
+//! - **its own thread and runtime.** The relay loop runs on a single-threaded runtime; a scrape
+//!   (encoding, reading `/proc`) or a flood of connections there would delay WAL reads and
+//!   acknowledgements. Here they cost this thread only, and the relay's values are atomics.
+//! - **one request per connection, bounded in time.** A connection must send its request head
+//!   within [`Limits::header_timeout`] and is closed after its response (scrapers and probes
+//!   open one per request) or at [`Limits::connection_timeout`], whichever comes first.
+//! - **a bound on open connections** ([`Limits::max_connections`]). At the bound, the
+//!   connection open longest without a request is closed to make room, so connections that
+//!   send nothing never lock a scrape or a probe out; only connections being answered hold
+//!   their place.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::config::HttpConfig;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
-/// Binds `[http] listen` and serves in a background task; returns the bound address.
-pub async fn serve(cfg: &HttpConfig, metrics: Arc<Metrics>) -> Result<SocketAddr> {
-    let listener = TcpListener::bind(cfg.listen).await.map_err(|e| {
-        Error::definite_with(
-            format!("cannot listen on {}", cfg.listen),
-            "change [http] listen, or free the port",
-            e,
-        )
-    })?;
-    let bound = listener.local_addr().map_err(|e| Error::transient("http listener", e))?;
-    let max_lag = cfg.ready_max_lag_bytes;
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else { continue };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let n = socket.read(&mut buf).await.unwrap_or(0);
-                let response = respond(&buf[..n], &metrics, max_lag);
-                let _ = socket.write_all(response.as_bytes()).await;
-                let _ = socket.shutdown().await;
-            });
+/// The name of the endpoint's thread (in `top -H`, and in panic messages).
+pub const THREAD: &str = "walrelay-http";
+
+/// `/healthz` fails once the relay's runtime has not run its heartbeat for this long: its one
+/// thread is stuck (a blocking call, a busy loop), which this thread, answering on its own,
+/// would otherwise hide from a liveness probe.
+pub const RELAY_STALL: Duration = Duration::from_secs(30);
+
+/// Runs on the relay's runtime, beside the relay: proves to `/healthz` that the runtime still
+/// schedules tasks. Never returns.
+pub async fn heartbeat(metrics: Arc<Metrics>) {
+    loop {
+        metrics.relay_heartbeat_micros.store(crate::metrics::unix_micros(), Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// How long connections may take, and how many may be open.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// From accepting a connection to having its whole request head.
+    pub header_timeout: Duration,
+    /// From accepting a connection to closing it, response written or not.
+    pub connection_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// Prometheus' default scrape timeout is 10 s and Kubernetes' probe timeout 1 s: an answer
+    /// takes milliseconds, so these only ever cut off clients that stall.
+    fn default() -> Self {
+        Limits {
+            max_connections: 256,
+            header_timeout: Duration::from_secs(5),
+            connection_timeout: Duration::from_secs(10),
         }
-    });
+    }
+}
+
+/// Binds `[http] listen` and serves on a thread of its own; returns the bound address.
+pub fn serve(cfg: &HttpConfig, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+    serve_with(cfg, metrics, Limits::default())
+}
+
+/// [`serve`] with other limits (tests use short ones).
+pub fn serve_with(cfg: &HttpConfig, metrics: Arc<Metrics>, limits: Limits) -> Result<SocketAddr> {
+    let state = Arc::new(State { metrics, max_lag: cfg.ready_max_lag_bytes });
+    let listen = cfg.listen;
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(THREAD.into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ =
+                        bound_tx.send(Err(Error::transient("cannot start the http runtime", e)));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match bind(listen) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = bound_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = bound_tx
+                    .send(listener.local_addr().map_err(|e| Error::transient("http listener", e)));
+                accept_loop(listener, state, limits).await
+            })
+        })
+        .map_err(|e| Error::transient("cannot start the http thread", e))?;
+    let bound = bound_rx
+        .recv()
+        .map_err(|_| Error::transient_msg("the http thread ended before listening"))??;
     tracing::info!(%bound, "http endpoint listening");
     Ok(bound)
 }
 
-fn respond(request: &[u8], metrics: &Metrics, max_lag: u64) -> String {
-    let line = request.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
-    let path = line.strip_prefix(b"GET ").and_then(|rest| rest.split(|&b| b == b' ').next());
-    let (status, kind, body) = match path {
-        Some(b"/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
-        Some(b"/readyz") => match not_ready(metrics, max_lag) {
-            None => ("200 OK", "text/plain", "ready\n".to_string()),
-            Some(why) => ("503 Service Unavailable", "text/plain", format!("not ready: {why}\n")),
-        },
-        Some(b"/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+/// A listener with a backlog of 1024 (std's is 128), so a burst of connections waits in the
+/// kernel instead of being refused while the accept loop makes room.
+fn bind(listen: SocketAddr) -> Result<TcpListener> {
+    let cannot = |e| {
+        Error::definite_with(
+            format!("cannot listen on {listen}"),
+            "change [http] listen, or free the port",
+            e,
+        )
     };
-    format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
+    let socket = match listen {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(cannot)?;
+    socket.set_reuseaddr(true).map_err(cannot)?;
+    socket.bind(listen).map_err(cannot)?;
+    socket.listen(1024).map_err(cannot)
 }
 
+struct State {
+    metrics: Arc<Metrics>,
+    max_lag: u64,
+}
+
+/// Connections accepted that have not sent a request head yet, oldest first: the ones
+/// closed to make room at the bound.
+#[derive(Default)]
+struct Waiting {
+    next_id: u64,
+    queue: VecDeque<(u64, Arc<Notify>)>,
+}
+
+impl Waiting {
+    fn add(&mut self) -> (u64, Arc<Notify>) {
+        self.next_id += 1;
+        let close = Arc::new(Notify::new());
+        self.queue.push_back((self.next_id, close.clone()));
+        (self.next_id, close)
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.queue.retain(|(i, _)| *i != id);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>, limits: Limits) {
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let waiting = Arc::new(Mutex::new(Waiting::default()));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors, mostly: retrying at once would spin. Connections
+            // closing free some.
+            Err(e) => {
+                tracing::warn!(error = %e, "http endpoint cannot accept a connection; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let permit = match open.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let oldest = waiting.lock().unwrap_or_else(|e| e.into_inner()).queue.pop_front();
+                if let Some((_, close)) = oldest {
+                    close.notify_one();
+                }
+                // Every connection ends by its connection timeout at the latest.
+                match tokio::time::timeout(limits.connection_timeout, open.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(permit)) => permit,
+                    _ => continue,
+                }
+            }
+        };
+        let (state, waiting) = (state.clone(), waiting.clone());
+        tokio::spawn(async move {
+            connection(stream, state, waiting, limits).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Serves one request on `stream`, then closes it.
+async fn connection(
+    stream: TcpStream,
+    state: Arc<State>,
+    waiting: Arc<Mutex<Waiting>>,
+    limits: Limits,
+) {
+    let (id, close) = waiting.lock().unwrap_or_else(|e| e.into_inner()).add();
+    let answered = waiting.clone();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        // A request head arrived: this connection is no longer one to close for room.
+        answered.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        let response = respond(request.method(), request.uri().path(), &state);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        _ = tokio::time::timeout(limits.connection_timeout, served) => {}
+        _ = close.notified() => {}
+    }
+    waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+}
+
+fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
+    }
+    match path {
+        "/healthz" => match relay_stalled(&state.metrics) {
+            None => text(StatusCode::OK, "ok\n".into()),
+            Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not alive: {why}\n")),
+        },
+        "/readyz" => match not_ready(&state.metrics, state.max_lag) {
+            None => text(StatusCode::OK, "ready\n".into()),
+            Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        },
+        "/metrics" => {
+            let mut response = Response::new(Full::new(Bytes::from(state.metrics.render())));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            response
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Why the relay's runtime looks stuck, or `None` while its heartbeat moves (or before it
+/// started: the relay has not begun).
+fn relay_stalled(m: &Metrics) -> Option<String> {
+    let last = m.relay_heartbeat_micros.load(Relaxed);
+    let silent = (crate::metrics::unix_micros() - last).max(0) as u64;
+    (last != 0 && silent > RELAY_STALL.as_micros() as u64)
+        .then(|| format!("the relay's thread has not run for {} s", silent / 1_000_000))
+}
+
+/// Why the relay is not ready, or `None` when it is. A stand-by relay (waiting for the slot
+/// another one streams from) is not: see docs/operations.md, "Kubernetes".
 fn not_ready(m: &Metrics, max_lag: u64) -> Option<String> {
     if !m.streaming.load(Relaxed) {
         return Some("not streaming from the slot".into());
@@ -73,31 +287,4 @@ fn not_ready(m: &Metrics, max_lag: u64) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn healthz_is_ok_metrics_render_and_anything_else_is_not_found() {
-        let m = Metrics::new();
-        assert!(respond(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n", &m, 0)
-            .starts_with("HTTP/1.1 200 OK"));
-        let metrics = respond(b"GET /metrics HTTP/1.1\r\n\r\n", &m, 0);
-        assert!(metrics.starts_with("HTTP/1.1 200 OK") && metrics.contains("walrelay_lag_bytes 0"));
-        assert!(respond(b"GET /nope HTTP/1.1\r\n\r\n", &m, 0).starts_with("HTTP/1.1 404"));
-        assert!(respond(b"", &m, 0).starts_with("HTTP/1.1 404"));
-    }
-
-    #[test]
-    fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
-        let m = Metrics::new();
-        let ready = |m: &Metrics| respond(b"GET /readyz HTTP/1.1\r\n\r\n", m, 100);
-        assert!(ready(&m).contains("not streaming"));
-        m.streaming.store(true, Relaxed);
-        assert!(ready(&m).contains("no Kafka broker"));
-        m.broker_up.store(true, Relaxed);
-        m.server_wal_end.store(1000, Relaxed);
-        assert!(ready(&m).contains("lag 1000 bytes"));
-        m.confirmed_lsn.store(950, Relaxed);
-        assert!(ready(&m).starts_with("HTTP/1.1 200 OK"));
-    }
-}
+mod tests;

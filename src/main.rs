@@ -75,11 +75,12 @@ fn run(path: PathBuf) -> ExitCode {
         });
         let metrics = walrelay::metrics::Metrics::new();
         if let Some(http) = &config.http {
-            if let Err(e) = walrelay::http::serve(http, metrics.clone()).await {
+            if let Err(e) = walrelay::http::serve(http, metrics.clone()) {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "cannot start");
                 return ExitCode::FAILURE;
             }
         }
+        tokio::spawn(walrelay::http::heartbeat(metrics.clone()));
         // `[retention]`: purges on a task and a connection of its own, beside the relay.
         let retention = walrelay::retention::task::Task::spawn(&config, metrics.clone());
         let outcome = relay::run(config, metrics, shutdown).await;

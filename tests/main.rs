@@ -19,6 +19,7 @@ mod goldens;
 mod messages;
 mod migration;
 mod ops;
+mod ops_docs;
 mod retention;
 mod security;
 mod tables;

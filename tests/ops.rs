@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use crate::common::Setup;
+use crate::support::faults::{self, private_broker};
+use crate::support::kafka;
 use crate::support::relay::{http_get as get, metric, RelayProcess};
 use crate::support::{free_port, wait_until};
 
@@ -52,7 +54,7 @@ async fn metrics_match_the_records_read_back_and_readyz_reports_streaming() {
     assert_eq!(metric(&last, "walrelay_streaming"), Some(1.0), "{last}");
     let p99_bucket = last
         .lines()
-        .find(|l| l.starts_with("walrelay_commit_to_ack_seconds_bucket{le=\"1\"}"))
+        .find(|l| l.starts_with("walrelay_commit_to_ack_seconds_bucket{le=\"1.0\"}"))
         .unwrap();
     println!("metrics after 40 events: {published} 40; {p99_bucket}");
     println!("--- /metrics ---\n{}", last.split("\r\n\r\n").nth(1).unwrap_or(&last));
@@ -147,4 +149,120 @@ async fn metrics_count_dead_letters_reconnects_and_show_nothing_in_flight_when_i
         metric(&text, "walrelay_lag_bytes")
     );
     assert_eq!(relay.terminate(), Some(0));
+}
+
+/// `walrelay_lag_seconds` is the age of the oldest transaction read but not confirmed: while the
+/// broker is frozen the relay reads the rows and Kafka never acknowledges them, so it climbs
+/// with the clock from their commit; once the broker answers, they are confirmed and it falls
+/// to 0, and `walrelay_last_confirmed_commit_timestamp_seconds` reaches their commit time. The
+/// slot's retained WAL and `max_slot_wal_keep_size` are sampled as the server has them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_seconds_rise_while_the_broker_is_paused_and_fall_to_zero_after() {
+    let broker = tokio::task::spawn_blocking(|| private_broker(None)).await.unwrap();
+    let s = Setup::new("lagsecs").await;
+    let port = free_port();
+    // Longer than the pause: the records wait in librdkafka rather than fail and replay.
+    let config = s.config_for_bootstrap(
+        broker.bootstrap(),
+        "",
+        "\"message.timeout.ms\" = 120000",
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let scrape = || async move { get(port, "/metrics").await.unwrap_or_default() };
+    let value = |text: &str, name: &str| metric(text, name).unwrap_or(f64::NAN);
+
+    s.insert_events("Order", "o-1", 1).await;
+    let topic = s.topic("Order");
+    assert_eq!(
+        kafka::consume(broker.bootstrap(), &topic, 1, Duration::from_secs(60)).await.len(),
+        1
+    );
+    let caught_up = wait_until("lag 0 after the first event", Duration::from_secs(30), || async {
+        let text = scrape().await;
+        value(&text, "walrelay_lag_seconds") == 0.0
+            && value(&text, "walrelay_last_confirmed_commit_timestamp_seconds") > 0.0
+    })
+    .await;
+    assert!(caught_up, "{}\n{}", scrape().await, relay.log());
+
+    faults::freeze(broker.pid());
+    let client = s.db.connect().await;
+    let epoch = "SELECT extract(epoch FROM clock_timestamp())::float8";
+    let committed_after: f64 = client.query_one(epoch, &[]).await.unwrap().get(0);
+    s.insert_events("Order", "o-2", 5).await;
+    let committed_before: f64 = client.query_one(epoch, &[]).await.unwrap().get(0);
+    // Read, not acknowledged: the lag counts from the first of the five commits.
+    let first = std::sync::Mutex::new(f64::NAN);
+    let first_ref = &first;
+    let rising = wait_until("lag seconds pass 3 s", Duration::from_secs(30), || async move {
+        let lag = value(&scrape().await, "walrelay_lag_seconds");
+        *first_ref.lock().unwrap() = lag;
+        lag >= 3.0
+    })
+    .await;
+    let first = first.into_inner().unwrap();
+    assert!(rising, "lag {first}\n{}\n{}", scrape().await, relay.log());
+    let later = std::sync::Mutex::new(f64::NAN);
+    let later_ref = &later;
+    let still_rising =
+        wait_until("lag seconds keep rising", Duration::from_secs(10), || async move {
+            let lag = value(&scrape().await, "walrelay_lag_seconds");
+            *later_ref.lock().unwrap() = lag;
+            lag >= first + 2.0
+        })
+        .await;
+    let later = later.into_inner().unwrap();
+    let since_commit = unix_seconds() - committed_after;
+    assert!(still_rising, "lag {first} then {later}\n{}", relay.log());
+    assert!(
+        later <= since_commit + 1.0,
+        "lag {later} s, but the rows committed {since_commit} s ago"
+    );
+    let text = scrape().await;
+    assert!(
+        value(&text, "walrelay_last_confirmed_commit_timestamp_seconds") < committed_after,
+        "{text}"
+    );
+    assert!(value(&text, "walrelay_inflight_records") >= 5.0, "{text}");
+
+    faults::thaw(broker.pid());
+    let last_text = std::sync::Mutex::new(String::new());
+    let last_ref = &last_text;
+    let fell = wait_until("lag seconds fall to 0", Duration::from_secs(60), || async move {
+        let text = scrape().await;
+        let done = value(&text, "walrelay_lag_seconds") == 0.0
+            && value(&text, "walrelay_last_confirmed_commit_timestamp_seconds") >= committed_after;
+        *last_ref.lock().unwrap() = text;
+        done
+    })
+    .await;
+    let text = last_text.into_inner().unwrap();
+    assert!(fell, "{text}\n{}", relay.log());
+    let last_confirmed = value(&text, "walrelay_last_confirmed_commit_timestamp_seconds");
+    assert!(last_confirmed <= committed_before + 1.0, "{last_confirmed} after {committed_before}");
+    assert_eq!(
+        kafka::consume(broker.bootstrap(), &topic, 6, Duration::from_secs(60)).await.len(),
+        6
+    );
+
+    let limit_mb: String = client
+        .query_one("SELECT setting FROM pg_settings WHERE name = 'max_slot_wal_keep_size'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let limit_mb: f64 = limit_mb.parse().unwrap();
+    let expected_limit = if limit_mb < 0.0 { -1.0 } else { limit_mb * 1024.0 * 1024.0 };
+    assert_eq!(value(&text, "walrelay_slot_wal_keep_limit_bytes"), expected_limit, "{text}");
+    assert!(value(&text, "walrelay_slot_retained_wal_bytes") > 0.0, "{text}");
+    println!(
+        "broker frozen: walrelay_lag_seconds {first:.1} then {later:.1} (rows committed {since_commit:.1} s before); after thaw 0, last confirmed commit {:.3} s after the first paused row",
+        last_confirmed - committed_after
+    );
+    assert_eq!(relay.terminate(), Some(0));
+}
+
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }

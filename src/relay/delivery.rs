@@ -56,6 +56,8 @@ pub struct Delivery {
     read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
+    /// The slot's confirmed position this session resumed from.
+    resumed: Lsn,
     metrics: Arc<Metrics>,
 }
 
@@ -75,6 +77,7 @@ impl Delivery {
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
+            resumed: confirmed,
             metrics: metrics.clone(),
         })
     }
@@ -86,7 +89,7 @@ impl Delivery {
     }
 
     pub fn begin(&mut self, commit_micros: i64) {
-        self.frontier.begin();
+        self.frontier.begin(commit_micros);
         self.commit_micros = commit_micros;
         self.read_lag = (unix_micros() - commit_micros).max(0) as f64 / 1e6;
     }
@@ -105,8 +108,8 @@ impl Delivery {
     /// Starts an event outside any transaction (a non-transactional logical message): what is
     /// published until [`Delivery::end_alone`] is confirmable at the message's own position.
     pub fn begin_alone(&mut self) {
-        self.frontier.begin();
         self.commit_micros = unix_micros();
+        self.frontier.begin(self.commit_micros);
         self.read_lag = 0.0;
     }
 
@@ -345,15 +348,27 @@ impl Delivery {
     pub fn progress(&mut self) -> Lsn {
         if !self.acked.is_empty() {
             let now = unix_micros();
-            let mut published = self.metrics.published.lock().unwrap_or_else(|e| e.into_inner());
             for sent in self.acked.drain(..) {
-                *published.entry(sent.topic).or_insert(0) += 1;
+                self.metrics.count_published(&sent.topic, 1);
                 self.metrics.observe_commit_to_ack((now - sent.commit_micros).max(0) as f64 / 1e6);
             }
         }
         let m = &self.metrics;
         m.inflight_records.store(self.frontier.inflight_records() as u64, Relaxed);
         m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
+        if let Some(last) = self.frontier.last_confirmed_commit() {
+            m.last_confirmed_commit_micros.store(last, Relaxed);
+        }
+        match self.frontier.oldest_unconfirmed_commit() {
+            Some(oldest) => m.set_oldest_unconfirmed_commit(Some(oldest)),
+            // Caught up, once this session has moved past where it resumed. Before that, what
+            // the last session left unconfirmed is still to be replayed: its lag keeps growing
+            // through the reconnects instead of reading 0.
+            None if self.frontier.confirmed() > self.resumed => {
+                m.set_oldest_unconfirmed_commit(None)
+            }
+            None => {}
+        }
         self.frontier.confirmed()
     }
 

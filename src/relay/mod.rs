@@ -67,16 +67,29 @@ impl Shutdown {
 
 /// How often a standby relay retries a slot that another process streams from.
 const STANDBY_POLL: Duration = Duration::from_secs(2);
-/// Reconnect backoff: from 250 ms, doubling, to this. Short, so that a relay configured with a
-/// primary and its standby finds the promoted server seconds after a failover.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Reconnect backoff: from 250 ms, doubling, never over 5 s. Short, so that a relay configured
+/// with a primary and its standby finds the promoted server seconds after a failover.
+///
+/// backon's jitter adds up to the delay itself (a wait falls in `[d, 2d)`), so the doubling
+/// stops at 2.5 s to keep every wait under 5 s; relays that lost the same server spread out
+/// instead of reconnecting in lockstep.
+fn backoff() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_factor(2.0)
+        .with_max_delay(Duration::from_millis(2500))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
 
 /// Runs sessions until shutdown or a definite error, retrying transient failures with capped,
 /// jittered exponential backoff.
 pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) -> Result<Outcome> {
     Publisher::validate(&config.kafka)?;
     let mut router = Router::new(config.router.clone());
-    let mut delay = Duration::from_millis(250);
+    let mut delays = backoff();
     // Once this process has streamed, the publication and slot must not vanish: recreating
     // them would hide the events in between.
     let mut streamed = false;
@@ -114,30 +127,21 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
                 }
             }
             Err(e) if e.is_transient() => {
+                // A session that streamed a while ended on a new problem: start over short.
                 if started.elapsed() > Duration::from_secs(60) {
-                    delay = Duration::from_millis(250);
+                    delays = backoff();
                 }
-                let wait = jitter(delay);
+                let wait = delays.next().unwrap_or(Duration::from_secs(5));
                 tracing::warn!(error = %e.chain(), retry_in_ms = wait.as_millis() as u64,
                     "relay session ended; resuming from the slot's confirmed position");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.wait() => {}
                 }
-                delay = (delay * 2).min(MAX_BACKOFF);
             }
             Err(e) => return Err(e),
         }
     }
-}
-
-/// `delay` ± 20 %, so relays that lost the same server do not reconnect in lockstep.
-fn jitter(delay: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let factor = 0.8 + 0.4 * (nanos % 1000) as f64 / 1000.0;
-    delay.mul_f64(factor)
 }
 
 /// What handling one event asks of the loop.
@@ -158,6 +162,8 @@ struct Session<'c> {
     /// slow catalog never holds the loop; the position it vouches for caps what is confirmed
     /// (see `source::watch`), and it ends with the error that ends the session.
     watch: watch::Watch,
+    /// Samples the slot's retained WAL for `/metrics` (see `source::retained`).
+    retained: tokio::task::JoinHandle<()>,
     /// Last position handed to the replication client.
     reported: Lsn,
     metrics: Arc<Metrics>,
@@ -166,6 +172,7 @@ struct Session<'c> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         self.watch.task.abort();
+        self.retained.abort();
     }
 }
 
@@ -196,8 +203,15 @@ impl<'c> Session<'c> {
             control.timeout,
             control.server.version_num,
         );
+        let retained = source::retained::start(
+            control.client_handle(),
+            config.source.slot.clone(),
+            metrics.clone(),
+            control.timeout,
+        );
         Ok(Session {
             config,
+            retained,
             control,
             stream,
             tables: prepared.tables,
@@ -535,5 +549,30 @@ where
             _ => return false,
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_starts_at_250_ms_doubles_and_never_waits_over_5_s() {
+        for _ in 0..50 {
+            let waits: Vec<Duration> = backoff().take(12).collect();
+            assert!(
+                waits[0] >= Duration::from_millis(250) && waits[0] < Duration::from_millis(500),
+                "{waits:?}"
+            );
+            assert!(
+                waits[1] >= Duration::from_millis(500) && waits[1] < Duration::from_secs(1),
+                "{waits:?}"
+            );
+            assert!(waits.iter().all(|w| *w <= Duration::from_secs(5)), "{waits:?}");
+            assert!(waits[11] >= Duration::from_millis(2500), "{waits:?}");
+        }
+        let spread: std::collections::HashSet<Duration> =
+            (0..20).map(|_| backoff().next().unwrap()).collect();
+        assert!(spread.len() > 1, "jittered: {spread:?}");
     }
 }

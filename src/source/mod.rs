@@ -4,7 +4,8 @@
 //! * [`connect`] — which server a session talks to (libpq's hosts, ports, environment and
 //!   `target_session_attrs`) and the control connection, every query with a deadline;
 //! * [`catalog`] — the outbox tables (by OID) and the publication;
-//! * [`slot`] — the replication slot (failover slots on 17+);
+//! * [`slot`] — the replication slot (failover slots on 17+); [`retained`] samples the WAL it
+//!   retains for `/metrics`;
 //! * [`horizon`] — which outbox rows the slot has certainly relayed (for `purge`);
 //! * [`partitions`] — a partitioned outbox's scheme and partition bounds (for `purge`);
 //! * [`stream`] — the replication stream and what its errors mean;
@@ -21,6 +22,7 @@ pub mod error;
 pub mod horizon;
 pub mod libpq;
 pub mod partitions;
+pub mod retained;
 pub mod slot;
 pub mod stream;
 pub mod watch;

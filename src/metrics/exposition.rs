@@ -1,0 +1,184 @@
+//! Which series `/metrics` shows, with their names, types and help: a `prometheus-client`
+//! collector over [`Metrics`]' atomics, run on each scrape (on the HTTP thread).
+//!
+//! A collector rather than the crate's own counter types: the relay loop keeps writing plain
+//! atomics (no lock, no allocation per record), and the crate does the encoding (names,
+//! `_total` suffixes, label quoting, histogram layout, `# EOF`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+
+use super::{process, Metrics};
+
+#[derive(Debug)]
+pub(super) struct Exposition(pub Arc<Metrics>);
+
+/// A counter; `name` without the `_total` the encoder appends.
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    ConstCounter::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge<N>(e: &mut DescriptorEncoder, name: &str, help: &str, v: N) -> std::fmt::Result
+where
+    N: prometheus_client::encoding::EncodeGaugeValue,
+{
+    ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let m = &*self.0;
+        let published = m.published.lock().map(|p| p.clone()).unwrap_or_default();
+        let mut family = e.encode_descriptor(
+            "walrelay_records_published",
+            "Records acknowledged by Kafka, by topic (the first 100 topics seen; later ones count under topic=\"(other)\").",
+            None,
+            MetricType::Counter,
+        )?;
+        for (topic, n) in &published {
+            let topic = escape(topic);
+            ConstCounter::new(*n).encode(family.encode_family(&[("topic", topic.as_str())])?)?;
+        }
+        let c = |e: &mut DescriptorEncoder, name, help, v: &std::sync::atomic::AtomicU64| {
+            counter(e, name, help, v.load(Relaxed))
+        };
+        c(
+            &mut e,
+            "walrelay_delivery_errors",
+            "Delivery reports that failed (the session restarts from the confirmed position).",
+            &m.delivery_errors,
+        )?;
+        c(
+            &mut e,
+            "walrelay_dead_lettered",
+            "Rows and records sent to the dead-letter topic.",
+            &m.dead_lettered,
+        )?;
+        c(&mut e, "walrelay_messages_refused", "Non-transactional logical decoding messages refused (logged; dead-lettered when [dead_letter] is configured): PostgreSQL sends them even when their transaction rolls back.", &m.messages_refused)?;
+        gauge(
+            &mut e,
+            "walrelay_inflight_records",
+            "Records read from the WAL whose position is not yet confirmable.",
+            m.inflight_records.load(Relaxed),
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_inflight_bytes",
+            "Bytes of those records.",
+            m.inflight_bytes.load(Relaxed),
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_confirmed_lsn",
+            "The WAL position confirmed to PostgreSQL.",
+            m.confirmed_lsn.load(Relaxed),
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_lag_bytes",
+            "Server WAL end minus the confirmed position.",
+            m.lag_bytes(),
+        )?;
+        gauge(&mut e, "walrelay_lag_seconds", "Seconds since the commit of the oldest transaction read but not yet confirmed; 0 when caught up.", m.lag_seconds())?;
+        let last = m.last_confirmed_commit_micros.load(Relaxed) as f64 / 1e6;
+        gauge(&mut e, "walrelay_last_confirmed_commit_timestamp_seconds", "Commit time (Unix seconds) of the last transaction confirmed to PostgreSQL; 0 until one is.", last)?;
+        c(
+            &mut e,
+            "walrelay_transactions",
+            "Committed transactions read from the slot.",
+            &m.transactions,
+        )?;
+        c(&mut e, "walrelay_keepalives", "Primary keepalive messages received.", &m.keepalives)?;
+        c(&mut e, "walrelay_reconnects", "Sessions started after the first one.", &m.reconnects)?;
+        gauge(
+            &mut e,
+            "walrelay_streaming",
+            "1 while a session streams from the slot.",
+            u64::from(m.streaming.load(Relaxed)),
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_broker_up",
+            "1 while librdkafka reaches at least one broker.",
+            u64::from(m.broker_up.load(Relaxed)),
+        )?;
+        gauge(&mut e, "walrelay_slot_retained_wal_bytes", "WAL the server keeps for the slot (its position minus the slot's restart_lsn), sampled every 10 s while streaming.", m.slot_retained_wal_bytes.load(Relaxed))?;
+        gauge(&mut e, "walrelay_slot_wal_keep_limit_bytes", "The server's max_slot_wal_keep_size in bytes: past it the slot is invalidated. -1: unlimited; 0: not read yet.", m.slot_wal_keep_limit_bytes.load(Relaxed))?;
+        c(
+            &mut e,
+            "walrelay_purged_rows",
+            "Outbox rows purged by [retention]: rows deleted plus the rows of dropped partitions.",
+            &m.purged_rows,
+        )?;
+        c(
+            &mut e,
+            "walrelay_purged_partitions",
+            "Outbox partitions dropped by [retention].",
+            &m.purged_partitions,
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_purge_last_success_seconds",
+            "Unix time of the last [retention] purge that went through (0: none yet).",
+            m.purge_last_success.load(Relaxed),
+        )?;
+        m.commit_to_ack.encode(e.encode_descriptor(
+            "walrelay_commit_to_ack_seconds",
+            "From the transaction's commit to the broker's acknowledgement of each record.",
+            None,
+            MetricType::Histogram,
+        )?)?;
+        m.commit_to_read.encode(e.encode_descriptor(
+            "walrelay_commit_to_read_seconds",
+            "From the transaction's commit to the relay reading it from the replication stream, per record: PostgreSQL's share of commit to ack, plus the relay's wait to be scheduled.",
+            None,
+            MetricType::Histogram,
+        )?)?;
+        encode_process(&mut e, &process::sample())
+    }
+}
+
+fn encode_process(e: &mut DescriptorEncoder, p: &process::Sample) -> std::fmt::Result {
+    if let Some(v) = p.cpu_seconds {
+        ConstCounter::new(v).encode(e.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            MetricType::Counter,
+        )?)?;
+    }
+    if let Some(v) = p.resident_bytes {
+        gauge(e, "process_resident_memory_bytes", "Resident memory size in bytes.", v)?;
+    }
+    if let Some(v) = p.virtual_bytes {
+        gauge(e, "process_virtual_memory_bytes", "Virtual memory size in bytes.", v)?;
+    }
+    if let Some(v) = p.start_time_seconds {
+        gauge(
+            e,
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            v,
+        )?;
+    }
+    if let Some(v) = p.open_fds {
+        gauge(e, "process_open_fds", "Number of open file descriptors.", v)?;
+    }
+    if let Some(v) = p.max_fds {
+        gauge(e, "process_max_fds", "Maximum number of open file descriptors.", v)?;
+    }
+    Ok(())
+}
+
+/// `prometheus-client` writes label values as given; the text format wants `\`, `"` and
+/// newlines escaped. (Topics Kafka accepted cannot hold them; the escape is for what it may
+/// accept one day.)
+fn escape(label: &str) -> String {
+    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

@@ -1,0 +1,283 @@
+//! What the relay counts, and its exposition for `/metrics` (encoded by `prometheus-client`
+//! in [`exposition`]).
+//!
+//! The relay loop is the only writer of most values; atomics let the HTTP thread read them
+//! without locking the loop, and the loop never pays for a scrape. Per-topic counts sit behind
+//! a mutex the loop takes once per batch of delivery reports.
+
+mod exposition;
+pub mod process;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// Upper bounds of the latency histograms' buckets, in seconds. Millisecond steps up to 10 ms
+/// and narrow ones up to 50 ms, so a p99 read from the histogram is good to about 10 % where
+/// latency targets live (a 10 ms p99 must be told apart from 12 ms); coarse above.
+const BUCKETS: [f64; 32] = [
+    0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01, 0.0125, 0.015,
+    0.0175, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0,
+];
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Acknowledged records by topic, through [`Metrics::count_published`] (which bounds it).
+    published: Mutex<BTreeMap<Arc<str>, u64>>,
+    pub delivery_errors: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    /// Non-transactional logical messages refused (`[outbox] non_transactional_messages`).
+    pub messages_refused: AtomicU64,
+    pub inflight_records: AtomicU64,
+    pub inflight_bytes: AtomicU64,
+    pub confirmed_lsn: AtomicU64,
+    /// The newest WAL position the server reported (keepalives, data).
+    pub server_wal_end: AtomicU64,
+    pub transactions: AtomicU64,
+    pub keepalives: AtomicU64,
+    pub reconnects: AtomicU64,
+    /// A session is streaming from the slot right now.
+    pub streaming: AtomicBool,
+    /// librdkafka reaches at least one broker (false after "all brokers down").
+    pub broker_up: AtomicBool,
+    /// Retention (`[retention]`): rows deleted plus the rows of dropped partitions.
+    pub purged_rows: AtomicU64,
+    pub purged_partitions: AtomicU64,
+    /// Unix time of the last purge that went through (0: none yet).
+    pub purge_last_success: AtomicU64,
+    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not yet
+    /// confirmed; 0 when there is none. Kept across sessions: the next one replays it.
+    pub oldest_unconfirmed_commit_micros: AtomicI64,
+    /// Commit time (µs since the Unix epoch) of the last transaction confirmed; 0: none yet.
+    pub last_confirmed_commit_micros: AtomicI64,
+    /// The slot's retained WAL (server position minus `restart_lsn`), sampled while streaming.
+    pub slot_retained_wal_bytes: AtomicU64,
+    /// `max_slot_wal_keep_size` in bytes: -1 unlimited, 0 not read yet.
+    pub slot_wal_keep_limit_bytes: AtomicI64,
+    /// When the relay's runtime last ran its heartbeat task (µs since the Unix epoch; 0: it
+    /// has not started). `/healthz` fails when this stops moving: see [`crate::http::heartbeat`].
+    pub relay_heartbeat_micros: AtomicI64,
+    commit_to_ack: Histogram,
+    /// commit → the relay loop read the transaction from the stream: PostgreSQL's share of
+    /// commit→ack, plus the loop's own wait to be scheduled.
+    commit_to_read: Histogram,
+}
+
+#[derive(Debug)]
+struct Histogram {
+    /// Per bucket (not cumulative), plus one for +Inf.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    count: AtomicU64,
+    /// Sum in microseconds.
+    sum_micros: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        Arc::new(Metrics::default())
+    }
+
+    pub fn observe_commit_to_ack(&self, seconds: f64) {
+        self.commit_to_ack.observe(seconds, 1);
+    }
+
+    /// `records` records of one transaction, all read `seconds` after its commit.
+    pub fn observe_commit_to_read(&self, seconds: f64, records: u64) {
+        self.commit_to_read.observe(seconds, records);
+    }
+
+    /// Replication lag: the server's WAL end minus what the slot has confirmed.
+    pub fn lag_bytes(&self) -> u64 {
+        self.server_wal_end.load(Relaxed).saturating_sub(self.confirmed_lsn.load(Relaxed))
+    }
+
+    /// Counts acknowledged records of `topic`. Past [`MAX_TOPIC_LABELS`] topics, the topics
+    /// not seen yet count under [`OTHER_TOPICS`]: a label per topic is a time series per
+    /// topic, and `route.topic.replacement` can derive topics from row data without bound.
+    /// The first topics seen keep their own series for the life of the process, so a
+    /// counter never changes series halfway (which would read as a reset to `rate()`).
+    pub fn count_published(&self, topic: &std::sync::Arc<str>, n: u64) {
+        let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = published.get_mut(topic) {
+            *count += n;
+        } else if published.len() < MAX_TOPIC_LABELS {
+            published.insert(topic.clone(), n);
+        } else {
+            *published.entry(Arc::from(OTHER_TOPICS)).or_insert(0) += n;
+        }
+    }
+
+    /// The relay read transactions it has not confirmed yet: the oldest one committed at
+    /// `commit_micros` (microseconds since the Unix epoch), or none when `None`.
+    pub fn set_oldest_unconfirmed_commit(&self, commit_micros: Option<i64>) {
+        self.oldest_unconfirmed_commit_micros.store(commit_micros.unwrap_or(0), Relaxed);
+    }
+
+    /// Seconds since the commit of the oldest transaction read but not confirmed; 0 when
+    /// caught up. PostgreSQL's clock against this host's: skew shows up here, never below 0.
+    pub fn lag_seconds(&self) -> f64 {
+        match self.oldest_unconfirmed_commit_micros.load(Relaxed) {
+            0 => 0.0,
+            oldest => (unix_micros() - oldest).max(0) as f64 / 1e6,
+        }
+    }
+
+    /// The OpenMetrics text exposition (which Prometheus scrapes), encoded by
+    /// `prometheus-client` from the values of this moment.
+    pub fn render(self: &Arc<Self>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(exposition::Exposition(self.clone())));
+        let mut out = String::with_capacity(8192);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// Topics with a `walrelay_records_published_total` series of their own, at most.
+pub const MAX_TOPIC_LABELS: usize = 100;
+/// The `topic` label of the records of every topic past those: parentheses cannot occur in a
+/// Kafka topic name, so it never collides with one.
+pub const OTHER_TOPICS: &str = "(other)";
+
+/// Microseconds since the Unix epoch.
+pub fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+impl Histogram {
+    /// `n` observations of the same value.
+    fn observe(&self, seconds: f64, n: u64) {
+        let i = BUCKETS.partition_point(|&b| b < seconds);
+        self.counts[i].fetch_add(n, Relaxed);
+        self.count.fetch_add(n, Relaxed);
+        self.sum_micros.fetch_add((seconds.max(0.0) * 1e6) as u64 * n, Relaxed);
+    }
+
+    /// Non-cumulative counts per upper bound, `+Inf` (as `f64::MAX`) last, as the encoder
+    /// wants them.
+    fn buckets(&self) -> Vec<(f64, u64)> {
+        let bounds = BUCKETS.iter().copied().chain([f64::MAX]);
+        bounds.zip(self.counts.iter().map(|c| c.load(Relaxed))).collect()
+    }
+}
+
+impl prometheus_client::encoding::EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        let sum = self.sum_micros.load(Relaxed) as f64 / 1e6;
+        let count = self.count.load(Relaxed);
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &self.buckets(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_by_topic_and_a_cumulative_histogram() {
+        let m = Metrics::new();
+        m.count_published(&Arc::from("outbox.event.Order"), 3);
+        m.observe_commit_to_ack(0.004);
+        m.observe_commit_to_ack(0.2);
+        m.observe_commit_to_ack(0.005);
+        m.observe_commit_to_ack(61.0);
+        m.server_wal_end.store(1000, Relaxed);
+        m.confirmed_lsn.store(400, Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains("walrelay_records_published_total{topic=\"outbox.event.Order\"} 3"),
+            "{text}"
+        );
+        // Upper bounds are inclusive (le): 0.004 and 0.005 are both at or below 0.005.
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"0.003\"} 0"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"0.005\"} 2"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"0.2\"} 3"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"60.0\"} 3"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_bucket{le=\"+Inf\"} 4"), "{text}");
+        assert!(text.contains("walrelay_commit_to_ack_seconds_count 4"), "{text}");
+        assert!(text.contains("walrelay_lag_bytes 600"), "{text}");
+        m.purged_rows.fetch_add(1_500, Relaxed);
+        m.purged_partitions.fetch_add(1, Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE walrelay_purged_rows counter\nwalrelay_purged_rows_total 1500\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nwalrelay_purged_partitions_total 1\n"), "{text}");
+        assert!(text.contains("\nwalrelay_purge_last_success_seconds 0\n"), "{text}");
+        // Nothing read yet: the second histogram is there, empty.
+        assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"+Inf\"} 0"), "{text}");
+        m.observe_commit_to_read(0.0007, 1);
+        let text = m.render();
+        assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"0.0005\"} 0"), "{text}");
+        assert!(text.contains("walrelay_commit_to_read_seconds_bucket{le=\"0.001\"} 1"), "{text}");
+        assert!(text.contains("walrelay_commit_to_read_seconds_count 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn process_metrics_and_lag_in_seconds_are_shown() {
+        let m = Metrics::new();
+        let text = m.render();
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+            "walrelay_lag_seconds 0.0\n",
+            "walrelay_last_confirmed_commit_timestamp_seconds 0.0\n",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+        m.set_oldest_unconfirmed_commit(Some(unix_micros() - 3_000_000));
+        let lag = m.lag_seconds();
+        assert!((3.0..4.0).contains(&lag), "{lag}");
+        m.set_oldest_unconfirmed_commit(None);
+        assert_eq!(m.lag_seconds(), 0.0);
+        // A commit "in the future" (PostgreSQL's clock ahead of this host's) is no lag.
+        m.set_oldest_unconfirmed_commit(Some(unix_micros() + 60_000_000));
+        assert_eq!(m.lag_seconds(), 0.0);
+    }
+
+    #[test]
+    fn topics_past_the_bound_count_under_one_other_label() {
+        let m = Metrics::new();
+        for i in 0..MAX_TOPIC_LABELS + 50 {
+            m.count_published(&Arc::from(format!("t{i:03}")), 1);
+        }
+        // A topic seen before the bound keeps its own series.
+        m.count_published(&Arc::from("t000"), 1);
+        let text = m.render();
+        let series =
+            text.lines().filter(|l| l.starts_with("walrelay_records_published_total{")).count();
+        assert_eq!(series, MAX_TOPIC_LABELS + 1, "{text}");
+        assert!(
+            text.contains("walrelay_records_published_total{topic=\"(other)\"} 50\n"),
+            "{text}"
+        );
+        assert!(text.contains("walrelay_records_published_total{topic=\"t000\"} 2\n"), "{text}");
+    }
+}
