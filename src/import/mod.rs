@@ -22,6 +22,7 @@ use rdkafka::error::KafkaError;
 use crate::config::secret::{self, is_secret_key};
 use crate::config::{Config, ConfigError, ENV_PREFIX};
 
+pub mod offsets;
 mod parse;
 #[cfg(test)]
 mod tests;
