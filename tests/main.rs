@@ -22,3 +22,4 @@ mod ops;
 mod retention;
 mod security;
 mod tables;
+mod takeover;

@@ -54,6 +54,7 @@ pub fn read(topic: &str, kafka: &KafkaConfig, timeout: Duration) -> Result<Entri
     cfg.set("enable.auto.commit", "false");
     cfg.set("enable.auto.offset.store", "false");
     cfg.set("enable.partition.eof", "true");
+    cfg.set("allow.auto.create.topics", "false");
     cfg.set_log_level(RDKafkaLogLevel::Error);
     let consumer: BaseConsumer = cfg.create().map_err(|e| {
         fail(format!("cannot create a Kafka consumer: {}", kafka.describe_librdkafka_error(&e)))
