@@ -191,7 +191,11 @@ impl<'c> Session<'c> {
         let takeover = match (&config.debezium_offsets, *debezium_offsets) {
             (Some(offsets), true) => {
                 let read = crate::import::offsets::load(offsets, &config.kafka).await;
-                let decided = takeover::decide(read, prepared.confirmed);
+                let wal_end: Lsn = control
+                    .query_one("read the server's WAL position", takeover::WAL_END_SQL, &[])
+                    .await?
+                    .get(0);
+                let decided = takeover::decide(read, prepared.confirmed, wal_end);
                 *debezium_offsets = decided.is_some();
                 decided
             }

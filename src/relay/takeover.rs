@@ -66,8 +66,17 @@ pub struct Takeover {
     finished: bool,
 }
 
+/// The server's WAL position, which every position of its own WAL is at or before.
+pub const WAL_END_SQL: &str = "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                               ELSE pg_current_wal_lsn() END";
+
 /// The first-run decision, logged either way: `Some` when the session must screen.
-pub fn decide(offsets: Result<Delivered, Unusable>, slot_confirmed: Lsn) -> Option<Takeover> {
+/// `wal_end`: the server's WAL position now.
+pub fn decide(
+    offsets: Result<Delivered, Unusable>,
+    slot_confirmed: Lsn,
+    wal_end: Lsn,
+) -> Option<Takeover> {
     let delivered = match offsets {
         Ok(d) => d,
         Err(Unusable { reason, hint }) => {
@@ -75,6 +84,16 @@ pub fn decide(offsets: Result<Delivered, Unusable>, slot_confirmed: Lsn) -> Opti
             return None;
         }
     };
+    let furthest = delivered.in_flight.map_or(delivered.commit, |f| f.event.max(delivered.commit));
+    if furthest > wal_end {
+        tracing::warn!(
+            lsn_commit = %delivered.commit,
+            %wal_end,
+            hint = "point [debezium_offsets] at the offsets of the connector that streamed from this slot on this server",
+            "Debezium's offsets are ahead of this server's WAL, so they are another database's; nothing is skipped"
+        );
+        return None;
+    }
     if slot_confirmed > delivered.commit {
         tracing::warn!(
             lsn_commit = %delivered.commit,
@@ -223,3 +242,6 @@ impl Takeover {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+//! The screen, step by step, against offsets shaped like the recorded ones.
+
+use bytes::Bytes;
+
+use super::*;
+use crate::import::offsets::InFlight;
+use crate::pgoutput::{Column, Relation, Tuple, Value};
+use crate::router::{Binding, RouterConfig};
+
+fn router() -> Router {
+    Router::new(RouterConfig::parse(&Default::default(), &Default::default()).unwrap())
+}
+
+fn binding(router: &Router) -> Binding {
+    let col =
+        |name: &str, type_oid| Column { flags: 0, name: name.into(), type_oid, type_modifier: -1 };
+    let relation = Relation {
+        id: 16400,
+        namespace: "public".into(),
+        name: "outbox".into(),
+        replica_identity: b'd',
+        columns: vec![
+            col("id", 2950),
+            col("aggregatetype", 1043),
+            col("aggregateid", 1043),
+            col("type", 1043),
+            col("payload", 3802),
+        ],
+    };
+    router.bind(&relation, &[]).unwrap()
+}
+
+fn row(id: &str) -> Tuple {
+    let t = |s: &str| Value::Text(Bytes::copy_from_slice(s.as_bytes()));
+    Tuple(vec![t(id), t("Order"), t("o-1"), t("Created"), t("{}")])
+}
+
+/// Offsets after Debezium delivered rows up to `event` of transaction 9, the transaction
+/// before it ending at 100.
+fn takeover(event: u64, events_at_lsn: Option<u64>) -> Takeover {
+    let delivered = Delivered {
+        commit: Lsn(100),
+        in_flight: Some(InFlight { xid: 9, event: Lsn(event), events_at_lsn }),
+        ts_usec: None,
+    };
+    decide(Ok(delivered), Lsn(50), Lsn(10_000)).unwrap()
+}
+
+/// What the screen made of each step: P(ass), T(aken) or R<n> (released n held rows).
+fn run(t: &mut Takeover, steps: &[Step<'_>], router: &mut Router) -> String {
+    let mut out = Vec::new();
+    for step in steps {
+        out.push(match t.screen(step, router) {
+            Screened::Pass => "P".to_string(),
+            Screened::Taken => "T".to_string(),
+            Screened::Release(held) => format!("R{}", held.len()),
+        });
+    }
+    out.join(" ")
+}
+
+fn begin(final_lsn: u64, xid: u32) -> Step<'static> {
+    Step::Begin { commit_micros: 0, final_lsn: Lsn(final_lsn), xid }
+}
+
+fn commit(end: u64) -> Step<'static> {
+    Step::Commit { end_lsn: Lsn(end) }
+}
+
+#[test]
+fn takeover_skips_transactions_ending_at_lsn_commit_and_the_one_debezium_finished() {
+    let mut router = router();
+    let b = binding(&router);
+    let r = |lsn| Step::Row {
+        binding: &b,
+        tuple: row("00000000-0000-0000-0000-000000000001"),
+        lsn: Lsn(lsn),
+    };
+    let mut t = takeover(130, None);
+    let steps = [
+        begin(60, 7),
+        r(40),
+        r(50),
+        commit(70),
+        begin(90, 8),
+        r(80),
+        commit(100),
+        begin(140, 9),
+        r(120),
+        r(130),
+        commit(150),
+    ];
+    assert_eq!(run(&mut t, &steps, &mut router), "P T T P P T P P T T P");
+    assert!(t.finished());
+    assert_eq!((t.transactions, t.events, t.through), (3, 5, Some(Lsn(150))));
+}
+
+#[test]
+fn takeover_relays_all_of_a_transaction_debezium_delivered_in_part() {
+    let mut router = router();
+    let b = binding(&router);
+    let r = |lsn| Step::Row {
+        binding: &b,
+        tuple: row("00000000-0000-0000-0000-000000000001"),
+        lsn: Lsn(lsn),
+    };
+    let mut t = takeover(130, None);
+    let steps = [begin(160, 9), r(120), r(130), r(140), r(150), commit(170)];
+    assert_eq!(run(&mut t, &steps, &mut router), "P T T R2 P P");
+    assert!(t.finished());
+    assert_eq!(t.transactions, 0);
+}
+
+#[test]
+fn takeover_counts_rows_sharing_the_last_delivered_lsn() {
+    let mut router = router();
+    let b = binding(&router);
+    let r = |lsn| Step::Row {
+        binding: &b,
+        tuple: row("00000000-0000-0000-0000-000000000001"),
+        lsn: Lsn(lsn),
+    };
+    // A COPY's rows share one LSN: without Debezium's count, only one of them is known delivered.
+    let mut t = takeover(130, None);
+    assert_eq!(run(&mut t, &[begin(160, 9), r(130), r(130), commit(170)], &mut router), "P T R1 P");
+    // With lsn_events_processed = 2 (Debezium 3.7+), both are.
+    let mut t = takeover(130, Some(2));
+    assert_eq!(run(&mut t, &[begin(160, 9), r(130), r(130), commit(170)], &mut router), "P T T P");
+    assert_eq!(t.events, 2);
+}
+
+#[test]
+fn takeover_stops_screening_at_the_first_transaction_debezium_never_saw() {
+    let mut router = router();
+    let b = binding(&router);
+    let r = |lsn| Step::Row {
+        binding: &b,
+        tuple: row("00000000-0000-0000-0000-000000000001"),
+        lsn: Lsn(lsn),
+    };
+    let mut t = takeover(130, None);
+    // Another transaction after lsn_commit (Debezium stopped before transaction 9 committed).
+    assert_eq!(run(&mut t, &[begin(110, 4), r(105)], &mut router), "P P");
+    assert!(t.finished());
+    assert_eq!(t.transactions, 0);
+}
+
+#[test]
+fn takeover_skips_non_transactional_messages_up_to_lsn_commit() {
+    let mut router = router();
+    let message = |lsn| {
+        Step::Message(super::super::LogicalMessage {
+            prefix: "outbox".into(),
+            content: Bytes::new(),
+            lsn: Lsn(lsn),
+            alone: true,
+        })
+    };
+    let mut t = takeover(130, None);
+    assert_eq!(run(&mut t, &[message(90), message(100), message(101)], &mut router), "T T P");
+    assert!(t.finished());
+}
+
+#[test]
+fn takeover_is_not_decided_on_offsets_older_than_the_slot_or_ahead_of_the_server() {
+    let delivered = Delivered { commit: Lsn(100), in_flight: None, ts_usec: None };
+    assert!(decide(Ok(delivered.clone()), Lsn(100), Lsn(1000)).is_some());
+    assert!(decide(Ok(delivered.clone()), Lsn(101), Lsn(1000)).is_none());
+    assert!(decide(Ok(delivered), Lsn(50), Lsn(99)).is_none());
+    let unusable = Unusable { reason: "missing".into(), hint: "h" };
+    assert!(decide(Err(unusable), Lsn(50), Lsn(1000)).is_none());
+}
