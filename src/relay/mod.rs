@@ -195,7 +195,7 @@ impl<'c> Session<'c> {
                     .query_one("read the server's WAL position", takeover::WAL_END_SQL, &[])
                     .await?
                     .get(0);
-                let decided = takeover::decide(read, prepared.confirmed, wal_end);
+                let decided = takeover::decide(read, prepared.confirmed, wal_end, &config.limits);
                 *debezium_offsets = decided.is_some();
                 decided
             }

@@ -23,6 +23,7 @@
 
 use std::sync::Arc;
 
+use crate::config::Limits;
 use crate::import::offsets::{Delivered, Unusable};
 use crate::lsn::Lsn;
 use crate::router::{Record, Router};
@@ -58,6 +59,9 @@ pub struct Takeover {
     delivered: Delivered,
     current: Current,
     held: Vec<Held>,
+    held_bytes: usize,
+    /// At most what the relay keeps in flight is held (I7): `[limits]` records and bytes.
+    max_held: (usize, usize),
     /// Transactions (and non-transactional messages) skipped, the events in them, and the end
     /// of the last one.
     transactions: u64,
@@ -76,6 +80,7 @@ pub fn decide(
     offsets: Result<Delivered, Unusable>,
     slot_confirmed: Lsn,
     wal_end: Lsn,
+    limits: &Limits,
 ) -> Option<Takeover> {
     let delivered = match offsets {
         Ok(d) => d,
@@ -114,6 +119,8 @@ pub fn decide(
         delivered,
         current: Current::Between,
         held: Vec::new(),
+        held_bytes: 0,
+        max_held: (limits.inflight_records.max(1), limits.inflight_bytes.max(1)),
         transactions: 0,
         events: 0,
         through: None,
@@ -167,28 +174,41 @@ impl Takeover {
                 Screened::Taken
             }
             (Step::Row { binding, tuple, lsn }, Current::InFlight { rows_at_event }) => {
-                let Some(f) = self.delivered.in_flight else { return self.release() };
+                let Some(f) = self.delivered.in_flight else {
+                    return self.release("Debezium's offsets name no transaction");
+                };
                 let at_event = u64::from(*lsn == f.event);
                 let delivered = *lsn < f.event
                     || (*lsn == f.event && rows_at_event < f.events_at_lsn.unwrap_or(1));
                 if !delivered {
-                    return self.release();
+                    return self.release("Debezium delivered it only in part");
                 }
                 match router.route(binding, tuple) {
                     Ok(record) => {
+                        let size = record.key.as_ref().map_or(0, |k| k.len())
+                            + record.value.as_ref().map_or(0, |v| v.len());
+                        if self.held.len() + 1 > self.max_held.0
+                            || self.held_bytes + size > self.max_held.1
+                        {
+                            // The row itself goes on as usual, after the held ones.
+                            return self.release("it is larger than [limits] inflight_records / inflight_bytes, which bound what is held back");
+                        }
+                        self.held_bytes += size;
                         self.held.push((record, binding.table().clone(), *lsn));
                         self.current =
                             Current::InFlight { rows_at_event: rows_at_event + at_event };
                         Screened::Taken
                     }
                     // Whatever Debezium made of it, walrelay handles it as it always does.
-                    Err(_) => self.release(),
+                    Err(_) => self.release("walrelay can't route one of its rows"),
                 }
             }
             (
                 Step::Unplaceable { .. } | Step::Message(_) | Step::RefusedMessage(_),
                 Current::InFlight { .. },
-            ) => self.release(),
+            ) => self.release(
+                "it holds a logical message or a row walrelay can't place, which are never held back",
+            ),
             (Step::Message(m) | Step::RefusedMessage(m), Current::Between) if m.alone => {
                 // A non-transactional message moves lsn_commit to its own position.
                 if m.lsn <= self.delivered.commit {
@@ -209,14 +229,16 @@ impl Takeover {
         self.through = Some(end);
     }
 
-    /// Debezium delivered only part of the transaction it stopped in: all of it goes again.
-    fn release(&mut self) -> Screened {
+    /// The transaction Debezium stopped in can't be shown delivered whole: all of it goes
+    /// (again), since a transaction is never split.
+    fn release(&mut self, why: &str) -> Screened {
         let held = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
         if let Some(f) = self.delivered.in_flight {
             tracing::warn!(
                 xid = f.xid,
                 delivered_by_debezium = held.len(),
-                "the transaction Debezium stopped in was delivered only in part: relaying all of it (its {} delivered rows go again)",
+                "relaying all of the transaction Debezium stopped in, because {why}: its first {} rows, which Debezium had delivered, are delivered again",
                 held.len()
             );
         }

@@ -7,6 +7,12 @@ use crate::import::offsets::InFlight;
 use crate::pgoutput::{Column, Relation, Tuple, Value};
 use crate::router::{Binding, RouterConfig};
 
+fn limits(records: usize) -> Limits {
+    let text =
+        "[source]\nurl = \"postgres://u@h/d\"\n[kafka]\n\"bootstrap.servers\" = \"k:9092\"\n";
+    Limits { inflight_records: records, ..crate::config::Config::parse(text).unwrap().limits }
+}
+
 fn router() -> Router {
     Router::new(RouterConfig::parse(&Default::default(), &Default::default()).unwrap())
 }
@@ -43,7 +49,7 @@ fn takeover(event: u64, events_at_lsn: Option<u64>) -> Takeover {
         in_flight: Some(InFlight { xid: 9, event: Lsn(event), events_at_lsn }),
         ts_usec: None,
     };
-    decide(Ok(delivered), Lsn(50), Lsn(10_000)).unwrap()
+    decide(Ok(delivered), Lsn(50), Lsn(10_000), &limits(100)).unwrap()
 }
 
 /// What the screen made of each step: P(ass), T(aken) or R<n> (released n held rows).
@@ -164,9 +170,31 @@ fn takeover_skips_non_transactional_messages_up_to_lsn_commit() {
 #[test]
 fn takeover_is_not_decided_on_offsets_older_than_the_slot_or_ahead_of_the_server() {
     let delivered = Delivered { commit: Lsn(100), in_flight: None, ts_usec: None };
-    assert!(decide(Ok(delivered.clone()), Lsn(100), Lsn(1000)).is_some());
-    assert!(decide(Ok(delivered.clone()), Lsn(101), Lsn(1000)).is_none());
-    assert!(decide(Ok(delivered), Lsn(50), Lsn(99)).is_none());
+    assert!(decide(Ok(delivered.clone()), Lsn(100), Lsn(1000), &limits(100)).is_some());
+    assert!(decide(Ok(delivered.clone()), Lsn(101), Lsn(1000), &limits(100)).is_none());
+    assert!(decide(Ok(delivered), Lsn(50), Lsn(99), &limits(100)).is_none());
     let unusable = Unusable { reason: "missing".into(), hint: "h" };
-    assert!(decide(Err(unusable), Lsn(50), Lsn(1000)).is_none());
+    assert!(decide(Err(unusable), Lsn(50), Lsn(1000), &limits(100)).is_none());
+}
+
+#[test]
+fn takeover_holds_no_more_than_the_relay_keeps_in_flight() {
+    let mut router = router();
+    let b = binding(&router);
+    let r = |lsn| Step::Row {
+        binding: &b,
+        tuple: row("00000000-0000-0000-0000-000000000001"),
+        lsn: Lsn(lsn),
+    };
+    let delivered = Delivered {
+        commit: Lsn(100),
+        in_flight: Some(InFlight { xid: 9, event: Lsn(130), events_at_lsn: None }),
+        ts_usec: None,
+    };
+    let mut t = decide(Ok(delivered), Lsn(50), Lsn(10_000), &limits(2)).unwrap();
+    // A third delivered row would pass inflight_records = 2: the whole transaction goes.
+    assert_eq!(
+        run(&mut t, &[begin(160, 9), r(110), r(120), r(130), commit(170)], &mut router),
+        "P T T R2 P"
+    );
 }
