@@ -228,6 +228,11 @@ async fn take_over(
     (all, relay, after)
 }
 
+/// The relay's lines about Debezium's offsets, for the test output.
+fn takeover_lines(relay: &RelayProcess) -> String {
+    relay.log().lines().filter(|l| l.contains("Debezium")).collect::<Vec<_>>().join("\n")
+}
+
 /// Counts what walrelay delivered against what it had to: rows missing, and rows delivered
 /// twice (by Debezium and by walrelay, or twice by walrelay).
 fn tally(got: &[String], must: &[String], debezium: &[String]) -> (usize, usize) {
@@ -275,6 +280,7 @@ async fn zero_replay(store: fn(&[Tx]) -> Store, name: &str) {
         "{name}: {skipped_line}: {} delivered, {missing} missing, {twice} delivered twice",
         got.len()
     );
+    println!("{}", takeover_lines(&relay));
     assert!(logged, "{}", s.diagnostics(&relay));
     assert_eq!((missing, twice), (0, 0), "{got:?}\n{}", s.diagnostics(&relay));
     // The slot moves past what was skipped and relayed.
@@ -346,6 +352,7 @@ async fn takeover_relays_the_whole_transaction_debezium_stopped_in() {
     let partial = relay.log().contains("because Debezium delivered it only in part");
     let again = got.iter().filter(|id| stopped_in.ids()[..2].contains(id)).count();
     println!("dbzinflight: {skipped_line}; the transaction Debezium stopped in went whole ({again} of its rows Debezium had delivered went again): {missing} missing, {twice} delivered twice outside it");
+    println!("{}", takeover_lines(&relay));
     assert!(logged && partial, "{}", s.diagnostics(&relay));
     assert_eq!((missing, twice), (0, 0), "{got:?}\n{}", s.diagnostics(&relay));
     assert_eq!(again, 2);
@@ -366,6 +373,7 @@ async fn falls_back(name: &str, store: Store, slot_at: fn(&[Tx]) -> u64, why: &s
     let redelivered = all_ids(&debezium).iter().filter(|id| got.contains(id)).count();
     let warned = relay.wait_for_log(why, Duration::from_secs(5)).await;
     println!("{name}: fell back ({why}): {} delivered, {missing} missing, {redelivered} of Debezium's rows again", got.len());
+    println!("{}", takeover_lines(&relay));
     assert!(warned, "{}", s.diagnostics(&relay));
     assert!(!relay.log().contains("Debezium had delivered, up to LSN"), "{}", relay.log());
     assert_eq!(missing, 0, "{got:?}\n{}", s.diagnostics(&relay));
@@ -395,6 +403,7 @@ async fn takeover_ignores_offsets_older_than_the_slot() {
         "{s_name}: fell back ({why}): {} delivered, {missing} missing, {twice} delivered twice",
         got.len()
     );
+    println!("{}", takeover_lines(&relay));
     assert!(warned, "{}", s.diagnostics(&relay));
     assert_eq!((missing, twice), (0, 0), "{got:?}\n{}", s.diagnostics(&relay));
     assert_eq!(relay.terminate(), Some(0));
