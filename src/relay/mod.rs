@@ -187,7 +187,8 @@ impl<'c> Session<'c> {
         let stream =
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
         let control = prepared.control;
-        // Read once the slot is ours: Debezium writes its last offsets as it lets go of it.
+        // Read once the slot is ours, so Debezium has stopped streaming. It writes its final
+        // offsets as it stops; read a moment before that write, they are older and skip less.
         let takeover = match (&config.debezium_offsets, *debezium_offsets) {
             (Some(offsets), true) => {
                 let read = crate::import::offsets::load(offsets, &config.kafka).await;
