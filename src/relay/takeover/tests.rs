@@ -198,3 +198,72 @@ fn takeover_holds_no_more_than_the_relay_keeps_in_flight() {
         "P T T R2 P"
     );
 }
+
+/// Replays a recorded scenario: what the server sends after the slot Debezium left
+/// (`<name>.slot.txt`), as logged by the test_decoding slot beside it (`<name>.wal.txt`), against
+/// the offsets Debezium wrote (`<name>.dat`).
+fn replay_recorded(name: &str) -> (String, Takeover) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium/offsets");
+    let read = |file: String| std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+    let entries = crate::import::offsets::parse_offset_file(
+        &std::fs::read(format!("{dir}/{name}.dat")).unwrap(),
+    )
+    .unwrap();
+    let delivered = crate::import::offsets::find(&entries, "dbz-outbox-anchor", "dbz").unwrap();
+    let slot: Lsn =
+        read(format!("{name}.slot.txt")).trim().split('|').nth(1).unwrap().parse().unwrap();
+    let mut t = decide(Ok(delivered), slot, Lsn(u64::MAX), &limits(100)).unwrap();
+    let mut router = router();
+    let b = binding(&router);
+    // Transactions as (xid, rows, commit end), in commit order.
+    type Recorded = (u32, Vec<(String, Lsn)>, Lsn);
+    let mut txs: Vec<Recorded> = Vec::new();
+    for line in read(format!("{name}.wal.txt")).lines() {
+        let mut parts = line.splitn(3, '|');
+        let (lsn, xid, what) = (
+            parts.next().unwrap().parse::<Lsn>().unwrap(),
+            parts.next().unwrap().parse().unwrap(),
+            parts.next().unwrap(),
+        );
+        if what.starts_with("BEGIN") {
+            txs.push((xid, Vec::new(), Lsn(0)));
+        } else if let Some(id) = what.strip_prefix("INSERT ") {
+            txs.last_mut().unwrap().1.push((id.to_string(), lsn));
+        } else {
+            txs.last_mut().unwrap().2 = lsn;
+        }
+    }
+    let mut verdicts = Vec::new();
+    // The server sends the transactions that end after the slot's confirmed position.
+    for (xid, rows, end) in txs.into_iter().filter(|(_, _, end)| *end > slot) {
+        // The commit record starts between the last change and the end.
+        let final_lsn = Lsn((rows.last().map_or(end.0, |r| r.1 .0) + end.0) / 2);
+        let mut steps = vec![begin(final_lsn.0, xid)];
+        steps.extend(rows.iter().map(|(id, lsn)| Step::Row {
+            binding: &b,
+            tuple: row(id),
+            lsn: *lsn,
+        }));
+        steps.push(commit(end.0));
+        verdicts.push(run(&mut t, &steps, &mut router));
+    }
+    (verdicts.join(" | "), t)
+}
+
+#[test]
+fn takeover_replaying_the_recorded_graceful_stop_skips_debeziums_last_transaction() {
+    // Debezium delivered transaction 732 (row …099) and stopped; the slot sat at 731's end.
+    let (verdicts, t) = replay_recorded("file_delivered");
+    assert_eq!(verdicts, "P T P");
+    assert!(t.finished());
+    assert_eq!((t.transactions, t.events), (1, 1));
+}
+
+#[test]
+fn takeover_replaying_the_recorded_stop_mid_transaction_relays_that_transaction_whole() {
+    // Debezium stopped after rows …010 and …099 of 743's five.
+    let (verdicts, t) = replay_recorded("file_in_flight");
+    assert_eq!(verdicts, "P T T R2 P P P");
+    assert!(t.finished());
+    assert_eq!(t.transactions, 0);
+}
