@@ -2,10 +2,10 @@
 //! start-up.
 //!
 //! walrelay's own sections (`[source]`, `[outbox]`, `[limits]`, `[http]`, `[dead_letter]`,
-//! `[retention]`, `[debezium_offsets]`) deserialize with serde into `deny_unknown_fields` structs ([`section`]); the
-//! pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay open maps that their owners
-//! check (the router, the message selection, librdkafka). No error message prints a secret:
-//! see [`secret`].
+//! `[retention]`, `[debezium_offsets]`) deserialize with serde into `deny_unknown_fields`
+//! structs ([`section`]); the pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay
+//! open maps that their owners check (the router, the message selection, librdkafka). No error
+//! message prints a secret: see [`secret`].
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
