@@ -23,3 +23,4 @@ mod ops_docs;
 mod retention;
 mod security;
 mod tables;
+mod takeover;

@@ -2,10 +2,10 @@
 //! start-up.
 //!
 //! walrelay's own sections (`[source]`, `[outbox]`, `[limits]`, `[http]`, `[dead_letter]`,
-//! `[retention]`) deserialize with serde into `deny_unknown_fields` structs ([`section`]); the
-//! pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay open maps that their owners
-//! check (the router, the message selection, librdkafka). No error message prints a secret:
-//! see [`secret`].
+//! `[retention]`, `[debezium_offsets]`) deserialize with serde into `deny_unknown_fields`
+//! structs ([`section`]); the pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay
+//! open maps that their owners check (the router, the message selection, librdkafka). No error
+//! message prints a secret: see [`secret`].
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -14,6 +14,7 @@ use std::path::Path;
 use crate::messages::MessageSelection;
 use crate::router::RouterConfig;
 
+mod debezium_offsets;
 mod document;
 mod env;
 mod error;
@@ -27,6 +28,7 @@ mod source;
 #[cfg(test)]
 mod tests;
 
+pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use kafka::{KafkaConfig, RELAY_OWNED_KAFKA};
@@ -52,6 +54,8 @@ pub struct Config {
     pub http: Option<HttpConfig>,
     pub dead_letter: Option<DeadLetterConfig>,
     pub retention: Option<RetentionConfig>,
+    /// Where the Debezium connector whose slot this is kept its offsets.
+    pub debezium_offsets: Option<DebeziumOffsetsConfig>,
 }
 
 /// The sections of the file, in the order they are documented.
@@ -65,6 +69,7 @@ const SECTIONS: &[&str] = &[
     "http",
     "dead_letter",
     "retention",
+    "debezium_offsets",
 ];
 
 impl Config {
@@ -134,11 +139,14 @@ impl Config {
             (take("source"), take("outbox"), take("router"), take("debezium"));
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
-        let retention = take("retention");
+        let (retention, debezium_offsets) = (take("retention"), take("debezium_offsets"));
         let kafka = kafka::parse(kafka.unwrap_or_default())?;
         let source = source::parse(&source.unwrap_or_default())?;
         let (outbox, non_transactional) = outbox::parse(&outbox.unwrap_or_default())?;
         let debezium = debezium.unwrap_or_default();
+        let debezium_offsets = debezium_offsets
+            .map(|o| debezium_offsets::parse(&o, debezium.get("topic.prefix")))
+            .transpose()?;
         let router = RouterConfig::parse(&router.unwrap_or_default(), &debezium)?;
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
         if outbox.tables.is_empty() && messages.is_none() {
@@ -172,6 +180,7 @@ impl Config {
             limits: limits::parse_limits(&limits.unwrap_or_default())?,
             http: http.map(|h| limits::parse_http(&h)).transpose()?,
             retention: retention.map(|r| retention::parse_retention(&r)).transpose()?,
+            debezium_offsets,
         })
     }
 }
@@ -186,6 +195,7 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("http", section::keys_of::<limits::RawHttp>()),
         ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),
         ("retention", section::keys_of::<retention::RawRetention>()),
+        ("debezium_offsets", section::keys_of::<debezium_offsets::Raw>()),
     ]
 }
 

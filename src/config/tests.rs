@@ -268,3 +268,27 @@ fn limits_and_http_parse_and_validate() {
         .to_string();
     assert!(e.contains("listen"), "{e}");
 }
+
+#[test]
+fn debezium_offsets_takes_a_file_or_a_topic_and_the_connectors_key() {
+    let base =
+        "[source]\nurl = \"postgres://u@h/db\"\n[kafka]\n\"bootstrap.servers\" = \"k:9092\"\n";
+    let parse = |extra: &str| Config::parse(&format!("{base}{extra}"));
+    let c = parse("[debezium]\n\"topic.prefix\" = \"dbz\"\n[debezium_offsets]\ntopic = \"connect-offsets\"\nconnector = \"c\"\n").unwrap();
+    let o = c.debezium_offsets.unwrap();
+    assert_eq!(o.store, OffsetStore::Topic("connect-offsets".into()));
+    assert_eq!((o.connector.as_str(), o.server.as_str()), ("c", "dbz"));
+    assert_eq!(o.timeout, std::time::Duration::from_secs(10));
+    let c = parse("[debezium_offsets]\nfile = \"/x.dat\"\nconnector = \"c\"\nserver = \"s\"\ntimeout_ms = 500\n").unwrap();
+    assert_eq!(c.debezium_offsets.unwrap().store, OffsetStore::File("/x.dat".into()));
+    for bad in [
+        "[debezium_offsets]\nfile = \"/x\"\ntopic = \"t\"\nconnector = \"c\"\nserver = \"s\"\n",
+        "[debezium_offsets]\nconnector = \"c\"\nserver = \"s\"\n",
+        "[debezium_offsets]\nfile = \"/x\"\nserver = \"s\"\n",
+        "[debezium_offsets]\nfile = \"/x\"\nconnector = \"c\"\n",
+        "[debezium_offsets]\nfile = \"/x\"\nconnector = \"c\"\nserver = \"s\"\nlsn = 5\n",
+    ] {
+        assert!(parse(bad).is_err(), "{bad}");
+    }
+    assert!(parse("").unwrap().debezium_offsets.is_none());
+}

@@ -22,6 +22,7 @@ use rdkafka::error::KafkaError;
 use crate::config::secret::{self, is_secret_key};
 use crate::config::{Config, ConfigError, ENV_PREFIX};
 
+pub mod offsets;
 mod parse;
 #[cfg(test)]
 mod tests;
@@ -114,6 +115,7 @@ fn convert(text: &str, format: Option<Format>, source: &str) -> Result<Imported,
     let (options, server) = normalize_debezium_server(options, &mut warnings);
     let name = name.or_else(|| options.get("name").cloned());
     let mut out = Builder::new(options, server, warnings);
+    out.name = name.clone();
     out.convert();
     out.validate();
     Ok(Imported { toml: out.render(name.as_deref(), source, false), warnings: out.warnings })
@@ -133,6 +135,12 @@ struct Builder {
     kafka: BTreeMap<String, String>,
     /// Extra `# …` lines per section (by name) for keys left out.
     dropped: BTreeMap<&'static str, Vec<String>>,
+    /// `[debezium_offsets]`, and whether it is only a commented template (the store is not
+    /// in the connector config).
+    offsets: Vec<(String, String)>,
+    offsets_template: bool,
+    /// The connector's name (Kafka Connect's REST form has it beside the config).
+    name: Option<String>,
 }
 
 impl Builder {
@@ -148,6 +156,9 @@ impl Builder {
             debezium: BTreeMap::new(),
             kafka: BTreeMap::new(),
             dropped: BTreeMap::new(),
+            offsets: Vec::new(),
+            offsets_template: false,
+            name: None,
         }
     }
 
@@ -165,7 +176,31 @@ impl Builder {
         self.convert_router();
         self.convert_debezium();
         self.convert_kafka();
+        self.convert_offsets();
         self.warn_unhonoured();
+    }
+
+    /// `[debezium_offsets]` from where the connector keeps its offsets, so the first run skips
+    /// what Debezium already delivered. Kafka Connect's offsets topic is in the worker's config,
+    /// not the connector's: then the section is a commented template with the usual name.
+    fn convert_offsets(&mut self) {
+        let file = self.get("offset.storage.file.filename").map(str::to_owned);
+        let topic = self.get("offset.storage.topic").map(str::to_owned);
+        match (file, topic) {
+            (Some(file), _) => self.offsets.push(("file".into(), file)),
+            (None, Some(topic)) => self.offsets.push(("topic".into(), topic)),
+            (None, None) => {
+                self.offsets_template = true;
+                self.offsets.push(("topic".into(), "connect-offsets".into()));
+            }
+        }
+        match self.name.clone() {
+            Some(name) => self.offsets.push(("connector".into(), name)),
+            None => {
+                self.offsets_template = true;
+                self.offsets.push(("connector".into(), "<the connector's name>".into()));
+            }
+        }
     }
 
     fn convert_source(&mut self) {
@@ -570,6 +605,21 @@ impl Builder {
                 }
             }
         }
+        if !for_validation {
+            t += "\n# Where Debezium keeps its offsets: the first run skips what Debezium already delivered\n";
+            t += "# (docs/migrating-from-debezium.md). Remove the section once walrelay has taken over.\n";
+            let comment = if self.offsets_template {
+                t += "# Kafka Connect: the worker's offset.storage.topic (not in the connector config) and the\n";
+                t += "# connector's name; the offsets are read with the [kafka] settings.\n";
+                "# "
+            } else {
+                ""
+            };
+            t += &format!("{comment}[debezium_offsets]\n");
+            for (k, v) in &self.offsets {
+                t += &format!("{comment}{k} = {}\n", toml_string(v));
+            }
+        }
         t
     }
 }
@@ -595,6 +645,10 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
         "schema.whitelist",
         "topic.prefix",
         "extended.headers.enabled",
+        // Where Debezium's offsets are: [debezium_offsets].
+        "offset.storage",
+        "offset.storage.file.filename",
+        "offset.storage.topic",
         "transforms",
         "bootstrap.servers",
         // Only INSERTs of the outbox become records: these change nothing.

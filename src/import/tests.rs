@@ -369,3 +369,30 @@ fn import_warns_when_prefixes_and_the_message_decoder_come_without_each_other() 
     assert_eq!(config.outbox.tables, [crate::config::TableName::new("public", "outbox")]);
     assert!(warned(&imported, "relays no message without one"), "{:?}", imported.warnings);
 }
+
+#[test]
+fn import_points_debezium_offsets_at_the_engines_offset_file() {
+    let text =
+        "name=outbox-engine\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+        offset.storage=org.apache.kafka.connect.storage.FileOffsetBackingStore\n\
+        offset.storage.file.filename=/var/lib/dbz/offsets.dat\ndatabase.hostname=db\n\
+        database.dbname=app\ntopic.prefix=app\nplugin.name=pgoutput\nslot.name=dbz\n\
+        bootstrap.servers=kafka:9092\n";
+    let (config, imported) = import_ok(text, Some(Format::Properties));
+    assert!(imported.toml.contains("\n[debezium_offsets]\nfile = \"/var/lib/dbz/offsets.dat\"\nconnector = \"outbox-engine\"\n"), "{}", imported.toml);
+    let offsets = config.debezium_offsets.unwrap();
+    assert_eq!(offsets.store, crate::config::OffsetStore::File("/var/lib/dbz/offsets.dat".into()));
+    assert_eq!((offsets.connector.as_str(), offsets.server.as_str()), ("outbox-engine", "app"));
+    assert!(!warned(&imported, "offset.storage"), "{:?}", imported.warnings);
+}
+
+#[test]
+fn import_of_a_connect_connector_leaves_a_template_for_the_workers_offsets_topic() {
+    let (config, imported) = import_ok(CONNECTOR, Some(Format::Json));
+    assert!(
+        imported.toml.contains("# [debezium_offsets]\n# topic = \"connect-offsets\"\n# connector = \"outbox-connector\"\n"),
+        "{}",
+        imported.toml
+    );
+    assert_eq!(config.debezium_offsets, None);
+}

@@ -19,6 +19,7 @@
 mod assembler;
 mod delivery;
 mod message;
+mod takeover;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -93,13 +94,15 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
     // Once this process has streamed, the publication and slot must not vanish: recreating
     // them would hide the events in between.
     let mut streamed = false;
+    // Until a session finds the slot past Debezium's offsets (see `takeover`).
+    let mut debezium_offsets = config.debezium_offsets.is_some();
     loop {
         if shutdown.requested() {
             return Ok(Outcome::Stopped { confirmed: Lsn::ZERO });
         }
         let started = Instant::now();
         let opened = tokio::select! {
-            opened = Session::open(&config, !streamed, &metrics) => opened,
+            opened = Session::open(&config, !streamed, &metrics, &mut debezium_offsets) => opened,
             _ = shutdown.wait() => return Ok(Outcome::Stopped { confirmed: Lsn::ZERO }),
         };
         let result = match opened {
@@ -166,6 +169,8 @@ struct Session<'c> {
     retained: tokio::task::JoinHandle<()>,
     /// Last position handed to the replication client.
     reported: Lsn,
+    /// Skips what Debezium delivered, on the first run on its slot (see `takeover`).
+    takeover: Option<takeover::Takeover>,
     metrics: Arc<Metrics>,
 }
 
@@ -177,13 +182,33 @@ impl Drop for Session<'_> {
 }
 
 impl<'c> Session<'c> {
-    async fn open(config: &'c Config, create: bool, metrics: &Arc<Metrics>) -> Result<Session<'c>> {
+    async fn open(
+        config: &'c Config,
+        create: bool,
+        metrics: &Arc<Metrics>,
+        debezium_offsets: &mut bool,
+    ) -> Result<Session<'c>> {
         let prepared = source::prepare(&config.source, &config.outbox, create).await?;
         // The producer before the stream: it connects to Kafka while START_REPLICATION runs.
         let delivery = Delivery::new(config, prepared.confirmed, metrics)?;
         let stream =
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
         let control = prepared.control;
+        // Read once the slot is ours, so Debezium has stopped streaming. It writes its final
+        // offsets as it stops; read a moment before that write, they are older and skip less.
+        let takeover = match (&config.debezium_offsets, *debezium_offsets) {
+            (Some(offsets), true) => {
+                let read = crate::import::offsets::load(offsets, &config.kafka).await;
+                let wal_end: Lsn = control
+                    .query_one("read the server's WAL position", takeover::WAL_END_SQL, &[])
+                    .await?
+                    .get(0);
+                let decided = takeover::decide(read, prepared.confirmed, wal_end, &config.limits);
+                *debezium_offsets = decided.is_some();
+                decided
+            }
+            _ => None,
+        };
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             server = %control.endpoint,
@@ -219,6 +244,7 @@ impl<'c> Session<'c> {
             delivery,
             watch,
             reported: prepared.confirmed,
+            takeover,
             metrics: metrics.clone(),
         })
     }
@@ -332,9 +358,23 @@ impl<'c> Session<'c> {
             _ => {}
         }
         let step = self.assembler.on_event(event).map_err(assemble_error)?;
+        if let Some(takeover) = self.takeover.as_mut() {
+            match takeover.screen(&step, router) {
+                takeover::Screened::Pass => {}
+                takeover::Screened::Taken => return Ok(Handled::Continue),
+                takeover::Screened::Release(held) => {
+                    for (record, table, lsn) in held {
+                        self.delivery.publish(record, &table, lsn).await?;
+                    }
+                }
+            }
+            if takeover.finished() {
+                self.takeover = None;
+            }
+        }
         match step {
             Step::Skip => {}
-            Step::Begin { commit_micros } => self.delivery.begin(commit_micros),
+            Step::Begin { commit_micros, .. } => self.delivery.begin(commit_micros),
             Step::Commit { end_lsn } => self.delivery.commit(end_lsn),
             Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
             Step::Row { binding, tuple, lsn } => match router.route(binding, &tuple) {
