@@ -27,6 +27,8 @@ pub struct Config {
     /// Which logical decoding messages are events too; `None`: messages are ignored.
     pub messages: Option<MessageSelection>,
     pub router: RouterConfig,
+    /// `[envelope]`: what a record's value is (Debezium's, CloudEvents, protobuf).
+    pub envelope: crate::envelope::EnvelopeConfig,
     pub kafka: KafkaConfig,
     pub limits: Limits,
     pub http: Option<HttpConfig>,
@@ -192,6 +194,7 @@ const SECTIONS: &[&str] = &[
     "outbox",
     "router",
     "debezium",
+    "envelope",
     "kafka",
     "limits",
     "http",
@@ -250,12 +253,13 @@ impl Config {
             (take("source"), take("outbox"), take("router"), take("debezium"));
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
-        let retention = take("retention");
+        let (retention, envelope) = (take("retention"), take("envelope"));
         let kafka = parse_kafka(kafka.unwrap_or_default())?;
         let source = parse_source(source.unwrap_or_default())?;
         let (outbox, non_transactional) = parse_outbox(outbox.unwrap_or_default())?;
         let debezium = debezium.unwrap_or_default();
-        let router = RouterConfig::parse(&router.unwrap_or_default(), &debezium)?;
+        let (router, envelope) =
+            crate::envelope::parse(envelope.as_ref(), &router.unwrap_or_default(), &debezium)?;
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
         if outbox.tables.is_empty() && messages.is_none() {
             return Err(invalid(
@@ -281,6 +285,7 @@ impl Config {
             outbox,
             messages,
             router,
+            envelope,
             dead_letter: dead_letter.map(|d| parse_dead_letter(d, &kafka)).transpose()?,
             kafka,
             limits: parse_limits(limits.unwrap_or_default())?,

@@ -12,6 +12,7 @@ pub mod config;
 pub mod config_error;
 pub mod dead_letter;
 pub mod duration;
+pub mod envelope;
 pub mod error;
 pub mod http;
 pub mod import;

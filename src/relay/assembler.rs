@@ -48,6 +48,9 @@ pub enum Step<'a> {
     Skip,
     Begin {
         commit_micros: i64,
+        /// The LSN of the transaction's commit record.
+        commit_lsn: Lsn,
+        xid: u32,
     },
     /// An INSERT into an outbox table.
     Row {
@@ -158,10 +161,14 @@ impl Assembler {
 
     pub fn on_event(&mut self, event: ReplicationEvent) -> Result<Step<'_>, AssembleError> {
         Ok(match event {
-            ReplicationEvent::Begin { final_lsn, commit_time_micros, .. } => {
+            ReplicationEvent::Begin { final_lsn, commit_time_micros, xid } => {
                 self.change_lsn = final_lsn.into();
                 self.in_transaction = true;
-                Step::Begin { commit_micros: commit_time_micros + PG_EPOCH_UNIX_MICROS }
+                Step::Begin {
+                    commit_micros: commit_time_micros + PG_EPOCH_UNIX_MICROS,
+                    commit_lsn: final_lsn.into(),
+                    xid,
+                }
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.in_transaction = false;
@@ -465,7 +472,7 @@ mod tests {
         let mut a = assembler();
         assert!(matches!(
             a.on_event(begin(90)).unwrap(),
-            Step::Begin { commit_micros: PG_EPOCH_UNIX_MICROS }
+            Step::Begin { commit_micros: PG_EPOCH_UNIX_MICROS, .. }
         ));
         assert!(matches!(a.on_event(commit(92)).unwrap(), Step::Commit { end_lsn: Lsn(100) }));
     }
