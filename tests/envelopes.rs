@@ -273,3 +273,59 @@ impl OrEmpty for Option<bytes::Bytes> {
         self.as_deref().map(<[u8]>::to_vec).unwrap_or_default()
     }
 }
+
+/// The table-less outbox under an envelope: a transactional logical message whose `payload`
+/// member is a JSON object becomes a structured CloudEvent whose `data` is that object, and
+/// whose `source` names the prefix; the SDK decodes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn logical_messages_become_cloudevents_that_the_sdk_decodes() {
+    let s = Setup::new("env_ce_msg").await;
+    let config = s.config_with(
+        "",
+        "",
+        "[debezium]\n\"message.prefix.include.list\" = \"outbox\"\n\n[envelope]\nformat = \"cloudevents-structured\"\n",
+    );
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let id = "00000000-0000-0000-0000-000000000e01";
+    let content = json!({
+        "id": id, "aggregatetype": "Order", "aggregateid": "order-9", "type": "OrderShipped",
+        "payload": {"carrier": "DHL", "parcels": 2},
+    })
+    .to_string();
+    s.db.connect()
+        .await
+        .query_one("SELECT pg_logical_emit_message(true, 'outbox', $1::text)::text", &[&content])
+        .await
+        .expect("emit the message");
+    let records = s.read("Order", 1).await;
+    assert_eq!(records.len(), 1, "{}", s.diagnostics(&relay));
+    relay.terminate();
+    assert_eq!(records[0].key_str(), Some("order-9"));
+    let decoded = decode("structured", &[], &records);
+    println!("decoded by cloudevents (structured, from a logical message): {}", decoded[0]);
+    let a = &decoded[0]["attributes"];
+    assert_eq!(a["id"], id);
+    assert_eq!(a["type"], "OrderShipped");
+    assert_eq!(a["source"], format!("/walrelay/{}/message:outbox", s.db.name).as_str());
+    assert_eq!(a["datacontenttype"], "application/json");
+    assert_eq!(decoded[0]["data"], json!({"carrier": "DHL", "parcels": 2}));
+}
+
+/// An option that only shapes a Kafka Connect value stops `walrelay run` before it connects,
+/// with exit code 2 and a message naming the key and the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn value_converter_json_under_cloudevents_is_refused_at_start_with_the_key_and_the_fix() {
+    let s = Setup::new("env_refuse").await;
+    let config = s.config_with(
+        "",
+        "",
+        "[debezium]\n\"value.converter\" = \"json\"\n\n[envelope]\nformat = \"cloudevents-binary\"\n",
+    );
+    let mut relay = RelayProcess::start(&config);
+    let code = relay.wait_exit(std::time::Duration::from_secs(20));
+    let log = relay.log();
+    println!("walrelay run said: {log}");
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("value.converter") && log.contains("remove value.converter"), "{log}");
+}
