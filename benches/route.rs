@@ -72,7 +72,14 @@ fn route(c: &mut Criterion) {
         g.bench_function(name, |b| b.iter(|| r.route_message(black_box(&content)).unwrap()));
     }
     let txn = Txn { commit_micros: 1_764_612_000_123_456, commit_lsn: Lsn(0x16B_3748), xid: 771 };
-    for format in ["debezium", "cloudevents-binary", "cloudevents-structured", "protobuf"] {
+    let formats = [
+        "debezium",
+        "cloudevents-binary",
+        "cloudevents-structured",
+        "cloudevents-protobuf",
+        "protobuf",
+    ];
+    for format in formats {
         let envelope_opts: Options = [("format".to_string(), format.to_string())].into();
         let (cfg, env_cfg) =
             envelope::parse(Some(&envelope_opts), &Options::new(), &Options::new())

@@ -329,3 +329,51 @@ async fn value_converter_json_under_cloudevents_is_refused_at_start_with_the_key
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("value.converter") && log.contains("remove value.converter"), "{log}");
 }
+
+/// CloudEvents in the protobuf event format: the value is an `io.cloudevents.v1.CloudEvent`,
+/// decoded here by prost and by Python `protobuf` with code generated from
+/// proto/io/cloudevents/v1/cloudevents.proto (the specification's schema); the tombstone is the
+/// binary mode's event without data.
+#[tokio::test(flavor = "multi_thread")]
+async fn cloudevents_protobuf_records_decode_with_prost_and_with_python_protobuf() {
+    use proto::cloudevents::cloud_event::cloud_event_attribute_value::Attr;
+    use proto::cloudevents::cloud_event::Data;
+    let run = run("cloudevents-protobuf", "env_ce_proto").await;
+    assert_routing(&run);
+    let proto_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
+    let out_dir = crate::support::scratch_dir("env_ce_proto_py");
+    let decoded =
+        decode("cloudevents-protobuf", &[proto_dir, out_dir.to_str().unwrap()], &run.records);
+    assert_eq!(decoded[1], json!({"tombstone": true}));
+    assert_eq!(run.records[1].header_str("ce_type"), Some("OrderDeleted"));
+    let source = format!("/walrelay/{}/public.outbox", run.setup.db.name);
+    for (i, ty, subject, region, payload) in [
+        (0, "OrderCreated", "order-1", "eu", ORDER_PAYLOAD_JSONB),
+        (2, "CustomerRegistered", "cust-7", "us", r#"{"email": "ann@example.com"}"#),
+    ] {
+        let record = &run.records[i];
+        assert_eq!(record.header_str("content-type"), Some("application/cloudevents+protobuf"));
+        let e = proto::cloudevents::CloudEvent::decode(record.value.as_deref().unwrap())
+            .expect("prost decodes");
+        println!("decoded by prost: {e:?}");
+        println!("decoded by python protobuf: {}", decoded[i]);
+        assert_eq!((e.id.as_str(), e.spec_version.as_str()), (run.ids[i].as_str(), "1.0"));
+        assert_eq!((e.r#type.as_str(), e.source.as_str()), (ty, source.as_str()));
+        assert_eq!(e.data, Some(Data::TextData(payload.into())));
+        let attr = |name: &str| e.attributes.get(name).and_then(|v| v.attr.clone());
+        assert_eq!(attr("subject"), Some(Attr::CeString(subject.into())));
+        assert_eq!(attr("region"), Some(Attr::CeString(region.into())));
+        assert!(matches!(attr("time"), Some(Attr::CeTimestamp(t)) if t.seconds > 1_700_000_000));
+
+        let p = &decoded[i];
+        assert_eq!(p["id"], run.ids[i].as_str());
+        assert_eq!(p["spec_version"], "1.0");
+        assert_eq!(p["type"], ty);
+        assert_eq!(p["source"], source.as_str());
+        assert_eq!(p["text_data"], payload);
+        assert_eq!(p["attributes"]["subject"]["ce_string"], subject);
+        assert_eq!(p["attributes"]["region"]["ce_string"], region);
+        assert_eq!(p["attributes"]["datacontenttype"]["ce_string"], "application/json");
+        assert!(p["attributes"]["time"]["ce_timestamp"].as_str().unwrap().ends_with('Z'));
+    }
+}

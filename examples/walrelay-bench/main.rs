@@ -97,7 +97,7 @@ struct Opts {
     systems: Vec<String>,
     /// Outbox table shapes walrelay also drains, beside the plain table (comma-separated:
     /// partitioned, two-tables, messages, and the envelope formats cloudevents-binary,
-    /// cloudevents-structured, protobuf; "none" skips).
+    /// cloudevents-structured, cloudevents-protobuf, protobuf; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages")]
     shapes: String,
     /// Don't build the release walrelay binary first.
@@ -358,7 +358,8 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 let Some(shape) = shapes::Shape::parse(name) else {
                     eprintln!(
                         "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
-                         cloudevents-binary, cloudevents-structured, protobuf)"
+                         cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
+                         protobuf)"
                     );
                     continue;
                 };

@@ -10,7 +10,8 @@
 //!   (`pg_logical_emit_message(true, 'outbox', …)`, the same number per transaction), drained
 //!   by a message-only walrelay (`[outbox] tables = []`, an empty publication). Their records
 //!   are byte for byte the plain table's;
-//! * `cloudevents-binary`, `cloudevents-structured`, `protobuf` — the plain table, relayed
+//! * `cloudevents-binary`, `cloudevents-structured`, `cloudevents-protobuf`, `protobuf` — the
+//!   plain table, relayed
 //!   under that `[envelope] format` (the default, `debezium`, is the plain drain itself). The
 //!   read-back checks the same topic, key and `id` header, which every format keeps.
 
@@ -25,6 +26,7 @@ pub enum Shape {
     Messages,
     CloudEventsBinary,
     CloudEventsStructured,
+    CloudEventsProtobuf,
     Protobuf,
 }
 
@@ -36,6 +38,7 @@ impl Shape {
             "messages" => Some(Shape::Messages),
             "cloudevents-binary" => Some(Shape::CloudEventsBinary),
             "cloudevents-structured" => Some(Shape::CloudEventsStructured),
+            "cloudevents-protobuf" => Some(Shape::CloudEventsProtobuf),
             "protobuf" => Some(Shape::Protobuf),
             _ => None,
         }
@@ -49,6 +52,7 @@ impl Shape {
             Shape::Messages => "walrelay, logical messages (no table)",
             Shape::CloudEventsBinary => "walrelay, envelope cloudevents-binary",
             Shape::CloudEventsStructured => "walrelay, envelope cloudevents-structured",
+            Shape::CloudEventsProtobuf => "walrelay, envelope cloudevents-protobuf",
             Shape::Protobuf => "walrelay, envelope protobuf",
         }
     }
@@ -63,6 +67,7 @@ impl Shape {
             Shape::Partitioned
             | Shape::CloudEventsBinary
             | Shape::CloudEventsStructured
+            | Shape::CloudEventsProtobuf
             | Shape::Protobuf => &["outbox"],
             Shape::TwoTables => &["outbox", "billing.outbox"],
             Shape::Messages => &[],
@@ -81,6 +86,9 @@ impl Shape {
             }
             Shape::CloudEventsStructured => {
                 "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"cloudevents-structured\"\n"
+            }
+            Shape::CloudEventsProtobuf => {
+                "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"cloudevents-protobuf\"\n"
             }
             Shape::Protobuf => {
                 "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"protobuf\"\n"
@@ -114,9 +122,10 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
             db.create_outbox("billing.outbox").await;
         }
         Shape::Messages => {}
-        Shape::CloudEventsBinary | Shape::CloudEventsStructured | Shape::Protobuf => {
-            db.create_outbox("outbox").await
-        }
+        Shape::CloudEventsBinary
+        | Shape::CloudEventsStructured
+        | Shape::CloudEventsProtobuf
+        | Shape::Protobuf => db.create_outbox("outbox").await,
     }
     let publication = unique("bench_shape_pub");
     let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));

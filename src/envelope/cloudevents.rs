@@ -59,16 +59,16 @@ impl HeaderNames {
 }
 
 /// The attributes every CloudEvent of one record has, read once.
-struct Attributes {
-    id: Bytes,
-    source: Bytes,
-    ty: Bytes,
-    time: Bytes,
-    subject: Option<Bytes>,
+pub(super) struct Attributes {
+    pub id: Bytes,
+    pub source: Bytes,
+    pub ty: Bytes,
+    pub time: Bytes,
+    pub subject: Option<Bytes>,
 }
 
 impl Envelope {
-    fn attributes(
+    pub(super) fn attributes(
         &mut self,
         record: &Record,
         fields: &mut EventFields,

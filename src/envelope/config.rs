@@ -26,6 +26,8 @@ pub enum Format {
     CloudEventsBinary,
     /// CloudEvents 1.0, Kafka binding, structured content mode, JSON event format.
     CloudEventsStructured,
+    /// CloudEvents 1.0, Kafka binding, structured content mode, protobuf event format.
+    CloudEventsProtobuf,
     /// walrelay's `walrelay.v1.Event` (proto/walrelay/v1/event.proto).
     Protobuf,
 }
@@ -35,6 +37,7 @@ impl Format {
         ("debezium", Format::Debezium),
         ("cloudevents-binary", Format::CloudEventsBinary),
         ("cloudevents-structured", Format::CloudEventsStructured),
+        ("cloudevents-protobuf", Format::CloudEventsProtobuf),
         ("protobuf", Format::Protobuf),
     ];
 
@@ -44,7 +47,10 @@ impl Format {
     }
 
     fn is_cloudevents(self) -> bool {
-        matches!(self, Format::CloudEventsBinary | Format::CloudEventsStructured)
+        matches!(
+            self,
+            Format::CloudEventsBinary | Format::CloudEventsStructured | Format::CloudEventsProtobuf
+        )
     }
 }
 
@@ -116,6 +122,18 @@ pub fn parse(
                 source,
                 "must not be empty (CloudEvents require a source); remove the key for the default"
                     .into(),
+            ));
+        }
+        let unknown = source
+            .match_indices("${")
+            .map(|(at, _)| &source[at..])
+            .find(|rest| !rest.starts_with("${database}") && !rest.starts_with("${table}"));
+        if let Some(rest) = unknown {
+            let name = &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)];
+            return Err(invalid(
+                "source",
+                source,
+                format!("{name} is not a placeholder; use ${{database}} and ${{table}} only"),
             ));
         }
         cfg.source = source.trim().to_owned();

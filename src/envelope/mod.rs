@@ -9,6 +9,8 @@
 //!   attributes in `ce_*` headers and the payload's media type in `content-type`;
 //! * `cloudevents-structured` (`cloudevents.rs`): one JSON event (`data` inline for JSON,
 //!   `data_base64` for bytes);
+//! * `cloudevents-protobuf` (`cloudevents.rs`): one CloudEvent in the CloudEvents protobuf
+//!   format (`proto/io/cloudevents/v1/cloudevents.proto`);
 //! * `protobuf` (`protobuf.rs`): an encoded `walrelay.v1.Event` (`proto/walrelay/v1/event.proto`).
 //!
 //! Every routing option applies to every format: the key, topic, partition and timestamp stay
@@ -19,6 +21,7 @@
 //! Knows nothing of PostgreSQL or Kafka I/O: the relay hands it the transaction's facts.
 
 mod cloudevents;
+mod cloudevents_protobuf;
 mod config;
 pub mod proto;
 mod protobuf;
@@ -130,6 +133,7 @@ impl Envelope {
             Format::CloudEventsStructured => {
                 self.cloudevents_structured(record, fields, txn, origin)
             }
+            Format::CloudEventsProtobuf => self.cloudevents_protobuf(record, fields, txn, origin),
             Format::Protobuf => Ok(self.protobuf(record, fields, txn, origin)),
         }
     }

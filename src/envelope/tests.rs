@@ -234,9 +234,54 @@ fn protobuf_value_is_an_event_that_prost_decodes() {
 }
 
 #[test]
+fn cloudevents_protobuf_value_is_a_cloudevent_that_prost_decodes() {
+    use proto::cloudevents::cloud_event::cloud_event_attribute_value::Attr;
+    use proto::cloudevents::cloud_event::Data;
+    let r = route(
+        &[("format", "cloudevents-protobuf")],
+        &[("table.fields.additional.placement", "region:envelope:region")],
+        3802,
+        &row(Some(PAYLOAD), Some("OrderCreated")),
+    )
+    .unwrap();
+    assert_eq!(header(&r, "content-type"), Some("application/cloudevents+protobuf"));
+    let e = proto::cloudevents::CloudEvent::decode(r.value.clone().unwrap()).expect("a CloudEvent");
+    println!("{e:?}");
+    assert_eq!(
+        (e.id.as_str(), e.spec_version.as_str(), e.r#type.as_str()),
+        (ID, "1.0", "OrderCreated")
+    );
+    assert_eq!(e.source, "/walrelay/shop/app.outbox");
+    assert_eq!(e.data, Some(Data::TextData(PAYLOAD.into())));
+    let attr = |name: &str| e.attributes.get(name).and_then(|v| v.attr.clone());
+    assert_eq!(attr("subject"), Some(Attr::CeString("order-42".into())));
+    assert_eq!(attr("region"), Some(Attr::CeString("eu".into())));
+    assert_eq!(attr("datacontenttype"), Some(Attr::CeString("application/json".into())));
+    assert_eq!(
+        attr("time"),
+        Some(Attr::CeTimestamp(prost_types::Timestamp {
+            seconds: 1_764_612_000,
+            nanos: 123_456_000
+        }))
+    );
+    let bytes =
+        route(&[("format", "cloudevents-protobuf")], &[], 17, &row(Some("\\x00ff"), Some("T")))
+            .unwrap();
+    let e = proto::cloudevents::CloudEvent::decode(bytes.value.unwrap()).unwrap();
+    assert_eq!(e.data, Some(Data::BinaryData(Bytes::from_static(&[0, 0xff]))));
+}
+
+#[test]
 fn tombstones_stay_tombstones_under_every_format() {
     let router = [("route.tombstone.on.empty.payload", "true")];
-    for format in ["debezium", "cloudevents-binary", "cloudevents-structured", "protobuf"] {
+    let formats = [
+        "debezium",
+        "cloudevents-binary",
+        "cloudevents-structured",
+        "cloudevents-protobuf",
+        "protobuf",
+    ];
+    for format in formats {
         let r =
             route(&[("format", format)], &router, 3802, &row(None, Some("OrderDeleted"))).unwrap();
         println!("{format}: {r:?}");
@@ -304,6 +349,8 @@ fn options_that_cannot_apply_are_refused_with_the_key_and_the_fix() {
     assert!(refused(&[("format", "avro")], &[], &[]).contains("cloudevents-binary"));
     assert!(refused(&[("formats", "protobuf")], &[], &[]).contains("unknown key `formats`"));
     assert!(refused(&[("source", "/x")], &[], &[]).contains("[envelope] format"));
+    assert!(refused(&[("format", "protobuf"), ("source", "/a/${db}")], &[], &[])
+        .contains("${db} is not a placeholder"));
     assert!(refused(&[("format", "protobuf"), ("content_type", "json")], &[], &[])
         .contains("media type"));
     // Under Debezium's format an `envelope` placement still needs JsonConverter, as before.
