@@ -16,7 +16,7 @@ use prost::Message;
 use super::proto::cloudevents::cloud_event::cloud_event_attribute_value::Attr;
 use super::proto::cloudevents::cloud_event::{CloudEventAttributeValue, Data};
 use super::proto::cloudevents::CloudEvent;
-use super::{Envelope, Origin, Txn};
+use super::{timestamp, Envelope, Origin, Txn};
 use crate::router::{EventFields, PayloadKind, Record, RouteError};
 
 const CONTENT_TYPE: &[u8] = b"application/cloudevents+protobuf";
@@ -41,10 +41,7 @@ impl Envelope {
         attributes.insert(
             "time".to_owned(),
             CloudEventAttributeValue {
-                attr: Some(Attr::CeTimestamp(prost_types::Timestamp {
-                    seconds: txn.commit_micros.div_euclid(1_000_000),
-                    nanos: (txn.commit_micros.rem_euclid(1_000_000) * 1_000) as i32,
-                })),
+                attr: Some(Attr::CeTimestamp(timestamp(txn.commit_micros))),
             },
         );
         if let Some(subject) = &a.subject {

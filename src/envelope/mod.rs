@@ -215,5 +215,13 @@ impl Envelope {
     }
 }
 
+/// A commit time as protobuf's `Timestamp`.
+fn timestamp(micros: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: (micros.rem_euclid(1_000_000) * 1_000) as i32,
+    }
+}
+
 #[cfg(test)]
 mod tests;

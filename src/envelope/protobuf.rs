@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use prost::Message;
 
-use super::{proto, Envelope, Origin, Txn};
+use super::{proto, timestamp, Envelope, Origin, Txn};
 use crate::router::{EventFields, Record};
 
 const CONTENT_TYPE: &[u8] = b"application/protobuf";
@@ -35,10 +35,7 @@ impl Envelope {
             event_type: fields.event_type.map(text),
             payload: fields.payload,
             payload_content_type,
-            commit_time: Some(prost_types::Timestamp {
-                seconds: txn.commit_micros.div_euclid(1_000_000),
-                nanos: (txn.commit_micros.rem_euclid(1_000_000) * 1_000) as i32,
-            }),
+            commit_time: Some(timestamp(txn.commit_micros)),
             commit_lsn: txn.commit_lsn.as_u64(),
             transaction_id: txn.xid,
             source: Some(place.proto.clone()),
