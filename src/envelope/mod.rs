@@ -25,6 +25,7 @@ mod cloudevents_protobuf;
 mod config;
 pub mod proto;
 mod protobuf;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,11 +70,13 @@ impl<'a> Origin<'a> {
     }
 }
 
-/// What is fixed per origin: its CloudEvents `source` and its protobuf `Source`.
+/// What is fixed per origin: its CloudEvents `source`, and its protobuf `Source` fields.
 #[derive(Debug)]
 struct Place {
     source: Bytes,
-    proto: proto::Source,
+    schema: String,
+    table: String,
+    message_prefix: Option<String>,
 }
 
 /// Turns routed events into records of the configured format. One per relay session.
@@ -195,12 +198,9 @@ impl Envelope {
             .replace("${table}", origin.label);
         let place = Arc::new(Place {
             source: Bytes::from(source),
-            proto: proto::Source {
-                database: self.database.clone(),
-                schema: origin.schema.to_owned(),
-                table: origin.table.to_owned(),
-                message_prefix: origin.message_prefix.map(str::to_owned),
-            },
+            schema: origin.schema.to_owned(),
+            table: origin.table.to_owned(),
+            message_prefix: origin.message_prefix.map(str::to_owned),
         });
         self.places.insert(origin.label.into(), place.clone());
         place
@@ -215,11 +215,12 @@ impl Envelope {
     }
 }
 
-/// A commit time as protobuf's `Timestamp`.
-fn timestamp(micros: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: micros.div_euclid(1_000_000),
-        nanos: (micros.rem_euclid(1_000_000) * 1_000) as i32,
+/// Text for a protobuf `string`, which must be UTF-8: as it is when it is (always, in a UTF-8
+/// database), with U+FFFD for invalid bytes otherwise.
+fn utf8(b: &Bytes) -> std::borrow::Cow<'_, [u8]> {
+    match String::from_utf8_lossy(b) {
+        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(b),
+        std::borrow::Cow::Owned(s) => std::borrow::Cow::Owned(s.into_bytes()),
     }
 }
 
