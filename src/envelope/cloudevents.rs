@@ -225,8 +225,12 @@ fn member(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 
 /// `application/json`, or any `+json` structured syntax suffix, parameters ignored.
 pub(super) fn is_json(media_type: &str) -> bool {
-    let essence = media_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || essence.ends_with("+json")
+    let essence = media_type.split(';').next().unwrap_or("").trim().as_bytes();
+    let ends_with = |suffix: &[u8]| {
+        essence.len() >= suffix.len()
+            && essence[essence.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+    };
+    essence.eq_ignore_ascii_case(b"application/json") || ends_with(b"+json")
 }
 
 /// `micros` since the Unix epoch as RFC 3339 in UTC, with microseconds
