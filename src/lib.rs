@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dead_letter;
 pub mod duration;
+pub mod envelope;
 pub mod error;
 pub mod http;
 pub mod import;

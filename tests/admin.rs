@@ -466,8 +466,16 @@ fn keys_in_code() -> Vec<(String, Vec<String>)> {
         assert!(keys.len() > 3, "too few keys scraped for [{name}]: {keys:?}");
         sections.push((name.to_string(), keys));
     }
+    let envelope = repo_file("src/envelope/config.rs");
+    let list = "const KEYS: &[&str] = &";
+    let at = envelope
+        .find(list)
+        .expect("KEYS not found in src/envelope/config.rs; update keys_in_code()");
+    sections.push(("envelope".to_string(), literals_in_brackets(&envelope[at + list.len()..])));
     let names: BTreeSet<&str> = sections.iter().map(|(n, _)| n.as_str()).collect();
-    for expected in ["source", "outbox", "limits", "http", "dead_letter", "router", "debezium"] {
+    for expected in
+        ["source", "outbox", "limits", "http", "dead_letter", "router", "debezium", "envelope"]
+    {
         assert!(names.contains(expected), "no keys scraped for [{expected}]: {names:?}");
     }
     sections

@@ -12,6 +12,7 @@ mod connections;
 mod database;
 mod delivery;
 mod durability;
+mod envelopes;
 mod failover;
 mod faults;
 mod fuzz;

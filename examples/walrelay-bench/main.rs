@@ -103,7 +103,8 @@ struct Opts {
     #[arg(long, value_delimiter = ',', default_value = "ceiling,walrelay,polling")]
     systems: Vec<String>,
     /// Outbox table shapes walrelay also drains, beside the plain table (comma-separated:
-    /// partitioned, two-tables, messages; "none" skips).
+    /// partitioned, two-tables, messages, and the envelope formats cloudevents-binary,
+    /// cloudevents-structured, cloudevents-protobuf, protobuf; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages")]
     shapes: String,
     /// Don't build the release walrelay binary first.
@@ -365,7 +366,9 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             for name in &s.shapes {
                 let Some(shape) = shapes::Shape::parse(name) else {
                     eprintln!(
-                        "[bench] unknown table shape {name:?} (partitioned, two-tables, messages)"
+                        "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
+                         cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
+                         protobuf)"
                     );
                     continue;
                 };

@@ -9,7 +9,11 @@
 //! * `messages` — no table: the same events emitted as transactional logical decoding messages
 //!   (`pg_logical_emit_message(true, 'outbox', …)`, the same number per transaction), drained
 //!   by a message-only walrelay (`[outbox] tables = []`, an empty publication). Their records
-//!   are byte for byte the plain table's.
+//!   are byte for byte the plain table's;
+//! * `cloudevents-binary`, `cloudevents-structured`, `cloudevents-protobuf`, `protobuf` — the
+//!   plain table, relayed
+//!   under that `[envelope] format` (the default, `debezium`, is the plain drain itself). The
+//!   read-back checks the same topic, key and `id` header, which every format keeps.
 
 use crate::support::{services, unique, TestDb};
 use crate::systems::{walrelay_drain, Ctx, Drain};
@@ -20,6 +24,10 @@ pub enum Shape {
     Partitioned,
     TwoTables,
     Messages,
+    CloudEventsBinary,
+    CloudEventsStructured,
+    CloudEventsProtobuf,
+    Protobuf,
 }
 
 impl Shape {
@@ -28,6 +36,10 @@ impl Shape {
             "partitioned" => Some(Shape::Partitioned),
             "two-tables" => Some(Shape::TwoTables),
             "messages" => Some(Shape::Messages),
+            "cloudevents-binary" => Some(Shape::CloudEventsBinary),
+            "cloudevents-structured" => Some(Shape::CloudEventsStructured),
+            "cloudevents-protobuf" => Some(Shape::CloudEventsProtobuf),
+            "protobuf" => Some(Shape::Protobuf),
             _ => None,
         }
     }
@@ -38,6 +50,10 @@ impl Shape {
             Shape::Partitioned => "walrelay, partitioned outbox",
             Shape::TwoTables => "walrelay, two outbox tables",
             Shape::Messages => "walrelay, logical messages (no table)",
+            Shape::CloudEventsBinary => "walrelay, envelope cloudevents-binary",
+            Shape::CloudEventsStructured => "walrelay, envelope cloudevents-structured",
+            Shape::CloudEventsProtobuf => "walrelay, envelope cloudevents-protobuf",
+            Shape::Protobuf => "walrelay, envelope protobuf",
         }
     }
 
@@ -48,7 +64,11 @@ impl Shape {
 
     fn tables(self) -> &'static [&'static str] {
         match self {
-            Shape::Partitioned => &["outbox"],
+            Shape::Partitioned
+            | Shape::CloudEventsBinary
+            | Shape::CloudEventsStructured
+            | Shape::CloudEventsProtobuf
+            | Shape::Protobuf => &["outbox"],
             Shape::TwoTables => &["outbox", "billing.outbox"],
             Shape::Messages => &[],
         }
@@ -60,6 +80,18 @@ impl Shape {
             Shape::TwoTables => "[outbox]\ntables = [\"public.outbox\", \"billing.outbox\"]\n",
             Shape::Messages => {
                 "[outbox]\ntables = []\n\n[debezium]\n\"message.prefix.include.list\" = \"outbox\"\n"
+            }
+            Shape::CloudEventsBinary => {
+                "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"cloudevents-binary\"\n"
+            }
+            Shape::CloudEventsStructured => {
+                "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"cloudevents-structured\"\n"
+            }
+            Shape::CloudEventsProtobuf => {
+                "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"cloudevents-protobuf\"\n"
+            }
+            Shape::Protobuf => {
+                "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"protobuf\"\n"
             }
         }
     }
@@ -90,6 +122,10 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
             db.create_outbox("billing.outbox").await;
         }
         Shape::Messages => {}
+        Shape::CloudEventsBinary
+        | Shape::CloudEventsStructured
+        | Shape::CloudEventsProtobuf
+        | Shape::Protobuf => db.create_outbox("outbox").await,
     }
     let publication = unique("bench_shape_pub");
     let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));

@@ -49,6 +49,8 @@ pub struct Config {
     /// Which logical decoding messages are events too; `None`: messages are ignored.
     pub messages: Option<MessageSelection>,
     pub router: RouterConfig,
+    /// `[envelope]`: what a record's value is (Debezium's, CloudEvents, protobuf).
+    pub envelope: crate::envelope::EnvelopeConfig,
     pub kafka: KafkaConfig,
     pub limits: Limits,
     pub http: Option<HttpConfig>,
@@ -64,6 +66,7 @@ const SECTIONS: &[&str] = &[
     "outbox",
     "router",
     "debezium",
+    "envelope",
     "kafka",
     "limits",
     "http",
@@ -140,6 +143,7 @@ impl Config {
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
         let (retention, debezium_offsets) = (take("retention"), take("debezium_offsets"));
+        let envelope = take("envelope");
         let kafka = kafka::parse(kafka.unwrap_or_default())?;
         let source = source::parse(&source.unwrap_or_default())?;
         let (outbox, non_transactional) = outbox::parse(&outbox.unwrap_or_default())?;
@@ -147,7 +151,8 @@ impl Config {
         let debezium_offsets = debezium_offsets
             .map(|o| debezium_offsets::parse(&o, debezium.get("topic.prefix")))
             .transpose()?;
-        let router = RouterConfig::parse(&router.unwrap_or_default(), &debezium)?;
+        let (router, envelope) =
+            crate::envelope::parse(envelope.as_ref(), &router.unwrap_or_default(), &debezium)?;
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
         if outbox.tables.is_empty() && messages.is_none() {
             return Err(invalid(
@@ -173,6 +178,7 @@ impl Config {
             outbox,
             messages,
             router,
+            envelope,
             dead_letter: dead_letter
                 .map(|d| retention::parse_dead_letter(&d, &kafka))
                 .transpose()?,

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::assembler::LogicalMessage;
-use super::delivery::Unroutable;
+use super::delivery::{unix_micros, Unroutable};
 use super::Session;
+use crate::envelope::Txn;
 use crate::error::Result;
 use crate::router::{message_event_id, Router};
 
@@ -45,7 +46,19 @@ impl Session<'_> {
             );
             self.delivery.refuse(refusal).await?;
         } else {
-            match router.route_message(&message.content) {
+            // A non-transactional message has no transaction: its own time and position.
+            let txn = match message.alone {
+                true => Txn { commit_micros: unix_micros(), commit_lsn: message.lsn, xid: 0 },
+                false => self.txn,
+            };
+            let routed = self.envelope.route_message(
+                router,
+                &message.content,
+                &source,
+                &message.prefix,
+                &txn,
+            );
+            match routed {
                 Ok(record) => {
                     self.delivery.publish(record, &Arc::from(source.as_str()), message.lsn).await?
                 }

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 
 use crate::config::Config;
+use crate::envelope::{Envelope, Txn};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
@@ -147,6 +148,13 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
     }
 }
 
+/// The database the events come from, as the envelopes name it: libpq's default is the user's
+/// name.
+fn database(config: &Config) -> String {
+    let conn = &config.source.conn;
+    conn.get_dbname().or(conn.get_user()).unwrap_or_default().to_owned()
+}
+
 /// What handling one event asks of the loop.
 enum Handled {
     Continue,
@@ -161,6 +169,10 @@ struct Session<'c> {
     tables: Vec<OutboxTable>,
     assembler: Assembler,
     delivery: Delivery,
+    /// Turns routed events into records of the configured format.
+    envelope: Envelope,
+    /// The transaction being read (for the envelope).
+    txn: Txn,
     /// Checks the publication and the outbox tables while streaming, on a task of its own so a
     /// slow catalog never holds the loop; the position it vouches for caps what is confirmed
     /// (see `source::watch`), and it ends with the error that ends the session.
@@ -242,6 +254,8 @@ impl<'c> Session<'c> {
             tables: prepared.tables,
             assembler: Assembler::new(config.messages.clone()),
             delivery,
+            envelope: Envelope::new(config.envelope.clone(), &config.router, &database(config)),
+            txn: Txn::default(),
             watch,
             reported: prepared.confirmed,
             takeover,
@@ -374,17 +388,21 @@ impl<'c> Session<'c> {
         }
         match step {
             Step::Skip => {}
-            Step::Begin { commit_micros, .. } => self.delivery.begin(commit_micros),
+            Step::Begin { commit_micros, final_lsn, xid } => {
+                self.txn = Txn { commit_micros, commit_lsn: final_lsn, xid };
+                self.delivery.begin(commit_micros)
+            }
             Step::Commit { end_lsn } => self.delivery.commit(end_lsn),
             Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
-            Step::Row { binding, tuple, lsn } => match router.route(binding, &tuple) {
-                Ok(record) => {
-                    let table = binding.table().clone();
-                    self.delivery.publish(record, &table, lsn).await?;
-                }
-                Err(e) => {
-                    let raw = router.raw(binding, &tuple);
-                    let row = Unroutable {
+            Step::Row { binding, tuple, lsn } => {
+                match self.envelope.route_row(router, binding, &tuple, &self.txn) {
+                    Ok(record) => {
+                        let table = binding.table().clone();
+                        self.delivery.publish(record, &table, lsn).await?;
+                    }
+                    Err(e) => {
+                        let raw = router.raw(binding, &tuple);
+                        let row = Unroutable {
                         kind: "outbox row",
                         reason: e.to_string(),
                         table: raw.table,
@@ -395,9 +413,10 @@ impl<'c> Session<'c> {
                         hint:
                             "fix the row's cause (see the reason), or configure [dead_letter] topic",
                     };
-                    self.delivery.undeliverable(row, Some(Box::new(e))).await?;
+                        self.delivery.undeliverable(row, Some(Box::new(e))).await?;
+                    }
                 }
-            },
+            }
             Step::Update { table, lsn } => {
                 on_update(router.config().invalid_op_behavior(), &table.to_string(), lsn)?
             }

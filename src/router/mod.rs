@@ -57,6 +57,7 @@
 
 mod column;
 mod convert;
+mod event;
 mod expand;
 mod json;
 mod message;
@@ -83,6 +84,9 @@ use bytes::Bytes;
 
 use self::column::{Cv, Kind};
 use self::convert::{json_bytes, simple_header_bytes, string_bytes, Prim, Schema};
+/// For the envelopes' own JSON and base64 (`crate::envelope`).
+pub(crate) use self::convert::{write_base64, write_str as write_json_string};
+pub use self::event::{EventFields, PayloadKind};
 pub use self::message::event_id as message_event_id;
 #[cfg(test)]
 pub(crate) use self::options::NullBehavior;
@@ -106,6 +110,8 @@ const ROLE_TIMESTAMP: &str = "event timestamp (`table.field.event.timestamp`)";
 const ROLE_VERSION: &str = "schema version (`table.field.event.schema.version`)";
 const ROLE_PLACEMENT: &str = "additional field (`table.fields.additional.placement`)";
 const ROLE_PARTITION: &str = "partition placement (`table.fields.additional.placement`)";
+const ROLE_TYPE: &str =
+    "event type (`table.field.event.type`), which CloudEvents require as the `type` attribute";
 
 /// A row's raw columns, for dead letters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +238,8 @@ impl Values<'_> {
 pub struct Binding {
     /// `schema.table` as the Relation message named it (empty for a message).
     table: Arc<str>,
+    /// The same, apart: (schema, table).
+    relation_name: (Arc<str>, Arc<str>),
     /// How pgoutput sends each column of the relation (empty for a message).
     kinds: Vec<Kind>,
     ncols: usize,
@@ -239,6 +247,8 @@ pub struct Binding {
     key: Col,
     payload: Col,
     route: Col,
+    /// `table.field.event.type`, when the event has it (only envelopes read it).
+    event_type: Option<Col>,
     timestamp: Option<(Col, TimeUnit)>,
     schema_version: Option<Col>,
     headers: Vec<(Arc<str>, Col)>,
@@ -258,6 +268,11 @@ impl Binding {
     /// `schema.table` of the relation this binding is for.
     pub fn table(&self) -> &Arc<str> {
         &self.table
+    }
+
+    /// The schema and the name of the relation this binding is for.
+    pub fn relation_name(&self) -> (&str, &str) {
+        (&self.relation_name.0, &self.relation_name.1)
     }
 }
 
@@ -415,6 +430,8 @@ impl Router {
         b.extended_headers = true;
         b.ncols = relation.columns.len();
         b.table = Arc::from(table);
+        b.relation_name =
+            (Arc::from(relation.namespace.as_str()), Arc::from(relation.name.as_str()));
         b.kinds = kinds;
         Ok(b)
     }
@@ -483,14 +500,22 @@ impl Router {
         }
         let key = find(&cfg.field_event_key, ROLE_KEY)?;
         let route = checked(find(&cfg.route_by_field, ROLE_ROUTE)?, ROLE_ROUTE, Expect::String)?;
+        let event_type = match lookup(&cfg.field_event_type) {
+            None if cfg.event_type_required => {
+                return Err(shape.missing(&cfg.field_event_type, ROLE_TYPE))
+            }
+            found => found,
+        };
         Ok(Binding {
             table: Arc::from(""),
+            relation_name: (Arc::from(""), Arc::from("")),
             kinds: Vec::new(),
             ncols: 0,
             id,
             key,
             payload,
             route,
+            event_type,
             timestamp,
             schema_version,
             headers,
@@ -536,6 +561,15 @@ impl Router {
     /// Content nested deeper than [`INLINE_DEPTH`] is decoded and routed on a short-lived
     /// thread with a stack large enough for any depth Jackson accepts, as expansion is.
     pub fn route_message(&mut self, content: &Bytes) -> Result<Record, RouteError> {
+        self.route_message_with(content, false).map(|(record, _)| record)
+    }
+
+    /// [`Router::route_message`], with the event's fields when `fields` (for an envelope).
+    fn route_message_with(
+        &mut self,
+        content: &Bytes,
+        fields: bool,
+    ) -> Result<(Record, Option<EventFields>), RouteError> {
         // Counting brackets is one vectorised pass; only content with enough of them can nest
         // deeper than INLINE_DEPTH, and only that is scanned properly.
         let brackets = content.iter().filter(|&&b| b == b'{' || b == b'[').count();
@@ -543,13 +577,13 @@ impl Router {
             && std::str::from_utf8(content)
                 .is_ok_and(|text| json::nesting_exceeds(text, INLINE_DEPTH));
         if !deep {
-            return self.route_message_on_this_stack(content);
+            return self.route_message_on_this_stack(content, fields);
         }
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("walrelay-message".into())
                 .stack_size(DEEP_STACK_BYTES)
-                .spawn_scoped(scope, || self.route_message_on_this_stack(content))
+                .spawn_scoped(scope, || self.route_message_on_this_stack(content, fields))
                 .map_err(|e| RouteError::Content {
                     reason: format!("cannot start a thread to decode deeply nested content: {e}"),
                 })?
@@ -558,10 +592,17 @@ impl Router {
         })
     }
 
-    fn route_message_on_this_stack(&mut self, content: &Bytes) -> Result<Record, RouteError> {
+    fn route_message_on_this_stack(
+        &mut self,
+        content: &Bytes,
+        fields: bool,
+    ) -> Result<(Record, Option<EventFields>), RouteError> {
         let decoded = message::decode(content, self.cfg.message_nulls)?;
         let binding = self.bind_fields(&decoded.shape())?;
-        self.route_values(&binding, Values::Message(&decoded.values))
+        let values = Values::Message(&decoded.values);
+        let record = self.route_values(&binding, values)?;
+        let fields = if fields { Some(self.event_fields(&binding, values)?) } else { None };
+        Ok((record, fields))
     }
 
     /// An event's values → one Kafka record, the same way for a row and a message.

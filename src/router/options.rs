@@ -127,8 +127,8 @@ pub(crate) enum HeaderConverter {
 pub struct RouterConfig {
     pub(crate) field_event_id: String,
     pub(crate) field_event_key: String,
-    /// Accepted for compatibility; Debezium does not use it either (DBZ-2014).
-    #[allow(dead_code)]
+    /// Debezium's router does not use it (DBZ-2014); walrelay's envelopes other than
+    /// Debezium's do (CloudEvents `type`, the protobuf `Event.event_type`).
     pub(crate) field_event_type: String,
     pub(crate) field_payload: String,
     pub(crate) field_timestamp: Option<String>,
@@ -150,12 +150,28 @@ pub struct RouterConfig {
     /// `DecodeLogicalDecodingMessageContent`'s `fields.null.include`: a message member that is
     /// JSON `null` is dropped (`Ignore`, the default) or kept as an optional BYTES field.
     pub(crate) message_nulls: NullBehavior,
+    /// Set by [`crate::envelope`] for every format but Debezium's: the envelope writes the value,
+    /// and `envelope` placements become its fields (CloudEvents extensions, the protobuf
+    /// `Event`'s `additional`) instead of a Connect struct.
+    pub(crate) event_envelope: bool,
+    /// The event type field (`table.field.event.type`) must exist: CloudEvents require `type`.
+    pub(crate) event_type_required: bool,
 }
 
 impl RouterConfig {
     /// Parses both sections. Unknown keys, `tracing.*` keys and invalid values are errors that
     /// name the key and say how to fix it.
     pub fn parse(router: &Options, debezium: &Options) -> Result<RouterConfig, ConfigError> {
+        RouterConfig::parse_for(router, debezium, false)
+    }
+
+    /// [`RouterConfig::parse`], for an envelope that writes the value itself (`event_envelope`):
+    /// `envelope` placements are then the event's fields, not a Connect struct.
+    pub(crate) fn parse_for(
+        router: &Options,
+        debezium: &Options,
+        event_envelope: bool,
+    ) -> Result<RouterConfig, ConfigError> {
         check_keys(ROUTER, router, ROUTER_KEYS, DEBEZIUM_KEYS, DEBEZIUM)?;
         check_keys(DEBEZIUM, debezium, DEBEZIUM_KEYS, ROUTER_KEYS, ROUTER)?;
         let r = Section { name: ROUTER, opts: router };
@@ -227,6 +243,8 @@ impl RouterConfig {
             } else {
                 NullBehavior::Ignore
             },
+            event_envelope,
+            event_type_required: false,
         };
         cfg.check_combinations(router, debezium)?;
         Ok(cfg)
@@ -244,6 +262,17 @@ impl RouterConfig {
             || matches!(self.header_converter, HeaderConverter::Json { schemas: true })
     }
 
+    /// The aliases of the placements of `kind` `"header"` or `"envelope"`, for the checks of
+    /// `crate::envelope`.
+    pub(crate) fn placement_aliases(&self, kind: &str) -> impl Iterator<Item = &str> {
+        let kind = match kind {
+            "header" => Some(PlacementKind::Header),
+            "envelope" => Some(PlacementKind::Envelope),
+            _ => None,
+        };
+        self.placements.iter().filter(move |p| Some(p.kind) == kind).map(|p| p.alias.as_str())
+    }
+
     /// Whether any `envelope` placement turns the value into a `{payload, …}` struct.
     pub(crate) fn has_envelope(&self) -> bool {
         self.placements.iter().any(|p| p.kind == PlacementKind::Envelope)
@@ -251,7 +280,8 @@ impl RouterConfig {
 
     fn check_combinations(&self, router: &Options, debezium: &Options) -> Result<(), ConfigError> {
         let value_conv = debezium.get("value.converter").map(|s| s.trim()).unwrap_or("string");
-        if self.value_converter == Converter::String && self.has_envelope() {
+        if self.value_converter == Converter::String && self.has_envelope() && !self.event_envelope
+        {
             let value =
                 router.get("table.fields.additional.placement").cloned().unwrap_or_default();
             return Err(ConfigError::InvalidValue {

@@ -1,0 +1,228 @@
+//! Envelopes: what a routed event looks like on the wire.
+//!
+//! The router (`crate::router`) decides everything Debezium's Event Router decides — topic, key,
+//! partition, timestamp, the `id` header and the placements — and an envelope then decides the
+//! value and its describing headers. The default, `debezium`, is the router's record as it is,
+//! byte for byte. The others replace the value:
+//!
+//! * `cloudevents-binary` (`cloudevents.rs`): the payload, unchanged, with the CloudEvents
+//!   attributes in `ce_*` headers and the payload's media type in `content-type`;
+//! * `cloudevents-structured` (`cloudevents.rs`): one JSON event (`data` inline for JSON,
+//!   `data_base64` for bytes);
+//! * `cloudevents-protobuf` (`cloudevents.rs`): one CloudEvent in the CloudEvents protobuf
+//!   format (`proto/io/cloudevents/v1/cloudevents.proto`);
+//! * `protobuf` (`protobuf.rs`): an encoded `walrelay.v1.Event` (`proto/walrelay/v1/event.proto`).
+//!
+//! Every routing option applies to every format: the key, topic, partition and timestamp stay
+//! the router's, its headers are kept (so `id` is always there for deduplication), and
+//! `envelope` placements become the event's own fields. Options that only shape a Kafka
+//! Connect value are refused at start-up (`config.rs`).
+//!
+//! Knows nothing of PostgreSQL or Kafka I/O: the relay hands it the transaction's facts.
+
+mod cloudevents;
+mod cloudevents_protobuf;
+mod config;
+pub mod proto;
+mod protobuf;
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use self::config::{parse, EnvelopeConfig, Format, DEFAULT_SOURCE};
+use crate::lsn::Lsn;
+use crate::pgoutput::Tuple;
+use crate::router::{Binding, EventFields, PayloadKind, Record, RouteError, Router, RouterConfig};
+
+/// The transaction an event was committed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Txn {
+    /// Commit time, microseconds since the Unix epoch.
+    pub commit_micros: i64,
+    /// The LSN of the commit record (pgoutput Begin's `final_lsn`); for a non-transactional
+    /// message, the message's own.
+    pub commit_lsn: Lsn,
+    /// The transaction id; 0 for a non-transactional message.
+    pub xid: u32,
+}
+
+/// Where an event was written: an outbox table or a logical decoding message's prefix.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// `schema.table`, or `message:<prefix>`: what `${table}` in `source` becomes.
+    pub label: &'a str,
+    pub schema: &'a str,
+    pub table: &'a str,
+    pub message_prefix: Option<&'a str>,
+}
+
+impl<'a> Origin<'a> {
+    pub fn table(label: &'a str, schema: &'a str, table: &'a str) -> Origin<'a> {
+        Origin { label, schema, table, message_prefix: None }
+    }
+
+    /// `label` is `message:<prefix>`.
+    pub fn message(label: &'a str, prefix: &'a str) -> Origin<'a> {
+        Origin { label, schema: "", table: "", message_prefix: Some(prefix) }
+    }
+}
+
+/// What is fixed per origin: its CloudEvents `source`, and its protobuf `Source` fields.
+#[derive(Debug)]
+struct Place {
+    source: Bytes,
+    schema: String,
+    table: String,
+    message_prefix: Option<String>,
+}
+
+/// Turns routed events into records of the configured format. One per relay session.
+#[derive(Debug)]
+pub struct Envelope {
+    cfg: EnvelopeConfig,
+    database: String,
+    /// `table.field.event.type`, for the error when a CloudEvent's `type` is NULL.
+    type_field: String,
+    /// `table.field.event.payload`, for the error when a payload is not the JSON it claims.
+    payload_field: String,
+    /// `[envelope] content_type`, ready for a header.
+    content_type_header: Option<Bytes>,
+    places: HashMap<Box<str>, Arc<Place>>,
+    names: cloudevents::HeaderNames,
+    /// The last commit time formatted (RFC 3339): a transaction's events share it.
+    time: (i64, Bytes),
+}
+
+/// Origins cached at most (one per outbox table and message prefix, in practice).
+const PLACE_CACHE_LIMIT: usize = 1_000;
+
+impl Envelope {
+    pub fn new(cfg: EnvelopeConfig, router: &RouterConfig, database: &str) -> Envelope {
+        Envelope {
+            content_type_header: cfg.content_type.as_ref().map(|ct| Bytes::from(ct.clone())),
+            cfg,
+            database: database.to_owned(),
+            type_field: router.field_event_type.clone(),
+            payload_field: router.field_payload.clone(),
+            places: HashMap::new(),
+            names: cloudevents::HeaderNames::default(),
+            time: (i64::MIN, Bytes::new()),
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        self.cfg.format
+    }
+
+    /// Whether records pass through unchanged, so the router need not gather event fields.
+    pub fn is_debezium(&self) -> bool {
+        self.cfg.format == Format::Debezium
+    }
+
+    /// The record of the configured format for an event the router routed to `record`.
+    pub fn wrap(
+        &mut self,
+        record: Record,
+        fields: EventFields,
+        txn: &Txn,
+        origin: Origin<'_>,
+    ) -> Result<Record, RouteError> {
+        match self.cfg.format {
+            Format::Debezium => Ok(record),
+            Format::CloudEventsBinary => self.cloudevents_binary(record, fields, txn, origin),
+            Format::CloudEventsStructured => {
+                self.cloudevents_structured(record, fields, txn, origin)
+            }
+            Format::CloudEventsProtobuf => self.cloudevents_protobuf(record, fields, txn, origin),
+            Format::Protobuf => Ok(self.protobuf(record, fields, txn, origin)),
+        }
+    }
+
+    /// Routes an outbox row and wraps it: with `debezium`, [`Router::route`] alone.
+    pub fn route_row(
+        &mut self,
+        router: &mut Router,
+        binding: &Binding,
+        row: &Tuple,
+        txn: &Txn,
+    ) -> Result<Record, RouteError> {
+        if self.is_debezium() {
+            return router.route(binding, row);
+        }
+        let (record, fields) = router.route_event(binding, row)?;
+        let (schema, table) = binding.relation_name();
+        self.wrap(record, fields, txn, Origin::table(binding.table(), schema, table))
+    }
+
+    /// Routes a logical decoding message's content and wraps it. `label` is
+    /// `message:<prefix>`.
+    pub fn route_message(
+        &mut self,
+        router: &mut Router,
+        content: &Bytes,
+        label: &str,
+        prefix: &str,
+        txn: &Txn,
+    ) -> Result<Record, RouteError> {
+        if self.is_debezium() {
+            return router.route_message(content);
+        }
+        let (record, fields) = router.route_message_event(content)?;
+        self.wrap(record, fields, txn, Origin::message(label, prefix))
+    }
+
+    /// The payload's media type: `[envelope] content_type`, or the column type's.
+    fn content_type(&self, kind: PayloadKind) -> &str {
+        match (&self.cfg.content_type, kind) {
+            (Some(ct), _) => ct,
+            (None, PayloadKind::Json) => "application/json",
+            (None, PayloadKind::Binary) => "application/octet-stream",
+            (None, PayloadKind::Text) => "text/plain; charset=utf-8",
+        }
+    }
+
+    fn place(&mut self, origin: Origin<'_>) -> Arc<Place> {
+        if let Some(p) = self.places.get(origin.label) {
+            return p.clone();
+        }
+        if self.places.len() >= PLACE_CACHE_LIMIT {
+            self.places.clear();
+        }
+        let source = self
+            .cfg
+            .source
+            .replace("${database}", &self.database)
+            .replace("${table}", origin.label);
+        let place = Arc::new(Place {
+            source: Bytes::from(source),
+            schema: origin.schema.to_owned(),
+            table: origin.table.to_owned(),
+            message_prefix: origin.message_prefix.map(str::to_owned),
+        });
+        self.places.insert(origin.label.into(), place.clone());
+        place
+    }
+
+    /// The commit time as RFC 3339 text, UTC, microseconds.
+    fn time(&mut self, micros: i64) -> Bytes {
+        if self.time.0 != micros {
+            self.time = (micros, Bytes::from(cloudevents::rfc3339(micros)));
+        }
+        self.time.1.clone()
+    }
+}
+
+/// Text for a protobuf `string`, which must be UTF-8: as it is when it is (always, in a UTF-8
+/// database), with U+FFFD for invalid bytes otherwise.
+fn utf8(b: &Bytes) -> std::borrow::Cow<'_, [u8]> {
+    match String::from_utf8_lossy(b) {
+        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(b),
+        std::borrow::Cow::Owned(s) => std::borrow::Cow::Owned(s.into_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests;
