@@ -1,5 +1,5 @@
 //! Protobuf wire encoding of the two protobuf envelopes, written straight from the event's
-//! bytes into one buffer.
+//! bytes into one buffer with prost's own encoding primitives.
 //!
 //! Filling prost's generated structs first costs an allocation per string field plus the
 //! maps', which is most of the envelope's cost per event; the generated types (`proto.rs`)
@@ -8,8 +8,10 @@
 //! `proto/io/cloudevents/v1/cloudevents.proto`; proto3 fields without presence are left out at
 //! their default (empty, 0), `optional` and `oneof` fields are written whenever set.
 
-const VARINT: u32 = 0;
-const LEN: u32 = 2;
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+
+const VARINT: WireType = WireType::Varint;
+const LEN: WireType = WireType::LengthDelimited;
 
 /// One encoded message.
 #[derive(Default)]
@@ -22,16 +24,12 @@ impl Wire {
         Wire { out: Vec::with_capacity(n) }
     }
 
-    fn key(&mut self, field: u32, wire_type: u32) {
-        self.varint(u64::from(field << 3 | wire_type));
+    fn key(&mut self, field: u32, wire_type: WireType) {
+        encode_key(field, wire_type, &mut self.out);
     }
 
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.out.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.out.push(v as u8);
+    fn varint(&mut self, v: u64) {
+        encode_varint(v, &mut self.out);
     }
 
     /// A length-delimited field (string, bytes, or a message encoded as `body`), always.
@@ -74,7 +72,7 @@ impl Wire {
 }
 
 fn varint_size(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+    encoded_len_varint(v)
 }
 
 /// The size of a length-delimited field with a `len`-byte body (field numbers below 16).
