@@ -43,6 +43,11 @@ fn row(id: &str) -> Tuple {
 
 /// Offsets after Debezium delivered rows up to `event` of transaction 9, the transaction
 /// before it ending at 100.
+/// An outbox row of `b` at `lsn` (every test row carries the same event id).
+fn row_at(b: &Binding, lsn: u64) -> Step<'_> {
+    Step::Row { binding: b, tuple: row("00000000-0000-0000-0000-000000000001"), lsn: Lsn(lsn) }
+}
+
 fn takeover(event: u64, events_at_lsn: Option<u64>) -> Takeover {
     let delivered = Delivered {
         commit: Lsn(100),
@@ -77,11 +82,7 @@ fn commit(end: u64) -> Step<'static> {
 fn takeover_skips_transactions_ending_at_lsn_commit_and_the_one_debezium_finished() {
     let mut router = router();
     let b = binding(&router);
-    let r = |lsn| Step::Row {
-        binding: &b,
-        tuple: row("00000000-0000-0000-0000-000000000001"),
-        lsn: Lsn(lsn),
-    };
+    let r = |lsn| row_at(&b, lsn);
     let mut t = takeover(130, None);
     let steps = [
         begin(60, 7),
@@ -105,11 +106,7 @@ fn takeover_skips_transactions_ending_at_lsn_commit_and_the_one_debezium_finishe
 fn takeover_relays_all_of_a_transaction_debezium_delivered_in_part() {
     let mut router = router();
     let b = binding(&router);
-    let r = |lsn| Step::Row {
-        binding: &b,
-        tuple: row("00000000-0000-0000-0000-000000000001"),
-        lsn: Lsn(lsn),
-    };
+    let r = |lsn| row_at(&b, lsn);
     let mut t = takeover(130, None);
     let steps = [begin(160, 9), r(120), r(130), r(140), r(150), commit(170)];
     assert_eq!(run(&mut t, &steps, &mut router), "P T T R2 P P");
@@ -121,11 +118,7 @@ fn takeover_relays_all_of_a_transaction_debezium_delivered_in_part() {
 fn takeover_counts_rows_sharing_the_last_delivered_lsn() {
     let mut router = router();
     let b = binding(&router);
-    let r = |lsn| Step::Row {
-        binding: &b,
-        tuple: row("00000000-0000-0000-0000-000000000001"),
-        lsn: Lsn(lsn),
-    };
+    let r = |lsn| row_at(&b, lsn);
     // A COPY's rows share one LSN: without Debezium's count, only one of them is known delivered.
     let mut t = takeover(130, None);
     assert_eq!(run(&mut t, &[begin(160, 9), r(130), r(130), commit(170)], &mut router), "P T R1 P");
@@ -139,11 +132,7 @@ fn takeover_counts_rows_sharing_the_last_delivered_lsn() {
 fn takeover_stops_screening_at_the_first_transaction_debezium_never_saw() {
     let mut router = router();
     let b = binding(&router);
-    let r = |lsn| Step::Row {
-        binding: &b,
-        tuple: row("00000000-0000-0000-0000-000000000001"),
-        lsn: Lsn(lsn),
-    };
+    let r = |lsn| row_at(&b, lsn);
     let mut t = takeover(130, None);
     // Another transaction after lsn_commit (Debezium stopped before transaction 9 committed).
     assert_eq!(run(&mut t, &[begin(110, 4), r(105)], &mut router), "P P");
@@ -181,11 +170,7 @@ fn takeover_is_not_decided_on_offsets_older_than_the_slot_or_ahead_of_the_server
 fn takeover_holds_no_more_than_the_relay_keeps_in_flight() {
     let mut router = router();
     let b = binding(&router);
-    let r = |lsn| Step::Row {
-        binding: &b,
-        tuple: row("00000000-0000-0000-0000-000000000001"),
-        lsn: Lsn(lsn),
-    };
+    let r = |lsn| row_at(&b, lsn);
     let delivered = Delivered {
         commit: Lsn(100),
         in_flight: Some(InFlight { xid: 9, event: Lsn(130), events_at_lsn: None }),
