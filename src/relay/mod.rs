@@ -506,19 +506,31 @@ impl<'c> Session<'c> {
         let name = self.config.source.slot.as_str();
         let control = &self.control;
         let wait = self.config.source.status_interval * 2 + Duration::from_millis(500);
-        let reached = poll_until(wait, || async move {
-            matches!(slot::slot(control, name).await, Ok(Some(s)) if s.confirmed >= Some(target))
+        // This session's walsender, to tell its release from a successor taking the slot.
+        let ours = std::cell::Cell::new(None);
+        let reached = poll_until(wait, || async {
+            match slot::slot(control, name).await {
+                Ok(Some(s)) => {
+                    ours.set(s.active_pid);
+                    s.confirmed >= Some(target)
+                }
+                _ => false,
+            }
         })
         .await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.shutdown()).await;
+        // The walsender releases the slot as it exits, a moment after the stream has closed.
+        // Waiting for that means whoever comes next (a successor, `teardown`, `status`) finds
+        // the slot free once this process has exited.
+        let ours = ours.get();
+        let inactive = poll_until(Duration::from_secs(2), || async move {
+            matches!(slot::slot(control, name).await,
+                Ok(Some(s)) if !s.active || (ours.is_some() && s.active_pid != ours))
+        })
+        .await;
         if reached {
             return;
         }
-        let control = &self.control;
-        let inactive = poll_until(Duration::from_secs(2), || async move {
-            matches!(slot::slot(control, name).await, Ok(Some(s)) if !s.active)
-        })
-        .await;
         let advanced = match inactive {
             true => {
                 tokio::time::timeout(Duration::from_secs(2), slot::advance(control, name, target))
