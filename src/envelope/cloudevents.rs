@@ -58,9 +58,9 @@ impl HeaderNames {
     }
 }
 
-/// The attributes every CloudEvent of one record has, read once.
+/// The attributes every CloudEvent of one record has, read once (`id` is the record's
+/// `event_id`).
 pub(super) struct Attributes {
-    pub id: Bytes,
     pub source: Bytes,
     pub ty: Bytes,
     pub time: Bytes,
@@ -70,7 +70,6 @@ pub(super) struct Attributes {
 impl Envelope {
     pub(super) fn attributes(
         &mut self,
-        record: &Record,
         fields: &mut EventFields,
         txn: &Txn,
         origin: Origin<'_>,
@@ -80,7 +79,6 @@ impl Envelope {
             role: ROLE_TYPE,
         })?;
         Ok(Attributes {
-            id: Bytes::copy_from_slice(record.event_id.as_bytes()),
             source: self.place(origin).source.clone(),
             ty,
             time: self.time(txn.commit_micros),
@@ -97,7 +95,8 @@ impl Envelope {
         txn: &Txn,
         origin: Origin<'_>,
     ) -> Result<Record, RouteError> {
-        let a = self.attributes(&record, &mut fields, txn, origin)?;
+        let a = self.attributes(&mut fields, txn, origin)?;
+        let id = Bytes::copy_from_slice(record.event_id.as_bytes());
         let data = if fields.tombstone { None } else { fields.payload.take() };
         let content_type = data.as_ref().map(|_| self.content_type_bytes(fields.payload_kind));
         let extensions: Vec<(Arc<str>, Bytes)> = fields
@@ -112,7 +111,7 @@ impl Envelope {
             h.push((n.content_type.clone(), ct));
         }
         h.push((n.specversion.clone(), Bytes::from_static(b"1.0")));
-        h.push((n.id.clone(), a.id));
+        h.push((n.id.clone(), id));
         h.push((n.source.clone(), a.source));
         h.push((n.ty.clone(), a.ty));
         h.push((n.time.clone(), a.time));
@@ -137,23 +136,28 @@ impl Envelope {
         if fields.tombstone {
             return self.cloudevents_binary(record, fields, txn, origin);
         }
-        let a = self.attributes(&record, &mut fields, txn, origin)?;
+        let a = self.attributes(&mut fields, txn, origin)?;
         let payload_len = fields.payload.as_ref().map_or(0, |p| p.len());
         let mut out = Vec::with_capacity(payload_len * 4 / 3 + 256);
         out.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":");
-        write_json_string(&mut out, &String::from_utf8_lossy(&a.id));
-        member(&mut out, "source", &a.source);
-        member(&mut out, "type", &a.ty);
-        member(&mut out, "time", &a.time);
+        write_json_string(&mut out, &record.event_id);
+        member(&mut out, b",\"source\":", &a.source);
+        member(&mut out, b",\"type\":", &a.ty);
+        // RFC 3339 text of our own making: nothing in it to escape.
+        out.extend_from_slice(b",\"time\":\"");
+        out.extend_from_slice(&a.time);
+        out.push(b'"');
         if let Some(subject) = &a.subject {
-            member(&mut out, "subject", subject);
+            member(&mut out, b",\"subject\":", subject);
         }
         for (alias, value) in &fields.additional {
-            member(&mut out, alias, value);
+            out.push(b',');
+            write_json_string(&mut out, alias);
+            member(&mut out, b":", value);
         }
         if let Some(payload) = &fields.payload {
             let content_type = self.content_type(fields.payload_kind);
-            member(&mut out, "datacontenttype", content_type.as_bytes());
+            member(&mut out, b",\"datacontenttype\":", content_type.as_bytes());
             self.write_data(&mut out, payload, fields.payload_kind)?;
         }
         out.push(b'}');
@@ -215,12 +219,14 @@ impl Envelope {
     }
 }
 
-/// `,"name":"value"` (values are UTF-8 text; anything else is replaced, never copied raw).
-fn member(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.push(b',');
-    write_json_string(out, name);
-    out.push(b':');
-    write_json_string(out, &String::from_utf8_lossy(value));
+/// `value` as a JSON string after `name`, which is written as it is (`,"source":`). Values are
+/// UTF-8 text; anything else is replaced, never copied raw.
+fn member(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    match std::str::from_utf8(value) {
+        Ok(text) => write_json_string(out, text),
+        Err(_) => write_json_string(out, &String::from_utf8_lossy(value)),
+    }
 }
 
 /// `application/json`, or any `+json` structured syntax suffix, parameters ignored.

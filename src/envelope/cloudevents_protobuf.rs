@@ -50,8 +50,8 @@ impl Envelope {
         if fields.tombstone {
             return self.cloudevents_binary(record, fields, txn, origin);
         }
-        let a = self.attributes(&record, &mut fields, txn, origin)?;
-        let (id, source, ty) = (utf8(&a.id), utf8(&a.source), utf8(&a.ty));
+        let a = self.attributes(&mut fields, txn, origin)?;
+        let (id, source, ty) = (record.event_id.as_bytes(), utf8(&a.source), utf8(&a.ty));
         let mut attributes: Vec<(&[u8], Value<'_>)> =
             Vec::with_capacity(3 + fields.additional.len());
         attributes.push((b"time", Value::Time(txn.commit_micros)));
@@ -78,7 +78,7 @@ impl Envelope {
             + data.map_or(0, |(_, p)| bytes_size(p.len()));
 
         let mut w = Wire::with_capacity(size);
-        w.text(1, &id);
+        w.text(1, id);
         w.text(2, &source);
         w.text(3, b"1.0");
         w.text(4, &ty);

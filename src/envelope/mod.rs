@@ -218,9 +218,9 @@ impl Envelope {
 /// Text for a protobuf `string`, which must be UTF-8: as it is when it is (always, in a UTF-8
 /// database), with U+FFFD for invalid bytes otherwise.
 fn utf8(b: &Bytes) -> std::borrow::Cow<'_, [u8]> {
-    match String::from_utf8_lossy(b) {
-        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(b),
-        std::borrow::Cow::Owned(s) => std::borrow::Cow::Owned(s.into_bytes()),
+    match std::str::from_utf8(b) {
+        Ok(_) => std::borrow::Cow::Borrowed(b),
+        Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(b).into_owned().into_bytes()),
     }
 }
 

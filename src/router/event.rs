@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::column::{Cv, Kind};
 use super::convert::{simple_header_bytes, string_bytes, write_cv_json};
-use super::{Binding, Col, Record, RouteError, Router, Tuple, Values, ROLE_ROUTE};
+use super::{Binding, Col, Record, RouteError, Router, Tuple, Values};
 
 /// How the payload's bytes are to be read, which decides its default content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,9 +49,10 @@ impl Router {
         b: &Binding,
         row: &Tuple,
     ) -> Result<(Record, EventFields), RouteError> {
-        let record = self.route(b, row)?;
-        let fields = self.event_fields(b, Values::Row { vals: &row.0, kinds: &b.kinds })?;
-        Ok((record, fields))
+        b.check_columns(row)?;
+        let (record, fields) =
+            self.route_values(b, Values::Row { vals: &row.0, kinds: &b.kinds }, true)?;
+        Ok((record, fields.expect("asked for the fields")))
     }
 
     /// [`Router::route_message`], plus the event's fields for an envelope.
@@ -63,32 +64,27 @@ impl Router {
         Ok((record, fields.expect("asked for the fields")))
     }
 
+    /// The event's fields, from the values `route_values` has read already (the route field,
+    /// the key's, the payload's) and the ones only an envelope needs.
     pub(super) fn event_fields(
         &self,
         b: &Binding,
         vals: Values<'_>,
+        aggregate_type: Bytes,
+        key: &Cv,
+        payload_cv: &Cv,
+        tombstone: bool,
     ) -> Result<EventFields, RouteError> {
-        let aggregate_type = match &*vals.read(&b.route)? {
-            Cv::Text(t) => t.clone(),
-            _ => {
-                return Err(RouteError::NullValue {
-                    column: b.route.name.to_string(),
-                    role: ROLE_ROUTE,
-                })
-            }
-        };
-        let aggregate_id = string_bytes(&*vals.read(&b.key)?);
+        let aggregate_id = string_bytes(key);
         let event_type = match &b.event_type {
             Some(col) => string_bytes(&*vals.read(col)?),
             None => None,
         };
-        let payload_cv = vals.read(&b.payload)?;
-        let tombstone = self.cfg.tombstone_on_empty_payload && payload_cv.is_blank();
-        let (payload, payload_kind) = payload_of(vals, &b.payload, &payload_cv)?;
+        let (payload, payload_kind) = payload_of(vals, &b.payload, payload_cv)?;
         let mut additional = Vec::with_capacity(b.envelope.len());
         for (alias, col) in &b.envelope {
             if let Some(text) = simple_header_bytes(&*vals.read(col)?) {
-                additional.push((Arc::from(alias.as_str()), text));
+                additional.push((alias.clone(), text));
             }
         }
         Ok(EventFields {

@@ -102,6 +102,10 @@ const SCHEMA_NAME_CACHE_LIMIT: usize = 10_000;
 const INLINE_DEPTH: usize = 32;
 const DEEP_STACK_BYTES: usize = 256 << 20;
 
+/// The most headers an envelope adds besides one per extension (CloudEvents binary mode:
+/// `content-type` and six `ce_*` attributes).
+const ENVELOPE_HEADERS: usize = 7;
+
 const ROLE_ID: &str = "event id (`table.field.event.id`)";
 const ROLE_KEY: &str = "event key (`table.field.event.key`)";
 const ROLE_PAYLOAD: &str = "payload (`table.field.event.payload`)";
@@ -252,7 +256,7 @@ pub struct Binding {
     timestamp: Option<(Col, TimeUnit)>,
     schema_version: Option<Col>,
     headers: Vec<(Arc<str>, Col)>,
-    envelope: Vec<(String, Col)>,
+    envelope: Vec<(Arc<str>, Col)>,
     partition: Option<Col>,
     /// The envelope struct's schema name is `.0` + the routed value + `.1`:
     /// `<topic.prefix>.<schema>.<table>.` and `.Value` for a row (the change event's value
@@ -265,6 +269,18 @@ pub struct Binding {
 }
 
 impl Binding {
+    /// A row must have the relation's columns, or its values would land in the wrong roles.
+    fn check_columns(&self, row: &Tuple) -> Result<(), RouteError> {
+        match row.0.len() == self.ncols {
+            true => Ok(()),
+            false => Err(RouteError::ColumnCount {
+                table: self.table.to_string(),
+                expected: self.ncols,
+                found: row.0.len(),
+            }),
+        }
+    }
+
     /// `schema.table` of the relation this binding is for.
     pub fn table(&self) -> &Arc<str> {
         &self.table
@@ -492,7 +508,7 @@ impl Router {
             };
             match p.kind {
                 PlacementKind::Header => headers.push((Arc::from(p.alias.as_str()), col)),
-                PlacementKind::Envelope => envelope.push((p.alias.clone(), col)),
+                PlacementKind::Envelope => envelope.push((Arc::from(p.alias.as_str()), col)),
                 PlacementKind::Partition => {
                     partition = Some(checked(col, ROLE_PARTITION, Expect::Int32)?);
                 }
@@ -543,14 +559,9 @@ impl Router {
 
     /// One committed INSERT row → one Kafka record.
     pub fn route(&mut self, b: &Binding, row: &Tuple) -> Result<Record, RouteError> {
-        if row.0.len() != b.ncols {
-            return Err(RouteError::ColumnCount {
-                table: b.table.to_string(),
-                expected: b.ncols,
-                found: row.0.len(),
-            });
-        }
-        self.route_values(b, Values::Row { vals: &row.0, kinds: &b.kinds })
+        b.check_columns(row)?;
+        self.route_values(b, Values::Row { vals: &row.0, kinds: &b.kinds }, false)
+            .map(|(record, _)| record)
     }
 
     /// A logical decoding message's content → one Kafka record, routed as a row whose columns
@@ -600,13 +611,17 @@ impl Router {
         let decoded = message::decode(content, self.cfg.message_nulls)?;
         let binding = self.bind_fields(&decoded.shape())?;
         let values = Values::Message(&decoded.values);
-        let record = self.route_values(&binding, values)?;
-        let fields = if fields { Some(self.event_fields(&binding, values)?) } else { None };
-        Ok((record, fields))
+        self.route_values(&binding, values, fields)
     }
 
-    /// An event's values → one Kafka record, the same way for a row and a message.
-    fn route_values(&mut self, b: &Binding, vals: Values<'_>) -> Result<Record, RouteError> {
+    /// An event's values → one Kafka record, the same way for a row and a message; with
+    /// `fields`, also the event's fields for an envelope, from the same reads.
+    fn route_values(
+        &mut self,
+        b: &Binding,
+        vals: Values<'_>,
+        fields: bool,
+    ) -> Result<(Record, Option<EventFields>), RouteError> {
         let id = vals.read(&b.id)?;
         let event_id = match &*id {
             Cv::Null => {
@@ -626,10 +641,13 @@ impl Router {
         };
         let topic = self.topic(&route_value)?;
 
-        let key = self.key(&b.key, &*vals.read(&b.key)?)?;
+        let key_value = vals.read(&b.key)?;
+        let key = self.key(&b.key, &key_value)?;
 
         let extended: &[(Arc<str>, Bytes)] = if b.extended_headers { &self.extended } else { &[] };
-        let mut headers = Vec::with_capacity(extended.len() + 1 + b.headers.len());
+        // Room for an envelope's headers too, so adding them does not reallocate.
+        let room = if fields { ENVELOPE_HEADERS + b.envelope.len() } else { 0 };
+        let mut headers = Vec::with_capacity(extended.len() + 1 + b.headers.len() + room);
         headers.extend(extended.iter().cloned());
         if let Some(h) = self.header(&b.id, &id)? {
             headers.push((self.id_header.clone(), h));
@@ -662,7 +680,8 @@ impl Router {
         };
 
         let payload = vals.read(&b.payload)?;
-        let value = if self.cfg.tombstone_on_empty_payload && payload.is_blank() {
+        let tombstone = self.cfg.tombstone_on_empty_payload && payload.is_blank();
+        let value = if tombstone {
             None
         } else {
             match self.cfg.value_converter {
@@ -674,6 +693,12 @@ impl Router {
             }
         };
 
-        Ok(Record { topic, key, value, headers, partition, timestamp_ms, event_id })
+        let fields = match fields {
+            true => {
+                Some(self.event_fields(b, vals, route_value, &key_value, &payload, tombstone)?)
+            }
+            false => None,
+        };
+        Ok((Record { topic, key, value, headers, partition, timestamp_ms, event_id }, fields))
     }
 }

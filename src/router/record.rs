@@ -177,8 +177,9 @@ impl Router {
             let payload_schema = payload_schema.clone().unwrap_or_else(|| b.payload.schema.clone());
             let name = self.envelope_name(b, vals, &payload_schema, route_text)?;
             let mut fields = vec![("payload".to_owned(), payload_schema)];
-            fields
-                .extend(b.envelope.iter().map(|(alias, col)| (alias.clone(), col.schema.clone())));
+            fields.extend(
+                b.envelope.iter().map(|(alias, col)| (alias.to_string(), col.schema.clone())),
+            );
             let version = match &b.schema_version {
                 Some(col) => version_of(col, vals)?,
                 None => None,

@@ -408,6 +408,39 @@ fn jackson_string_escaping_matches_json_converter() {
     );
 }
 
+proptest::proptest! {
+    /// The run-copying escaper against Jackson's rule stated per character, on strings long
+    /// enough to cross its 16-byte chunks with escapes anywhere.
+    #[test]
+    fn jackson_string_escaping_matches_the_per_character_rule(
+        s in "([a-z\u{7f}é–]{0,40}[\"\\\\\u{0}-\u{1f}😀]?){0,5}"
+    ) {
+        let mut want = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => want.push_str("\\\""),
+                '\\' => want.push_str("\\\\"),
+                '\u{8}' => want.push_str("\\b"),
+                '\u{c}' => want.push_str("\\f"),
+                '\n' => want.push_str("\\n"),
+                '\r' => want.push_str("\\r"),
+                '\t' => want.push_str("\\t"),
+                c if (c as u32) < 0x20 => want.push_str(&format!("\\u{:04X}", c as u32)),
+                c if (c as u32) > 0xFFFF => {
+                    for u in c.encode_utf16(&mut [0; 2]) {
+                        want.push_str(&format!("\\u{:04X}", u));
+                    }
+                }
+                c => want.push(c),
+            }
+        }
+        want.push('"');
+        let mut out = Vec::new();
+        write_str(&mut out, &s);
+        proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+}
+
 #[test]
 fn doubles_are_written_as_java_double_to_string() {
     let cases = [
