@@ -11,7 +11,10 @@
 //! For each: commit→ack and commit→read from walrelay's own histograms, commit→CreateTime from
 //! the records read back (the CreateTime is when walrelay handed the record to librdkafka, in
 //! ms), and the broker alone (a producer with walrelay's settings, the same layout, arrivals
-//! and record size) from send to delivery report.
+//! and record size) from send to delivery report: once on an idle machine, and once while the
+//! shape's writers commit the same load into a database no relay reads (the same WAL flushes
+//! and backends on the same cores, without the walsender and walrelay), so the difference to
+//! walrelay is what reading and relaying the WAL adds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -124,6 +127,8 @@ pub struct Row {
     pub missing: u64,
     /// The broker alone, same layout and arrivals: send → delivery report.
     pub floor: Quantiles,
+    /// The same while the shape's writers commit the same load into a database nobody reads.
+    pub floor_loaded: Quantiles,
 }
 
 pub fn main(args: LatencyArgs) {
@@ -159,11 +164,17 @@ pub fn main(args: LatencyArgs) {
 /// The floors, then walrelay, for every rate of one shape (a fresh broker for each).
 async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row> {
     let mut floors = Vec::new();
+    let floor_seconds = seconds.min(10.0);
     for &rate in rates {
         crate::fresh::broker();
-        let f = floor(crate::fresh::bootstrap(), shape, rate, seconds.min(10.0)).await;
-        eprintln!("[latency]   broker alone at {rate}/s: send→ack {f:?}");
-        floors.push(f);
+        let idle = floor(crate::fresh::bootstrap(), shape, rate, floor_seconds).await;
+        eprintln!("[latency]   broker alone at {rate}/s: send→ack {idle:?}");
+        crate::fresh::broker();
+        let loaded = floor_under_load(shape, rate, floor_seconds).await;
+        eprintln!(
+            "[latency]   broker alone at {rate}/s beside the writers' load: send→ack {loaded:?}"
+        );
+        floors.push((idle, loaded));
     }
     crate::fresh::broker();
     let db = workload::create_db("bench_lat").await;
@@ -185,7 +196,7 @@ async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let mut rows = Vec::new();
     let mut first_n = 1u64;
-    for (&rate, floor) in rates.iter().zip(floors) {
+    for (&rate, (floor, floor_loaded)) in rates.iter().zip(floors) {
         let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
         let warmup = (seconds / 5.0).min(5.0);
         let after_warmup = async {
@@ -218,6 +229,7 @@ async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row
             create_time,
             missing,
             floor,
+            floor_loaded,
         };
         eprintln!(
             "[latency]   walrelay at {rate}/s (achieved {achieved:.0}/s): commit→ack {:?}, commit→read {:?}, commit→CreateTime {:?}, missing {missing}",
@@ -387,6 +399,20 @@ async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quanti
     Quantiles::of(ms)
 }
 
+/// [`floor`] while the shape's writers commit the same load into a database of their own that
+/// has no slot: PostgreSQL's share of the machine, without the walsender and the relay.
+async fn floor_under_load(shape: Shape, rate: u64, seconds: f64) -> Quantiles {
+    let db = workload::create_db("bench_floor").await;
+    let capacity = (rate as f64 * seconds * 1.3) as usize + 1000;
+    let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let (q, _) = tokio::join!(
+        floor(crate::fresh::bootstrap(), shape, rate, seconds),
+        write(&db, shape, rate, seconds, 1, commit_us)
+    );
+    workload::drop_db(&db).await;
+    q
+}
+
 /// Reads the shape's topics back and measures commit → CreateTime for events `range` (the
 /// first `skip` not counted); also how many of `range` never arrived.
 async fn create_times(
@@ -458,8 +484,8 @@ async fn create_times(
 fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
     let mut out = format!(
         "### walrelay-bench latency: {} repetition(s), {} s per rate; median [min–max]\n\n\
-         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | ack p99 − broker p99 ms | missing |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | broker alone beside the writers p99 ms | ack p99 − broker p99 ms | ack p99 − broker beside the writers p99 ms | missing |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         args.repeat, args.seconds
     );
     for &shape in shapes {
@@ -471,7 +497,7 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
             }
             let col = |f: &dyn Fn(&Row) -> f64| spread(of.iter().map(|r| f(r)).collect());
             out += &format!(
-                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 shape.describe(),
                 col(&|r| r.achieved),
                 col(&|r| r.ack.map_or(f64::NAN, |q| q.p50_ms)),
@@ -480,7 +506,9 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
                 col(&|r| r.create_time.p99_ms),
                 col(&|r| r.floor.p50_ms),
                 col(&|r| r.floor.p99_ms),
+                col(&|r| r.floor_loaded.p99_ms),
                 col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor.p99_ms),
+                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor_loaded.p99_ms),
                 of.iter().map(|r| r.missing).sum::<u64>(),
             );
         }

@@ -103,7 +103,8 @@ struct Opts {
     #[arg(long, value_delimiter = ',', default_value = "ceiling,walrelay,polling")]
     systems: Vec<String>,
     /// Outbox table shapes walrelay also drains, beside the plain table (comma-separated:
-    /// partitioned, two-tables, messages, and the envelope formats cloudevents-binary,
+    /// partitioned, two-tables, messages, and the envelope formats debezium (the default format,
+    /// drained like the others for a like-for-like baseline), cloudevents-binary,
     /// cloudevents-structured, cloudevents-protobuf, protobuf; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages")]
     shapes: String,

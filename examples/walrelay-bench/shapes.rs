@@ -10,10 +10,11 @@
 //!   (`pg_logical_emit_message(true, 'outbox', …)`, the same number per transaction), drained
 //!   by a message-only walrelay (`[outbox] tables = []`, an empty publication). Their records
 //!   are byte for byte the plain table's;
-//! * `cloudevents-binary`, `cloudevents-structured`, `cloudevents-protobuf`, `protobuf` — the
-//!   plain table, relayed
-//!   under that `[envelope] format` (the default, `debezium`, is the plain drain itself). The
-//!   read-back checks the same topic, key and `id` header, which every format keeps.
+//! * `debezium`, `cloudevents-binary`, `cloudevents-structured`, `cloudevents-protobuf`,
+//!   `protobuf` — the plain table, relayed under that `[envelope] format`. `debezium` is the
+//!   default format drained exactly as the others are (a database of its own, its own ceiling
+//!   just before), so the formats compare to it like for like. The read-back checks the same
+//!   topic, key and `id` header, which every format keeps.
 
 use crate::support::{services, unique, TestDb};
 use crate::systems::{walrelay_drain, Ctx, Drain};
@@ -24,6 +25,7 @@ pub enum Shape {
     Partitioned,
     TwoTables,
     Messages,
+    Debezium,
     CloudEventsBinary,
     CloudEventsStructured,
     CloudEventsProtobuf,
@@ -36,6 +38,7 @@ impl Shape {
             "partitioned" => Some(Shape::Partitioned),
             "two-tables" => Some(Shape::TwoTables),
             "messages" => Some(Shape::Messages),
+            "debezium" => Some(Shape::Debezium),
             "cloudevents-binary" => Some(Shape::CloudEventsBinary),
             "cloudevents-structured" => Some(Shape::CloudEventsStructured),
             "cloudevents-protobuf" => Some(Shape::CloudEventsProtobuf),
@@ -50,6 +53,7 @@ impl Shape {
             Shape::Partitioned => "walrelay, partitioned outbox",
             Shape::TwoTables => "walrelay, two outbox tables",
             Shape::Messages => "walrelay, logical messages (no table)",
+            Shape::Debezium => "walrelay, envelope debezium (the default)",
             Shape::CloudEventsBinary => "walrelay, envelope cloudevents-binary",
             Shape::CloudEventsStructured => "walrelay, envelope cloudevents-structured",
             Shape::CloudEventsProtobuf => "walrelay, envelope cloudevents-protobuf",
@@ -65,6 +69,7 @@ impl Shape {
     fn tables(self) -> &'static [&'static str] {
         match self {
             Shape::Partitioned
+            | Shape::Debezium
             | Shape::CloudEventsBinary
             | Shape::CloudEventsStructured
             | Shape::CloudEventsProtobuf
@@ -80,6 +85,9 @@ impl Shape {
             Shape::TwoTables => "[outbox]\ntables = [\"public.outbox\", \"billing.outbox\"]\n",
             Shape::Messages => {
                 "[outbox]\ntables = []\n\n[debezium]\n\"message.prefix.include.list\" = \"outbox\"\n"
+            }
+            Shape::Debezium => {
+                "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"debezium\"\n"
             }
             Shape::CloudEventsBinary => {
                 "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"cloudevents-binary\"\n"
@@ -122,7 +130,8 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
             db.create_outbox("billing.outbox").await;
         }
         Shape::Messages => {}
-        Shape::CloudEventsBinary
+        Shape::Debezium
+        | Shape::CloudEventsBinary
         | Shape::CloudEventsStructured
         | Shape::CloudEventsProtobuf
         | Shape::Protobuf => db.create_outbox("outbox").await,

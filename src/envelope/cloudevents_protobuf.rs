@@ -23,7 +23,7 @@ const CE_TIMESTAMP: u32 = 7;
 
 /// An attribute's value: a string, or the commit time.
 enum Value<'a> {
-    Text(Cow<'a, [u8]>),
+    Text(&'a [u8]),
     Time(i64),
 }
 
@@ -52,46 +52,47 @@ impl Envelope {
         }
         let a = self.attributes(&mut fields, txn, origin)?;
         let (id, source, ty) = (record.event_id.as_bytes(), utf8(&a.source), utf8(&a.ty));
-        let mut attributes: Vec<(&[u8], Value<'_>)> =
-            Vec::with_capacity(3 + fields.additional.len());
-        attributes.push((b"time", Value::Time(txn.commit_micros)));
-        if let Some(subject) = &a.subject {
-            attributes.push((b"subject", Value::Text(utf8(subject))));
-        }
-        for (alias, value) in &fields.additional {
-            attributes.push((alias.as_bytes(), Value::Text(utf8(value))));
-        }
+        let subject = a.subject.as_ref().map(utf8);
+        let additional: Vec<(&[u8], Cow<'_, [u8]>)> =
+            fields.additional.iter().map(|(k, v)| (k.as_bytes(), utf8(v))).collect();
         // Data: text (JSON included) when it is UTF-8, bytes otherwise.
         let data = fields.payload.as_ref().map(|payload| {
             let content_type = self.content_type(fields.payload_kind).as_bytes();
-            attributes.push((b"datacontenttype", Value::Text(Cow::Borrowed(content_type))));
             let text =
                 fields.payload_kind != PayloadKind::Binary && std::str::from_utf8(payload).is_ok();
-            (if text { 7 } else { 6 }, payload)
+            (if text { 7 } else { 6 }, payload, content_type)
         });
+        // The attributes map, walked twice (sizes, then bytes) rather than collected: no
+        // allocation per event unless there are extensions.
+        let attributes = || {
+            std::iter::once((&b"time"[..], Value::Time(txn.commit_micros)))
+                .chain(subject.as_deref().map(|s| (&b"subject"[..], Value::Text(s))))
+                .chain(additional.iter().map(|(k, v)| (*k, Value::Text(v))))
+                .chain(data.map(|(_, _, ct)| (&b"datacontenttype"[..], Value::Text(ct))))
+        };
         let entry = |k: &[u8], v: &Value<'_>| bytes_size(k.len()) + bytes_size(v.size());
         let size = text_size(id.len())
             + text_size(source.len())
             + bytes_size(3)
             + text_size(ty.len())
-            + attributes.iter().map(|(k, v)| bytes_size(entry(k, v))).sum::<usize>()
-            + data.map_or(0, |(_, p)| bytes_size(p.len()));
+            + attributes().map(|(k, v)| bytes_size(entry(k, &v))).sum::<usize>()
+            + data.map_or(0, |(_, p, _)| bytes_size(p.len()));
 
         let mut w = Wire::with_capacity(size);
         w.text(1, id);
         w.text(2, &source);
         w.text(3, b"1.0");
         w.text(4, &ty);
-        for (k, v) in &attributes {
-            w.message(5, entry(k, v));
+        for (k, v) in attributes() {
+            w.message(5, entry(k, &v));
             w.bytes(1, k);
             w.message(2, v.size());
             match v {
                 Value::Text(t) => w.bytes(CE_STRING, t),
-                Value::Time(micros) => w.timestamp(CE_TIMESTAMP, *micros),
+                Value::Time(micros) => w.timestamp(CE_TIMESTAMP, micros),
             }
         }
-        if let Some((field, payload)) = data {
+        if let Some((field, payload, _)) = data {
             w.bytes(field, payload);
         }
         debug_assert_eq!(w.out.len(), size, "the size computed is the size written");
