@@ -10,7 +10,7 @@ mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use walrelay::config::Options;
-use walrelay::envelope::{self, Envelope, Txn};
+use walrelay::envelope::{self, Envelope, Format, Txn};
 use walrelay::lsn::Lsn;
 use walrelay::router::{Router, RouterConfig};
 
@@ -72,14 +72,7 @@ fn route(c: &mut Criterion) {
         g.bench_function(name, |b| b.iter(|| r.route_message(black_box(&content)).unwrap()));
     }
     let txn = Txn { commit_micros: 1_764_612_000_123_456, commit_lsn: Lsn(0x16B_3748), xid: 771 };
-    let formats = [
-        "debezium",
-        "cloudevents-binary",
-        "cloudevents-structured",
-        "cloudevents-protobuf",
-        "protobuf",
-    ];
-    for format in formats {
+    for format in Format::all().map(Format::name) {
         let envelope_opts: Options = [("format".to_string(), format.to_string())].into();
         let (cfg, env_cfg) =
             envelope::parse(Some(&envelope_opts), &Options::new(), &Options::new())

@@ -64,6 +64,33 @@ pub struct Relation {
     pub columns: Vec<Column>,
 }
 
+#[cfg(test)]
+impl Relation {
+    /// A relation for tests: `columns` as (name, type OID), without type modifiers or key flags.
+    pub(crate) fn for_test(
+        id: u32,
+        namespace: &str,
+        name: &str,
+        columns: &[(&str, u32)],
+    ) -> Relation {
+        Relation {
+            id,
+            namespace: namespace.into(),
+            name: name.into(),
+            replica_identity: b'd',
+            columns: columns
+                .iter()
+                .map(|&(name, type_oid)| Column {
+                    flags: 0,
+                    name: name.into(),
+                    type_oid,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
     /// Bit 1 marks the column as part of the replica identity key.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::{ids, Setup};
 use crate::support::relay::RelayProcess;
-use crate::support::{kafka, scratch_dir, services, unique, wait_until};
+use crate::support::{kafka, scratch_dir, services, unique};
 
 /// One transaction as the slot sends it.
 #[derive(Debug, Clone)]
@@ -133,22 +133,8 @@ fn offset_file(key: &str, value: &str) -> Vec<u8> {
 
 /// Moves the slot to `lsn`, where Debezium's last offset flush left it.
 async fn set_slot(s: &Setup, lsn: u64) {
-    let client = s.db.connect().await;
-    let (c, slot, t) = (&client, s.slot.as_str(), lsn_text(lsn));
-    let t = t.as_str();
-    let ok = wait_until("slot advanced", Duration::from_secs(10), || async move {
-        c.query_one(
-            "SELECT confirmed_flush_lsn >= $2::text::pg_lsn \
-             FROM pg_replication_slot_advance($1, $2::text::pg_lsn) a \
-             JOIN pg_replication_slots s ON s.slot_name = a.slot_name",
-            &[&slot, &t],
-        )
-        .await
-        .map(|r| r.get::<_, bool>(0))
-        .unwrap_or(false)
-    })
-    .await;
-    assert!(ok, "could not advance the slot to {t}");
+    let t = lsn_text(lsn);
+    assert!(s.db.advance_slot(&s.slot, &t).await, "could not advance the slot to {t}");
 }
 
 /// Where "Debezium" keeps its offsets in a test.

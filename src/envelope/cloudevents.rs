@@ -123,9 +123,8 @@ impl Envelope {
         Ok(record)
     }
 
-    /// Structured content mode, JSON event format. A tombstone stays a tombstone (a structured
-    /// event always has a value, which compaction would keep), so it is sent as the binary
-    /// mode's event without data.
+    /// Structured content mode, JSON event format (a tombstone is sent in binary mode: see
+    /// [`Envelope::wrap`]).
     pub(super) fn cloudevents_structured(
         &mut self,
         mut record: Record,
@@ -133,9 +132,6 @@ impl Envelope {
         txn: &Txn,
         origin: Origin<'_>,
     ) -> Result<Record, RouteError> {
-        if fields.tombstone {
-            return self.cloudevents_binary(record, fields, txn, origin);
-        }
         let a = self.attributes(&mut fields, txn, origin)?;
         let payload_len = fields.payload.as_ref().map_or(0, |p| p.len());
         let mut out = Vec::with_capacity(payload_len * 4 / 3 + 256);

@@ -38,8 +38,7 @@ impl Value<'_> {
 }
 
 impl Envelope {
-    /// A tombstone stays a tombstone, as in structured JSON mode: the binary mode's event
-    /// without data.
+    /// A tombstone is sent in binary mode (see [`Envelope::wrap`]).
     pub(super) fn cloudevents_protobuf(
         &mut self,
         mut record: Record,
@@ -47,9 +46,6 @@ impl Envelope {
         txn: &Txn,
         origin: Origin<'_>,
     ) -> Result<Record, RouteError> {
-        if fields.tombstone {
-            return self.cloudevents_binary(record, fields, txn, origin);
-        }
         let a = self.attributes(&mut fields, txn, origin)?;
         let (id, source, ty) = (record.event_id.as_bytes(), utf8(&a.source), utf8(&a.ty));
         let subject = a.subject.as_ref().map(utf8);

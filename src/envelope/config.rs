@@ -41,6 +41,11 @@ impl Format {
         ("protobuf", Format::Protobuf),
     ];
 
+    /// Every format, the default first.
+    pub fn all() -> impl Iterator<Item = Format> {
+        Format::NAMES.iter().map(|(_, f)| *f)
+    }
+
     /// The name `[envelope] format` takes.
     pub fn name(self) -> &'static str {
         Format::NAMES.iter().find(|(_, f)| *f == self).map(|(n, _)| *n).expect("every format")

@@ -130,7 +130,15 @@ impl Envelope {
         txn: &Txn,
         origin: Origin<'_>,
     ) -> Result<Record, RouteError> {
-        match self.cfg.format {
+        // A tombstone stays a tombstone: a structured CloudEvent always has a value, which log
+        // compaction would keep, so both structured modes send binary mode's event without data.
+        let format = match self.cfg.format {
+            Format::CloudEventsStructured | Format::CloudEventsProtobuf if fields.tombstone => {
+                Format::CloudEventsBinary
+            }
+            format => format,
+        };
+        match format {
             Format::Debezium => Ok(record),
             Format::CloudEventsBinary => self.cloudevents_binary(record, fields, txn, origin),
             Format::CloudEventsStructured => {

@@ -8,7 +8,7 @@ use prost::Message as _;
 
 use super::*;
 use crate::config::ConfigError;
-use crate::pgoutput::{Column, Relation, Value};
+use crate::pgoutput::{Relation, Value};
 
 type Opts = BTreeMap<String, String>;
 
@@ -36,21 +36,7 @@ fn outbox(payload_oid: u32) -> Relation {
         ("payload", payload_oid),
         ("region", 25),
     ];
-    Relation {
-        id: 1,
-        namespace: "app".into(),
-        name: "outbox".into(),
-        replica_identity: b'd',
-        columns: cols
-            .iter()
-            .map(|(name, oid)| Column {
-                flags: 0,
-                name: (*name).into(),
-                type_oid: *oid,
-                type_modifier: -1,
-            })
-            .collect(),
-    }
+    Relation::for_test(1, "app", "outbox", cols)
 }
 
 const ID: &str = "0b8a4bde-5f4c-4a6e-9d0f-3f3c1d6e2a01";
@@ -274,14 +260,7 @@ fn cloudevents_protobuf_value_is_a_cloudevent_that_prost_decodes() {
 #[test]
 fn tombstones_stay_tombstones_under_every_format() {
     let router = [("route.tombstone.on.empty.payload", "true")];
-    let formats = [
-        "debezium",
-        "cloudevents-binary",
-        "cloudevents-structured",
-        "cloudevents-protobuf",
-        "protobuf",
-    ];
-    for format in formats {
+    for format in Format::all().map(Format::name) {
         let r =
             route(&[("format", format)], &router, 3802, &row(None, Some("OrderDeleted"))).unwrap();
         println!("{format}: {r:?}");

@@ -288,30 +288,19 @@ fn hex_head(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pgoutput::{encode, Column, Insert, Update, Value};
+    use crate::pgoutput::{encode, Insert, Update, Value};
     use crate::router::RouterConfig;
     use pgwire_replication::Lsn as WireLsn;
 
     fn outbox_relation(oid: u32, name: &str) -> Relation {
-        let col = |name: &str, type_oid| Column {
-            flags: 0,
-            name: name.into(),
-            type_oid,
-            type_modifier: -1,
-        };
-        Relation {
-            id: oid,
-            namespace: "public".into(),
-            name: name.into(),
-            replica_identity: b'd',
-            columns: vec![
-                col("id", 2950),
-                col("aggregatetype", 1043),
-                col("aggregateid", 1043),
-                col("type", 1043),
-                col("payload", 3802),
-            ],
-        }
+        let columns = [
+            ("id", 2950),
+            ("aggregatetype", 1043),
+            ("aggregateid", 1043),
+            ("type", 1043),
+            ("payload", 3802),
+        ];
+        Relation::for_test(oid, "public", name, &columns)
     }
 
     fn row(id: &str) -> Tuple {

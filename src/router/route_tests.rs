@@ -6,7 +6,6 @@ use super::convert::{java_double_string, write_str};
 use super::golden_tests::{fixture_rows, opts, outbox_relation, router_for, NOT_NULL};
 use super::*;
 use crate::config::ConfigError;
-use crate::pgoutput::Column;
 
 pub(super) fn parse(
     router: &[(&str, &str)],
@@ -16,21 +15,7 @@ pub(super) fn parse(
 }
 
 pub(super) fn relation(cols: &[(&str, u32)]) -> Relation {
-    Relation {
-        id: 1,
-        namespace: "app".into(),
-        name: "events".into(),
-        replica_identity: b'd',
-        columns: cols
-            .iter()
-            .map(|(name, oid)| Column {
-                flags: 0,
-                name: (*name).into(),
-                type_oid: *oid,
-                type_modifier: -1,
-            })
-            .collect(),
-    }
+    Relation::for_test(1, "app", "events", cols)
 }
 
 pub(super) fn row(vals: &[Option<&str>]) -> Tuple {

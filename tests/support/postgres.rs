@@ -306,6 +306,25 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("SQL failed on {}: {e}\n{sql}", self.name));
     }
 
+    /// Advances `slot` (not active) to `lsn` (text, `0/16B3748`). The slot only advances over
+    /// flushed WAL, so this retries for up to 10 s; whether the slot got there.
+    pub async fn advance_slot(&self, slot: &str, lsn: &str) -> bool {
+        let client = self.connect().await;
+        let c = &client;
+        super::wait_until("slot advanced", std::time::Duration::from_secs(10), || async move {
+            c.query_one(
+                "SELECT confirmed_flush_lsn >= $2::text::pg_lsn \
+                 FROM pg_replication_slot_advance($1, $2::text::pg_lsn) a \
+                 JOIN pg_replication_slots s ON s.slot_name = a.slot_name",
+                &[&slot, &lsn],
+            )
+            .await
+            .map(|r| r.get::<_, bool>(0))
+            .unwrap_or(false)
+        })
+        .await
+    }
+
     /// Creates Debezium's outbox table `table` (may be schema-qualified; the schema is created
     /// when missing).
     pub async fn create_outbox(&self, table: &str) {

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::import::offsets::InFlight;
-use crate::pgoutput::{Column, Relation, Tuple, Value};
+use crate::pgoutput::{Relation, Tuple, Value};
 use crate::router::{Binding, RouterConfig};
 
 fn limits(records: usize) -> Limits {
@@ -18,21 +18,14 @@ fn router() -> Router {
 }
 
 fn binding(router: &Router) -> Binding {
-    let col =
-        |name: &str, type_oid| Column { flags: 0, name: name.into(), type_oid, type_modifier: -1 };
-    let relation = Relation {
-        id: 16400,
-        namespace: "public".into(),
-        name: "outbox".into(),
-        replica_identity: b'd',
-        columns: vec![
-            col("id", 2950),
-            col("aggregatetype", 1043),
-            col("aggregateid", 1043),
-            col("type", 1043),
-            col("payload", 3802),
-        ],
-    };
+    let columns = [
+        ("id", 2950),
+        ("aggregatetype", 1043),
+        ("aggregateid", 1043),
+        ("type", 1043),
+        ("payload", 3802),
+    ];
+    let relation = Relation::for_test(16400, "public", "outbox", &columns);
     router.bind(&relation, &[]).unwrap()
 }
 
