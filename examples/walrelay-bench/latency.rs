@@ -10,11 +10,15 @@
 //!
 //! For each: commit→ack and commit→read from walrelay's own histograms, commit→CreateTime from
 //! the records read back (the CreateTime is when walrelay handed the record to librdkafka, in
-//! ms), and the broker alone (a producer with walrelay's settings, the same layout, arrivals
-//! and record size) from send to delivery report: once on an idle machine, and once while the
-//! shape's writers commit the same load into a database no relay reads (the same WAL flushes
-//! and backends on the same cores, without the walsender and walrelay), so the difference to
-//! walrelay is what reading and relaying the WAL adds.
+//! ms), and two floors, each a producer with walrelay's settings, the same layout and record
+//! size:
+//!
+//! * the broker alone on an idle machine, with the shape's arrivals, send → delivery report;
+//! * the dual write the outbox replaces: the shape's writers commit the same load into a
+//!   database no relay reads, and each produces its record as soon as its commit returns,
+//!   measured from sending the transaction to the delivery report. The same commits, WAL
+//!   flushes, arrivals and cores, without the walsender and walrelay: the difference to
+//!   walrelay's commit→ack is what reading and relaying the WAL adds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,7 +30,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::ackhist::{self, AckQuantiles};
-use crate::measure::{now_us, percentile};
+use crate::measure::{delta, now_us, percentile, CpuDelta, Meter, PgCpu};
 use crate::support::{unique, TestDb};
 use crate::systems::{keep_log, start_walrelay, walrelay_config, PLAIN_OUTBOX};
 use crate::workload::{self, parse_event_id, STEADY_GROUP};
@@ -127,8 +131,13 @@ pub struct Row {
     pub missing: u64,
     /// The broker alone, same layout and arrivals: send → delivery report.
     pub floor: Quantiles,
-    /// The same while the shape's writers commit the same load into a database nobody reads.
-    pub floor_loaded: Quantiles,
+    /// The dual write: the shape's writers commit the same load into a database nobody reads
+    /// and produce each record themselves once the commit returns; sent → delivery report.
+    pub dual_write: Quantiles,
+    /// CPU while walrelay's writers ran.
+    pub cpu: CpuDelta,
+    /// CPU while the dual write's writers ran.
+    pub dual_write_cpu: CpuDelta,
 }
 
 pub fn main(args: LatencyArgs) {
@@ -140,13 +149,14 @@ pub fn main(args: LatencyArgs) {
         .build()
         .expect("tokio runtime");
     let rows = rt.block_on(async {
-        let _svc = tokio::task::spawn_blocking(crate::support::services).await.expect("services");
+        let svc = tokio::task::spawn_blocking(crate::support::services).await.expect("services");
+        let meter = Meter { pg: PgCpu::new(svc.pg.data_dir()) };
         crate::measure::epoch();
         let mut rows = Vec::new();
         for rep in 0..args.repeat.max(1) {
             for &shape in &shapes {
                 eprintln!("[latency] repetition {}/{}: {}", rep + 1, args.repeat, shape.describe());
-                rows.extend(measure(rep, shape, &args.rates, args.seconds).await);
+                rows.extend(measure(&meter, rep, shape, &args.rates, args.seconds).await);
             }
         }
         rows
@@ -162,7 +172,7 @@ pub fn main(args: LatencyArgs) {
 }
 
 /// The floors, then walrelay, for every rate of one shape (a fresh broker for each).
-async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row> {
+async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row> {
     let mut floors = Vec::new();
     let floor_seconds = seconds.min(10.0);
     for &rate in rates {
@@ -170,11 +180,9 @@ async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row
         let idle = floor(crate::fresh::bootstrap(), shape, rate, floor_seconds).await;
         eprintln!("[latency]   broker alone at {rate}/s: send→ack {idle:?}");
         crate::fresh::broker();
-        let loaded = floor_under_load(shape, rate, floor_seconds).await;
-        eprintln!(
-            "[latency]   broker alone at {rate}/s beside the writers' load: send→ack {loaded:?}"
-        );
-        floors.push((idle, loaded));
+        let (dual, cpu) = dual_write_floor(meter, shape, rate, floor_seconds).await;
+        eprintln!("[latency]   dual write at {rate}/s: commit→ack {dual:?}, {cpu:?}");
+        floors.push((idle, dual, cpu));
     }
     crate::fresh::broker();
     let db = workload::create_db("bench_lat").await;
@@ -196,15 +204,19 @@ async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let mut rows = Vec::new();
     let mut first_n = 1u64;
-    for (&rate, (floor, floor_loaded)) in rates.iter().zip(floors) {
+    for (&rate, (floor, dual_write, dual_write_cpu)) in rates.iter().zip(floors) {
         let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
         let warmup = (seconds / 5.0).min(5.0);
         let after_warmup = async {
             tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
             ackhist::scrape(http_port).await
         };
-        let write = write(&db, shape, rate, seconds, first_n, commit_us.clone());
-        let ((events, achieved), warm) = tokio::join!(write, after_warmup);
+        let write = async {
+            let a = meter.snap(Some(relay.pid()));
+            let written = write(&db, shape, rate, seconds, first_n, commit_us.clone(), None).await;
+            (written, delta(&a, &meter.snap(Some(relay.pid()))))
+        };
+        let (((events, achieved), cpu), warm) = tokio::join!(write, after_warmup);
         let deadline = Instant::now() + Duration::from_secs_f64(30.0 + 2.0 * seconds);
         let now = loop {
             let now = ackhist::scrape(http_port).await;
@@ -229,11 +241,13 @@ async fn measure(rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row
             create_time,
             missing,
             floor,
-            floor_loaded,
+            dual_write,
+            cpu,
+            dual_write_cpu,
         };
         eprintln!(
-            "[latency]   walrelay at {rate}/s (achieved {achieved:.0}/s): commit→ack {:?}, commit→read {:?}, commit→CreateTime {:?}, missing {missing}",
-            row.ack, row.read, row.create_time
+            "[latency]   walrelay at {rate}/s (achieved {achieved:.0}/s): commit→ack {:?}, commit→read {:?}, commit→CreateTime {:?}, missing {missing}, {:?}",
+            row.ack, row.read, row.create_time, row.cpu
         );
         rows.push(row);
         first_n += events;
@@ -253,6 +267,7 @@ async fn write(
     seconds: f64,
     first_n: u64,
     commit_us: Arc<Vec<AtomicU64>>,
+    on_commit: Option<workload::OnCommit>,
 ) -> (u64, f64) {
     let conns = shape.connections(rate);
     match shape {
@@ -267,11 +282,14 @@ async fn write(
                 first_n,
                 1000,
                 commit_us,
+                on_commit,
             )
             .await;
             (p.events, p.achieved_rate)
         }
-        Shape::Clients => poisson_clients(db, conns, rate, seconds, first_n, commit_us).await,
+        Shape::Clients => {
+            poisson_clients(db, conns, rate, seconds, first_n, commit_us, on_commit).await
+        }
     }
 }
 
@@ -285,6 +303,7 @@ async fn poisson_clients(
     seconds: f64,
     first_n: u64,
     commit_us: Arc<Vec<AtomicU64>>,
+    on_commit: Option<workload::OnCommit>,
 ) -> (u64, f64) {
     let sql = workload::insert_one_type_sql(STEADY_GROUP, 1000, "Order");
     let next = Arc::new(AtomicU64::new(first_n));
@@ -295,7 +314,7 @@ async fn poisson_clients(
         let c = workload::connect(&db.url).await;
         c.batch_execute("SET synchronous_commit = on").await.expect("SET synchronous_commit");
         let stmt = c.prepare(&sql).await.expect("prepare");
-        let (next, commit_us) = (next.clone(), commit_us.clone());
+        let (next, commit_us, on_commit) = (next.clone(), commit_us.clone(), on_commit.clone());
         let mut rng = SplitMix(now_us() ^ ((i as u64 + 1) << 40));
         let mean_gap = clients as f64 / rate as f64;
         tasks.push(tokio::spawn(async move {
@@ -308,8 +327,12 @@ async fn poisson_clients(
                 tokio::time::sleep_until(due).await;
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 let Some(slot) = commit_us.get(n as usize) else { break };
+                let sent = Instant::now();
                 c.execute(&stmt, &[&(n as i64)]).await.expect("insert");
                 slot.store(now_us().max(1), Ordering::Relaxed);
+                if let Some(on_commit) = &on_commit {
+                    on_commit(n, sent);
+                }
             }
         }));
     }
@@ -339,24 +362,51 @@ impl SplitMix {
     }
 }
 
-/// The broker alone: records like walrelay's (key, `id` header, a ~300-byte value) produced
-/// with walrelay's producer settings at `rate`, arriving as the shape's do, into the shape's
-/// layout; send → delivery report, the first second not counted.
-async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quantiles {
-    let prefix = unique("floor");
-    if shape == Shape::Pipelined {
-        crate::kafka::create_topics(bootstrap, &prefix).await;
+/// A producer with walrelay's settings (acks=all, idempotent, `linger.ms`, murmur2) and records
+/// like walrelay's (key, `id` header, a ~300-byte value) into the shape's layout.
+struct FloorProducer {
+    producer: FutureProducer,
+    topics: Vec<String>,
+    value: String,
+}
+
+impl FloorProducer {
+    async fn new(bootstrap: &str, shape: Shape) -> FloorProducer {
+        let prefix = unique("floor");
+        if shape == Shape::Pipelined {
+            crate::kafka::create_topics(bootstrap, &prefix).await;
+        }
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", crate::kafka::LINGER_MS)
+            .create()
+            .expect("producer");
+        let value = format!("{{\"pad\": \"{}\"}}", "x".repeat(290));
+        FloorProducer { producer, topics: shape.topics(&prefix), value }
     }
-    let topics = shape.topics(&prefix);
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", crate::kafka::LINGER_MS)
-        .create()
-        .expect("producer");
-    let value = format!("{{\"pad\": \"{}\"}}", "x".repeat(290));
+
+    /// Hands event `n`'s record to librdkafka; `None` if it refused it.
+    fn send(&self, n: u64) -> Option<rdkafka::producer::DeliveryFuture> {
+        let key = format!("agg-{:05}", n % 1000);
+        let id = format!("{:08x}-0000-4000-8000-{n:012x}", STEADY_GROUP);
+        let record: FutureRecord<'_, str, str> =
+            FutureRecord::to(&self.topics[n as usize % self.topics.len()])
+                .key(key.as_str())
+                .payload(self.value.as_str())
+                .headers(
+                    OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) }),
+                );
+        self.producer.send_result(record).ok()
+    }
+}
+
+/// The broker alone on an idle machine: records produced at `rate`, arriving as the shape's
+/// do; send → delivery report, the first second not counted.
+async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quantiles {
+    let producer = FloorProducer::new(bootstrap, shape).await;
     let mut rng = SplitMix(now_us());
     let start = Instant::now();
     let mut due = 0.0f64;
@@ -372,18 +422,9 @@ async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quanti
             tokio::time::sleep(Duration::from_secs_f64(wait)).await;
         }
         n += 1;
-        let key = format!("agg-{:05}", n % 1000);
-        let id = format!("{:08x}-0000-4000-8000-{n:012x}", STEADY_GROUP);
-        let record: FutureRecord<'_, str, str> =
-            FutureRecord::to(&topics[n as usize % topics.len()])
-                .key(key.as_str())
-                .payload(value.as_str())
-                .headers(
-                    OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) }),
-                );
         let sent = Instant::now();
         let counted = start.elapsed() > Duration::from_secs(1);
-        if let Ok(delivery) = producer.send_result(record) {
+        if let Some(delivery) = producer.send(n) {
             pending.push(tokio::spawn(async move {
                 let ok = matches!(delivery.await, Ok(Ok(_)));
                 (ok && counted).then(|| sent.elapsed().as_secs_f64() * 1000.0)
@@ -399,18 +440,44 @@ async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quanti
     Quantiles::of(ms)
 }
 
-/// [`floor`] while the shape's writers commit the same load into a database of their own that
-/// has no slot: PostgreSQL's share of the machine, without the walsender and the relay.
-async fn floor_under_load(shape: Shape, rate: u64, seconds: f64) -> Quantiles {
+/// The dual write, which the outbox replaces: the shape's writers commit the same load into a
+/// database of their own that has no slot, and each writer produces its event's record itself
+/// as soon as its commit returns. Measured from when the writer sent the transaction to the
+/// delivery report, the first second not counted. This is the floor for commit→ack: the same
+/// commits, WAL flushes, arrivals, broker and cores, without the walsender and walrelay. It
+/// starts its clock a little earlier than walrelay's commit→ack does (which starts at the
+/// commit timestamp, after the row was inserted), so it slightly favours walrelay's margin.
+async fn dual_write_floor(
+    meter: &Meter,
+    shape: Shape,
+    rate: u64,
+    seconds: f64,
+) -> (Quantiles, CpuDelta) {
     let db = workload::create_db("bench_floor").await;
     let capacity = (rate as f64 * seconds * 1.3) as usize + 1000;
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
-    let (q, _) = tokio::join!(
-        floor(crate::fresh::bootstrap(), shape, rate, seconds),
-        write(&db, shape, rate, seconds, 1, commit_us)
-    );
+    let producer = Arc::new(FloorProducer::new(crate::fresh::bootstrap(), shape).await);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
+    let counted_from = Instant::now() + Duration::from_secs(1);
+    let on_commit: workload::OnCommit = Arc::new(move |n, sent| {
+        let Some(delivery) = producer.send(n) else { return };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if matches!(delivery.await, Ok(Ok(_))) && sent >= counted_from {
+                let _ = tx.send(sent.elapsed().as_secs_f64() * 1000.0);
+            }
+        });
+    });
+    let a = meter.snap(None);
+    write(&db, shape, rate, seconds, 1, commit_us, Some(on_commit)).await;
+    let cpu = delta(&a, &meter.snap(None));
+    // The channel closes once the writers' hook and every delivery it awaits are gone.
+    let mut ms = Vec::with_capacity(capacity);
+    while let Some(v) = rx.recv().await {
+        ms.push(v);
+    }
     workload::drop_db(&db).await;
-    q
+    (Quantiles::of(ms), cpu)
 }
 
 /// Reads the shape's topics back and measures commit → CreateTime for events `range` (the
@@ -484,8 +551,8 @@ async fn create_times(
 fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
     let mut out = format!(
         "### walrelay-bench latency: {} repetition(s), {} s per rate; median [min–max]\n\n\
-         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | broker alone beside the writers p99 ms | ack p99 − broker p99 ms | ack p99 − broker beside the writers p99 ms | missing |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | dual write commit→ack p50 ms | dual write p99 ms | ack p99 − broker alone p99 ms | ack p99 − dual write p99 ms | missing |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         args.repeat, args.seconds
     );
     for &shape in shapes {
@@ -497,7 +564,7 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
             }
             let col = |f: &dyn Fn(&Row) -> f64| spread(of.iter().map(|r| f(r)).collect());
             out += &format!(
-                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 shape.describe(),
                 col(&|r| r.achieved),
                 col(&|r| r.ack.map_or(f64::NAN, |q| q.p50_ms)),
@@ -506,10 +573,41 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
                 col(&|r| r.create_time.p99_ms),
                 col(&|r| r.floor.p50_ms),
                 col(&|r| r.floor.p99_ms),
-                col(&|r| r.floor_loaded.p99_ms),
+                col(&|r| r.dual_write.p50_ms),
+                col(&|r| r.dual_write.p99_ms),
                 col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor.p99_ms),
-                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor_loaded.p99_ms),
+                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.dual_write.p99_ms),
                 of.iter().map(|r| r.missing).sum::<u64>(),
+            );
+        }
+    }
+    out += "\nCPU while the writers ran, cores (median [min–max]; the machine has 2). PostgreSQL counts \
+            every backend, and the walsender in walrelay's run; \"benchmark\" is the writers' client \
+            side and, in the dual write, its producer.\n\n\
+            | shape | rate/s | dual write: PostgreSQL | broker | benchmark | machine | walrelay's run: PostgreSQL | broker | walrelay | benchmark | machine |\n\
+            |---|---|---|---|---|---|---|---|---|---|---|\n";
+    for &shape in shapes {
+        for &rate in &args.rates {
+            let of: Vec<&Row> =
+                rows.iter().filter(|r| r.shape == shape && r.rate == rate).collect();
+            if of.is_empty() {
+                continue;
+            }
+            let cores = |f: &dyn Fn(&Row) -> (f64, f64)| {
+                spread(of.iter().map(|r| f(r)).map(|(s, wall)| s / wall).collect())
+            };
+            out += &format!(
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                shape.describe(),
+                cores(&|r| (r.dual_write_cpu.pg_cpu_s, r.dual_write_cpu.wall_s)),
+                cores(&|r| (r.dual_write_cpu.broker_cpu_s, r.dual_write_cpu.wall_s)),
+                cores(&|r| (r.dual_write_cpu.bench_cpu_s, r.dual_write_cpu.wall_s)),
+                cores(&|r| (r.dual_write_cpu.machine_cores, 1.0)),
+                cores(&|r| (r.cpu.pg_cpu_s, r.cpu.wall_s)),
+                cores(&|r| (r.cpu.broker_cpu_s, r.cpu.wall_s)),
+                cores(&|r| (r.cpu.relay_cpu_s, r.cpu.wall_s)),
+                cores(&|r| (r.cpu.bench_cpu_s, r.cpu.wall_s)),
+                cores(&|r| (r.cpu.machine_cores, 1.0)),
             );
         }
     }

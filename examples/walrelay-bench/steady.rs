@@ -107,6 +107,7 @@ pub async fn phases(
                 first_n,
                 aggregates,
                 clocks.commit_us.clone(),
+                None,
             ),
             after_warmup
         );

@@ -316,6 +316,7 @@ pub async fn run_rate(
     first_n: u64,
     aggregates: u32,
     commit_us: Arc<Vec<AtomicU64>>,
+    on_commit: Option<OnCommit>,
 ) -> RatePhase {
     let sql = format!(
         "INSERT INTO outbox ({COLUMNS}) SELECT {} FROM (SELECT $1::bigint AS g) s",
@@ -340,11 +341,18 @@ pub async fn run_rate(
             let n = first_n + issued;
             let permit = inflight.clone().acquire_owned().await.expect("semaphore");
             let cs = clients[(issued as usize) % clients.len()].clone();
-            let (commit_us, failed) = (commit_us.clone(), failed.clone());
+            let (commit_us, failed, on_commit) =
+                (commit_us.clone(), failed.clone(), on_commit.clone());
             tokio::spawn(async move {
                 let g = n as i64;
+                let sent = Instant::now();
                 match cs.0.execute(&cs.1, &[&g]).await {
-                    Ok(_) => commit_us[n as usize].store(now_us().max(1), Ordering::Relaxed),
+                    Ok(_) => {
+                        commit_us[n as usize].store(now_us().max(1), Ordering::Relaxed);
+                        if let Some(on_commit) = &on_commit {
+                            on_commit(n, sent);
+                        }
+                    }
                     Err(e) => {
                         if failed.fetch_add(1, Ordering::Relaxed) == 0 {
                             eprintln!("[bench] steady insert failed: {e} {:?}", e.as_db_error());
@@ -368,6 +376,10 @@ pub async fn run_rate(
         failed: failed.load(Ordering::Relaxed),
     }
 }
+
+/// Called by a writer as soon as its transaction for event `n` has committed, with the moment it
+/// sent that transaction (the dual-write floor produces the event's record there).
+pub type OnCommit = Arc<dyn Fn(u64, Instant) + Send + Sync>;
 
 /// Inserts steady-group event `n` in a transaction of its own, committed before return.
 pub async fn insert_one(db: &TestDb, sync_commit: bool, n: u64, aggregates: u32) {
