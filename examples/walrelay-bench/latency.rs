@@ -10,20 +10,23 @@
 //!
 //! For each: commit→ack and commit→read from walrelay's own histograms, commit→CreateTime from
 //! the records read back (the CreateTime is when walrelay handed the record to librdkafka, in
-//! ms), and two floors, each a producer with walrelay's settings, the same layout and record
-//! size:
+//! ms), and three floors, the Kafka ones each a producer with walrelay's settings, the same
+//! layout and record size:
 //!
 //! * the broker alone on an idle machine, with the shape's arrivals, send → delivery report;
 //! * the dual write the outbox replaces: the shape's writers commit the same load into a
 //!   database no relay reads, and each produces its record as soon as its commit returns,
 //!   measured from sending the transaction to the delivery report. The same commits, WAL
 //!   flushes, arrivals and cores, without the walsender and walrelay: the difference to
-//!   walrelay's commit→ack is what reading and relaying the WAL adds.
+//!   walrelay's commit→ack is what reading and relaying the WAL adds;
+//! * PostgreSQL's share alone: a bare pgoutput reader beside the same writers, commit → Begin
+//!   read, the floor of walrelay's commit→read (and of any WAL-reading relay's).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -138,6 +141,10 @@ pub struct Row {
     pub cpu: CpuDelta,
     /// CPU while the dual write's writers ran.
     pub dual_write_cpu: CpuDelta,
+    /// A bare pgoutput reader beside the same writers: commit → Begin read.
+    pub wal_read: Quantiles,
+    /// CPU while the bare reader's writers ran.
+    pub wal_read_cpu: CpuDelta,
 }
 
 pub fn main(args: LatencyArgs) {
@@ -182,7 +189,11 @@ async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: 
         crate::fresh::broker();
         let (dual, cpu) = dual_write_floor(meter, shape, rate, floor_seconds).await;
         eprintln!("[latency]   dual write at {rate}/s: commit→ack {dual:?}, {cpu:?}");
-        floors.push((idle, dual, cpu));
+        let (wal, wal_cpu) = wal_read_floor(meter, shape, rate, floor_seconds).await;
+        eprintln!(
+            "[latency]   pgoutput stream alone at {rate}/s: commit→read {wal:?}, {wal_cpu:?}"
+        );
+        floors.push((idle, dual, cpu, wal, wal_cpu));
     }
     crate::fresh::broker();
     let db = workload::create_db("bench_lat").await;
@@ -204,7 +215,10 @@ async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: 
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let mut rows = Vec::new();
     let mut first_n = 1u64;
-    for (&rate, (floor, dual_write, dual_write_cpu)) in rates.iter().zip(floors) {
+    for (&rate, (floor, dual_write, dual_write_cpu, wal_read, wal_read_cpu)) in
+        rates.iter().zip(floors)
+    {
+        checkpoint().await;
         let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
         let warmup = (seconds / 5.0).min(5.0);
         let after_warmup = async {
@@ -244,6 +258,8 @@ async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: 
             dual_write,
             cpu,
             dual_write_cpu,
+            wal_read,
+            wal_read_cpu,
         };
         eprintln!(
             "[latency]   walrelay at {rate}/s (achieved {achieved:.0}/s): commit→ack {:?}, commit→read {:?}, commit→CreateTime {:?}, missing {missing}, {:?}",
@@ -406,6 +422,7 @@ impl FloorProducer {
 /// The broker alone on an idle machine: records produced at `rate`, arriving as the shape's
 /// do; send → delivery report, the first second not counted.
 async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quantiles {
+    checkpoint().await;
     let producer = FloorProducer::new(bootstrap, shape).await;
     let mut rng = SplitMix(now_us());
     let start = Instant::now();
@@ -440,6 +457,13 @@ async fn floor(bootstrap: &str, shape: Shape, rate: u64, seconds: f64) -> Quanti
     Quantiles::of(ms)
 }
 
+/// Flushes what earlier phases left dirty, so a checkpoint they caused doesn't land in the next
+/// phase's tail (a 20,000/s phase writes hundreds of MB of WAL).
+async fn checkpoint() {
+    let c = crate::support::services().pg.connect_to("postgres").await;
+    c.batch_execute("CHECKPOINT").await.expect("checkpoint");
+}
+
 /// The dual write, which the outbox replaces: the shape's writers commit the same load into a
 /// database of their own that has no slot, and each writer produces its event's record itself
 /// as soon as its commit returns. Measured from when the writer sent the transaction to the
@@ -468,6 +492,7 @@ async fn dual_write_floor(
             }
         });
     });
+    checkpoint().await;
     let a = meter.snap(None);
     write(&db, shape, rate, seconds, 1, commit_us, Some(on_commit)).await;
     let cpu = delta(&a, &meter.snap(None));
@@ -476,6 +501,75 @@ async fn dual_write_floor(
     while let Some(v) = rx.recv().await {
         ms.push(v);
     }
+    workload::drop_db(&db).await;
+    (Quantiles::of(ms), cpu)
+}
+
+/// PostgreSQL's share, the floor of commit→read: a bare pgoutput reader (pgwire-replication,
+/// no decoding, no Kafka; standby status every second like walrelay's default) on a slot of a
+/// database of its own while the shape's writers commit the same load into it. commit (the
+/// transaction's commit timestamp) → its Begin read, exactly as walrelay's commit→read; the
+/// first second not counted. Also its CPU, so the walsender's share shows.
+async fn wal_read_floor(
+    meter: &Meter,
+    shape: Shape,
+    rate: u64,
+    seconds: f64,
+) -> (Quantiles, CpuDelta) {
+    /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+    const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+    let db = workload::create_db("bench_walfloor").await;
+    let (publication, slot) = (unique("walfloor_pub"), unique("walfloor"));
+    workload::create_publication_and_slots(&db, &publication, &[&slot]).await;
+    let cfg =
+        ReplicationConfig::new("127.0.0.1", "postgres", "", db.name.clone(), slot, publication)
+            .with_port(crate::support::services().pg.port())
+            .with_tls(TlsConfig::disabled())
+            .with_start_lsn(Lsn(0))
+            .with_status_interval(Duration::from_secs(1));
+    let mut stream = ReplicationClient::connect(cfg).await.expect("replication connection");
+    let capacity = (rate as f64 * seconds * 1.3) as usize + 1000;
+    let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let (read_tx, read_rx) = tokio::sync::watch::channel(0u64);
+    let counted_from = SystemTime::now() + Duration::from_secs(1);
+    let reader = tokio::spawn(async move {
+        let (mut ms, mut begins) = (Vec::with_capacity(capacity), 0u64);
+        loop {
+            // Ends when the measurement is over (losing an event then is harmless).
+            let event = tokio::select! {
+                event = stream.recv() => event,
+                _ = read_tx.closed() => break,
+            };
+            match event {
+                Ok(Some(ReplicationEvent::Begin { commit_time_micros, .. })) => {
+                    let now = SystemTime::now();
+                    let unix_us = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros());
+                    if now >= counted_from {
+                        let commit = commit_time_micros + PG_EPOCH_UNIX_MICROS;
+                        ms.push((unix_us as i64 - commit) as f64 / 1000.0);
+                    }
+                    begins += 1;
+                    let _ = read_tx.send(begins);
+                }
+                Ok(Some(ReplicationEvent::Commit { end_lsn, .. })) => {
+                    stream.update_applied_lsn(end_lsn)
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let _ = stream.shutdown().await;
+        ms
+    });
+    checkpoint().await;
+    let a = meter.snap(None);
+    let (events, _) = write(&db, shape, rate, seconds, 1, commit_us, None).await;
+    let cpu = delta(&a, &meter.snap(None));
+    let mut read = read_rx;
+    let caught_up = Duration::from_secs_f64(30.0 + 2.0 * seconds);
+    let _ = tokio::time::timeout(caught_up, read.wait_for(|&n| n >= events)).await;
+    drop(read);
+    let ms = reader.await.unwrap_or_default();
     workload::drop_db(&db).await;
     (Quantiles::of(ms), cpu)
 }
@@ -551,8 +645,8 @@ async fn create_times(
 fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
     let mut out = format!(
         "### walrelay-bench latency: {} repetition(s), {} s per rate; median [min–max]\n\n\
-         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | dual write commit→ack p50 ms | dual write p99 ms | ack p99 − broker alone p99 ms | ack p99 − dual write p99 ms | missing |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | shape | rate/s | achieved/s | commit→ack p50 ms | commit→ack p99 ms | commit→read p99 ms | pgoutput stream alone commit→read p99 ms | commit→CreateTime p99 ms | broker alone send→ack p50 ms | broker alone p99 ms | dual write commit→ack p50 ms | dual write p99 ms | ack p99 − broker alone p99 ms | ack p99 − dual write p99 ms | missing |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         args.repeat, args.seconds
     );
     for &shape in shapes {
@@ -564,12 +658,13 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
             }
             let col = |f: &dyn Fn(&Row) -> f64| spread(of.iter().map(|r| f(r)).collect());
             out += &format!(
-                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 shape.describe(),
                 col(&|r| r.achieved),
                 col(&|r| r.ack.map_or(f64::NAN, |q| q.p50_ms)),
                 col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms)),
                 col(&|r| r.read.map_or(f64::NAN, |q| q.p99_ms)),
+                col(&|r| r.wal_read.p99_ms),
                 col(&|r| r.create_time.p99_ms),
                 col(&|r| r.floor.p50_ms),
                 col(&|r| r.floor.p99_ms),
@@ -583,9 +678,10 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
     }
     out += "\nCPU while the writers ran, cores (median [min–max]; the machine has 2). PostgreSQL counts \
             every backend, and the walsender in walrelay's run; \"benchmark\" is the writers' client \
-            side and, in the dual write, its producer.\n\n\
-            | shape | rate/s | dual write: PostgreSQL | broker | benchmark | machine | walrelay's run: PostgreSQL | broker | walrelay | benchmark | machine |\n\
-            |---|---|---|---|---|---|---|---|---|---|---|\n";
+            side and, in the dual write, its producer. The pgoutput stream alone is the same writers with \
+            a bare reader, no Kafka: its PostgreSQL figure less the dual write's is the walsender's.\n\n\
+            | shape | rate/s | dual write: PostgreSQL | broker | benchmark | machine | pgoutput stream alone: PostgreSQL | machine | walrelay's run: PostgreSQL | broker | walrelay | benchmark | machine |\n\
+            |---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for &shape in shapes {
         for &rate in &args.rates {
             let of: Vec<&Row> =
@@ -594,15 +690,17 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
                 continue;
             }
             let cores = |f: &dyn Fn(&Row) -> (f64, f64)| {
-                spread(of.iter().map(|r| f(r)).map(|(s, wall)| s / wall).collect())
+                spread_to(of.iter().map(|r| f(r)).map(|(s, wall)| s / wall).collect(), 2)
             };
             out += &format!(
-                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 shape.describe(),
                 cores(&|r| (r.dual_write_cpu.pg_cpu_s, r.dual_write_cpu.wall_s)),
                 cores(&|r| (r.dual_write_cpu.broker_cpu_s, r.dual_write_cpu.wall_s)),
                 cores(&|r| (r.dual_write_cpu.bench_cpu_s, r.dual_write_cpu.wall_s)),
                 cores(&|r| (r.dual_write_cpu.machine_cores, 1.0)),
+                cores(&|r| (r.wal_read_cpu.pg_cpu_s, r.wal_read_cpu.wall_s)),
+                cores(&|r| (r.wal_read_cpu.machine_cores, 1.0)),
                 cores(&|r| (r.cpu.pg_cpu_s, r.cpu.wall_s)),
                 cores(&|r| (r.cpu.broker_cpu_s, r.cpu.wall_s)),
                 cores(&|r| (r.cpu.relay_cpu_s, r.cpu.wall_s)),
@@ -614,10 +712,21 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
     out
 }
 
-/// "median [min–max]" (just the value for one repetition).
-fn spread(mut v: Vec<f64>) -> String {
+/// "median [min–max]" (just the value for one repetition), ms to one decimal.
+fn spread(v: Vec<f64>) -> String {
+    spread_to(v, 1)
+}
+
+/// [`spread`] with `decimals` below 100.
+fn spread_to(mut v: Vec<f64>, decimals: usize) -> String {
     v.sort_by(|a, b| a.total_cmp(b));
-    let fmt = |x: f64| if x.abs() >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") };
+    let fmt = |x: f64| {
+        if x.abs() >= 100.0 {
+            format!("{x:.0}")
+        } else {
+            format!("{x:.decimals$}")
+        }
+    };
     match v.len() {
         0 => "–".into(),
         1 => fmt(v[0]),
