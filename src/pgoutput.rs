@@ -89,6 +89,18 @@ impl Relation {
                 .collect(),
         }
     }
+
+    /// Debezium's outbox table (`id uuid`, three `varchar`s, `payload jsonb`) as `public.name`.
+    pub(crate) fn outbox_for_test(id: u32, name: &str) -> Relation {
+        let columns = [
+            ("id", 2950),
+            ("aggregatetype", 1043),
+            ("aggregateid", 1043),
+            ("type", 1043),
+            ("payload", 3802),
+        ];
+        Relation::for_test(id, "public", name, &columns)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

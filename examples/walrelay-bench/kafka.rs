@@ -9,6 +9,18 @@ use std::time::{Duration, Instant};
 /// producer in the benchmark batches alike.
 pub const LINGER_MS: &str = "2";
 
+/// A producer configuration with the settings walrelay owns (idempotence, acks=all, murmur2)
+/// and its default `linger.ms`, for every producer in the benchmark that stands in for it.
+pub fn relay_like_producer(bootstrap: &str) -> rdkafka::ClientConfig {
+    let mut cfg = rdkafka::ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", LINGER_MS);
+    cfg
+}
+
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};

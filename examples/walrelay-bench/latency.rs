@@ -394,14 +394,8 @@ impl FloorProducer {
         if shape == Shape::Pipelined {
             crate::kafka::create_topics(bootstrap, &prefix).await;
         }
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("partitioner", "murmur2_random")
-            .set("linger.ms", crate::kafka::LINGER_MS)
-            .create()
-            .expect("producer");
+        let producer: FutureProducer =
+            crate::kafka::relay_like_producer(bootstrap).create().expect("producer");
         let value = format!("{{\"pad\": \"{}\"}}", "x".repeat(290));
         FloorProducer { producer, topics: shape.topics(&prefix), value }
     }
@@ -651,32 +645,25 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         args.repeat, args.seconds
     );
-    for &shape in shapes {
-        for &rate in &args.rates {
-            let of: Vec<&Row> =
-                rows.iter().filter(|r| r.shape == shape && r.rate == rate).collect();
-            if of.is_empty() {
-                continue;
-            }
-            let col = |f: &dyn Fn(&Row) -> f64| spread(of.iter().map(|r| f(r)).collect());
-            out += &format!(
-                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                shape.describe(),
-                col(&|r| r.achieved),
-                col(&|r| r.ack.map_or(f64::NAN, |q| q.p50_ms)),
-                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms)),
-                col(&|r| r.read.map_or(f64::NAN, |q| q.p99_ms)),
-                col(&|r| r.wal_read.p99_ms),
-                col(&|r| r.create_time.p99_ms),
-                col(&|r| r.floor.p50_ms),
-                col(&|r| r.floor.p99_ms),
-                col(&|r| r.dual_write.p50_ms),
-                col(&|r| r.dual_write.p99_ms),
-                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor.p99_ms),
-                col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.dual_write.p99_ms),
-                of.iter().map(|r| r.missing).sum::<u64>(),
-            );
-        }
+    for (shape, rate, of) in by_shape_and_rate(args, shapes, rows) {
+        let col = |f: &dyn Fn(&Row) -> f64| spread(of.iter().map(|r| f(r)).collect());
+        out += &format!(
+            "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            shape.describe(),
+            col(&|r| r.achieved),
+            col(&|r| r.ack.map_or(f64::NAN, |q| q.p50_ms)),
+            col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms)),
+            col(&|r| r.read.map_or(f64::NAN, |q| q.p99_ms)),
+            col(&|r| r.wal_read.p99_ms),
+            col(&|r| r.create_time.p99_ms),
+            col(&|r| r.floor.p50_ms),
+            col(&|r| r.floor.p99_ms),
+            col(&|r| r.dual_write.p50_ms),
+            col(&|r| r.dual_write.p99_ms),
+            col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.floor.p99_ms),
+            col(&|r| r.ack.map_or(f64::NAN, |q| q.p99_ms) - r.dual_write.p99_ms),
+            of.iter().map(|r| r.missing).sum::<u64>(),
+        );
     }
     out += "\nCPU while the writers ran, cores (median [min–max]; the machine has 2). PostgreSQL counts \
             every backend, and the walsender in walrelay's run; \"benchmark\" is the writers' client \
@@ -684,34 +671,47 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
             a bare reader, no Kafka: its PostgreSQL figure less the dual write's is the walsender's.\n\n\
             | shape | rate/s | dual write: PostgreSQL | broker | benchmark | machine | pgoutput stream alone: PostgreSQL | machine | walrelay's run: PostgreSQL | broker | walrelay | benchmark | machine |\n\
             |---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (shape, rate, of) in by_shape_and_rate(args, shapes, rows) {
+        let cores = |f: &dyn Fn(&Row) -> (f64, f64)| {
+            spread_to(of.iter().map(|r| f(r)).map(|(s, wall)| s / wall).collect(), 2)
+        };
+        out += &format!(
+            "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            shape.describe(),
+            cores(&|r| (r.dual_write_cpu.pg_cpu_s, r.dual_write_cpu.wall_s)),
+            cores(&|r| (r.dual_write_cpu.broker_cpu_s, r.dual_write_cpu.wall_s)),
+            cores(&|r| (r.dual_write_cpu.bench_cpu_s, r.dual_write_cpu.wall_s)),
+            cores(&|r| (r.dual_write_cpu.machine_cores, 1.0)),
+            cores(&|r| (r.wal_read_cpu.pg_cpu_s, r.wal_read_cpu.wall_s)),
+            cores(&|r| (r.wal_read_cpu.machine_cores, 1.0)),
+            cores(&|r| (r.cpu.pg_cpu_s, r.cpu.wall_s)),
+            cores(&|r| (r.cpu.broker_cpu_s, r.cpu.wall_s)),
+            cores(&|r| (r.cpu.relay_cpu_s, r.cpu.wall_s)),
+            cores(&|r| (r.cpu.bench_cpu_s, r.cpu.wall_s)),
+            cores(&|r| (r.cpu.machine_cores, 1.0)),
+        );
+    }
+    out
+}
+
+/// The repetitions of each shape at each rate, in the order asked for; pairs never measured are
+/// left out.
+fn by_shape_and_rate<'a>(
+    args: &LatencyArgs,
+    shapes: &[Shape],
+    rows: &'a [Row],
+) -> Vec<(Shape, u64, Vec<&'a Row>)> {
+    let mut groups = Vec::new();
     for &shape in shapes {
         for &rate in &args.rates {
             let of: Vec<&Row> =
                 rows.iter().filter(|r| r.shape == shape && r.rate == rate).collect();
-            if of.is_empty() {
-                continue;
+            if !of.is_empty() {
+                groups.push((shape, rate, of));
             }
-            let cores = |f: &dyn Fn(&Row) -> (f64, f64)| {
-                spread_to(of.iter().map(|r| f(r)).map(|(s, wall)| s / wall).collect(), 2)
-            };
-            out += &format!(
-                "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                shape.describe(),
-                cores(&|r| (r.dual_write_cpu.pg_cpu_s, r.dual_write_cpu.wall_s)),
-                cores(&|r| (r.dual_write_cpu.broker_cpu_s, r.dual_write_cpu.wall_s)),
-                cores(&|r| (r.dual_write_cpu.bench_cpu_s, r.dual_write_cpu.wall_s)),
-                cores(&|r| (r.dual_write_cpu.machine_cores, 1.0)),
-                cores(&|r| (r.wal_read_cpu.pg_cpu_s, r.wal_read_cpu.wall_s)),
-                cores(&|r| (r.wal_read_cpu.machine_cores, 1.0)),
-                cores(&|r| (r.cpu.pg_cpu_s, r.cpu.wall_s)),
-                cores(&|r| (r.cpu.broker_cpu_s, r.cpu.wall_s)),
-                cores(&|r| (r.cpu.relay_cpu_s, r.cpu.wall_s)),
-                cores(&|r| (r.cpu.bench_cpu_s, r.cpu.wall_s)),
-                cores(&|r| (r.cpu.machine_cores, 1.0)),
-            );
         }
     }
-    out
+    groups
 }
 
 /// "median [min–max]" (just the value for one repetition), ms to one decimal.

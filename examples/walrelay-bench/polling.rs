@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -118,12 +117,7 @@ async fn instance(
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &a.bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", crate::kafka::LINGER_MS)
+    let producer: FutureProducer = crate::kafka::relay_like_producer(&a.bootstrap)
         .set("message.timeout.ms", "30000")
         .create()
         .expect("producer");

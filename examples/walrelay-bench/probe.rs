@@ -7,7 +7,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::producer::{
     BaseRecord, NoCustomPartitioner, Producer, ProducerContext, ThreadedProducer,
 };
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::ClientContext;
 
 /// Prints librdkafka's log lines with the time since the producer was created; notes when the
 /// first delivery report arrived.
@@ -52,12 +52,7 @@ pub fn probe_main(a: ProbeArgs) {
     let rt = tokio::runtime::Runtime::new().expect("rt");
     rt.block_on(crate::support::create_topic(&bootstrap, &topic, 4));
     for round in 0..3 {
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", &bootstrap)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("partitioner", "murmur2_random")
-            .set("linger.ms", crate::kafka::LINGER_MS);
+        let mut cfg = crate::kafka::relay_like_producer(&bootstrap);
         if !a.debug.is_empty() {
             cfg.set("debug", &a.debug);
         }

@@ -195,14 +195,8 @@ pub async fn calibrate(bootstrap: &str, rate: u64, seconds: f64) -> Vec<SteadyRu
     let mut tail = tokio::task::spawn_blocking(move || crate::kafka::Tail::start(&b, &p, r))
         .await
         .expect("tail");
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", crate::kafka::LINGER_MS)
-        .create()
-        .expect("producer");
+    let producer: FutureProducer =
+        crate::kafka::relay_like_producer(bootstrap).create().expect("producer");
     let topics = crate::kafka::topics(&prefix);
     let ack_us = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let start = Instant::now();

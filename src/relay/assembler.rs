@@ -292,17 +292,6 @@ mod tests {
     use crate::router::RouterConfig;
     use pgwire_replication::Lsn as WireLsn;
 
-    fn outbox_relation(oid: u32, name: &str) -> Relation {
-        let columns = [
-            ("id", 2950),
-            ("aggregatetype", 1043),
-            ("aggregateid", 1043),
-            ("type", 1043),
-            ("payload", 3802),
-        ];
-        Relation::for_test(oid, "public", name, &columns)
-    }
-
     fn row(id: &str) -> Tuple {
         let t = |s: &str| Value::Text(Bytes::copy_from_slice(s.as_bytes()));
         Tuple(vec![t(id), t("Order"), t("o-1"), t("Created"), t("{}")])
@@ -332,7 +321,7 @@ mod tests {
     #[test]
     fn assembler_asks_the_catalog_once_per_relation_and_places_rows_by_oid() {
         let (mut a, router) = (assembler(), router());
-        let rel = outbox_relation(16400, "outbox");
+        let rel = Relation::outbox_for_test(16400, "outbox");
         let Step::Lookup(asked) = a.on_event(xlog(Message::Relation(rel.clone()), 10)).unwrap()
         else {
             panic!("an unknown relation needs the catalog");
@@ -366,10 +355,10 @@ mod tests {
     #[test]
     fn assembler_skips_other_tables_but_never_an_unplaceable_one() {
         let (mut a, router) = (assembler(), router());
-        a.place(outbox_relation(500, "audit"), Fate::Other, &router).unwrap();
+        a.place(Relation::outbox_for_test(500, "audit"), Fate::Other, &router).unwrap();
         let reason = "an outbox name on OID 501".to_string();
         a.place(
-            outbox_relation(501, "outbox"),
+            Relation::outbox_for_test(501, "outbox"),
             Fate::Unplaceable { reason: reason.clone() },
             &router,
         )
@@ -388,7 +377,7 @@ mod tests {
     #[test]
     fn assembler_reports_updates_of_outbox_rows_and_drops_deletes() {
         let (mut a, router) = (assembler(), router());
-        a.place(outbox_relation(7, "outbox"), outbox_fate(), &router).unwrap();
+        a.place(Relation::outbox_for_test(7, "outbox"), outbox_fate(), &router).unwrap();
         let update = Message::Update(Update { relation_id: 7, old: None, new: row("x") });
         assert!(matches!(a.on_event(xlog(update, 5)).unwrap(), Step::Update { lsn: Lsn(5), .. }));
         let delete = Message::Delete(crate::pgoutput::Delete {
@@ -423,7 +412,7 @@ mod tests {
     #[test]
     fn assembler_binding_failure_names_the_table() {
         let (mut a, router) = (assembler(), router());
-        let mut rel = outbox_relation(8, "outbox");
+        let mut rel = Relation::outbox_for_test(8, "outbox");
         rel.columns.retain(|c| c.name != "aggregateid");
         let e = a.place(rel, outbox_fate(), &router).unwrap_err();
         assert!(e.to_string().contains("public.outbox"), "{e}");

@@ -18,14 +18,7 @@ fn router() -> Router {
 }
 
 fn binding(router: &Router) -> Binding {
-    let columns = [
-        ("id", 2950),
-        ("aggregatetype", 1043),
-        ("aggregateid", 1043),
-        ("type", 1043),
-        ("payload", 3802),
-    ];
-    let relation = Relation::for_test(16400, "public", "outbox", &columns);
+    let relation = Relation::outbox_for_test(16400, "outbox");
     router.bind(&relation, &[]).unwrap()
 }
 
