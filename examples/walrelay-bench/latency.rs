@@ -21,6 +21,10 @@
 //!   walrelay's commit→ack is what reading and relaying the WAL adds;
 //! * PostgreSQL's share alone: a bare pgoutput reader beside the same writers, commit → Begin
 //!   read, the floor of walrelay's commit→read (and of any WAL-reading relay's).
+//!
+//! With `--together N`, a diagnostic phase follows walrelay's at each rate up to 5,000/s: the
+//! writers also produce every Nth event's record themselves, beside walrelay, so both paths'
+//! tails are measured under the same load at the same moments.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,6 +59,11 @@ pub struct LatencyArgs {
     /// Don't build the release walrelay binary first.
     #[arg(long)]
     no_build: bool,
+    /// A diagnostic phase after walrelay's at each rate up to 5,000/s: the writers also produce
+    /// every Nth event's record themselves when its commit returns, beside walrelay, and both
+    /// tails are printed (1: every event).
+    #[arg(long, value_name = "N")]
+    together: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -145,6 +154,8 @@ pub struct Row {
     pub wal_read: Quantiles,
     /// CPU while the bare reader's writers ran.
     pub wal_read_cpu: CpuDelta,
+    /// walrelay and the dual write on the same events at the same time (rates up to 5,000/s).
+    pub beside: Option<Beside>,
 }
 
 pub fn main(args: LatencyArgs) {
@@ -163,7 +174,7 @@ pub fn main(args: LatencyArgs) {
         for rep in 0..args.repeat.max(1) {
             for &shape in &shapes {
                 eprintln!("[latency] repetition {}/{}: {}", rep + 1, args.repeat, shape.describe());
-                rows.extend(measure(&meter, rep, shape, &args.rates, args.seconds).await);
+                rows.extend(measure(&meter, rep, shape, &args, args.together).await);
             }
         }
         rows
@@ -179,7 +190,15 @@ pub fn main(args: LatencyArgs) {
 }
 
 /// The floors, then walrelay, for every rate of one shape (a fresh broker for each).
-async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: f64) -> Vec<Row> {
+async fn measure(
+    meter: &Meter,
+    rep: u32,
+    shape: Shape,
+    args: &LatencyArgs,
+    together: Option<u64>,
+) -> Vec<Row> {
+    let (rates, seconds) = (&args.rates, args.seconds);
+    let together = |rate: u64| together.filter(|_| rate <= BESIDE_MAX_RATE);
     let mut floors = Vec::new();
     // The floors with a database load run as long as walrelay's phase: where PostgreSQL can't keep
     // up, the reader's lag grows with the phase, so a shorter floor would look better.
@@ -213,47 +232,32 @@ async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: 
         http_port,
         PLAIN_OUTBOX,
     ));
-    let capacity: usize = rates.iter().map(|r| (*r as f64 * seconds * 1.3) as usize + 1000).sum();
+    // Up to 5,000/s each rate has a second phase, walrelay and the dual write together.
+    let phases = |r: u64| if together(r).is_some() { 2 } else { 1 };
+    let capacity: usize =
+        rates.iter().map(|&r| ((r as f64 * seconds * 1.3) as usize + 1000) * phases(r)).sum();
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
     let mut rows = Vec::new();
     let mut first_n = 1u64;
     for (&rate, (floor, dual_write, dual_write_cpu, wal_read, wal_read_cpu)) in
         rates.iter().zip(floors)
     {
-        checkpoint().await;
-        let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
-        let warmup = (seconds / 5.0).min(5.0);
-        let after_warmup = async {
-            tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
-            ackhist::scrape(http_port).await
-        };
-        let write = async {
-            let a = meter.snap(Some(relay.pid()));
-            let written = write(&db, shape, rate, seconds, first_n, commit_us.clone(), None).await;
-            (written, delta(&a, &meter.snap(Some(relay.pid()))))
-        };
-        let (((events, achieved), cpu), warm) = tokio::join!(write, after_warmup);
-        let deadline = Instant::now() + Duration::from_secs_f64(30.0 + 2.0 * seconds);
-        let now = loop {
-            let now = ackhist::scrape(http_port).await;
-            if ackhist::count(&now.ack).saturating_sub(before) >= events
-                || Instant::now() > deadline
-            {
-                break now;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let phase = relay_phase(
+            meter, &relay, http_port, &db, shape, rate, seconds, first_n, &commit_us, None,
+        )
+        .await;
+        let RelayPhase { events, achieved, cpu, ack, read } = phase;
         let range = first_n..first_n + events;
-        let skip = (warmup * achieved) as u64;
+        let skip = ((seconds / 5.0).min(5.0) * achieved) as u64;
         let (create_time, missing) = create_times(&prefix, shape, range, skip, &commit_us).await;
-        let row = Row {
+        let mut row = Row {
             rep,
             shape,
             rate,
             achieved,
             events,
-            ack: ackhist::between(&warm.ack, &now.ack),
-            read: ackhist::between(&warm.read, &now.read),
+            ack,
+            read,
             create_time,
             missing,
             floor,
@@ -262,18 +266,160 @@ async fn measure(meter: &Meter, rep: u32, shape: Shape, rates: &[u64], seconds: 
             dual_write_cpu,
             wal_read,
             wal_read_cpu,
+            beside: None,
         };
         eprintln!(
             "[latency]   walrelay at {rate}/s (achieved {achieved:.0}/s): commit→ack {:?}, commit→read {:?}, commit→CreateTime {:?}, missing {missing}, {:?}",
             row.ack, row.read, row.create_time, row.cpu
         );
-        rows.push(row);
         first_n += events;
+        if let Some(sample) = together(rate) {
+            let b = beside(
+                meter, &relay, http_port, &db, shape, rate, seconds, first_n, &commit_us, sample,
+            )
+            .await;
+            eprintln!("[latency]   walrelay and the dual write together at {rate}/s: {b:?}");
+            first_n += b.events;
+            row.beside = Some(b);
+        }
+        rows.push(row);
     }
     relay.terminate();
     keep_log(&format!("{prefix}-latency"), &relay.log());
     workload::drop_db(&db).await;
     rows
+}
+
+/// Above this rate the machine is saturated by the database alone; a phase with more for the
+/// broker says nothing more.
+const BESIDE_MAX_RATE: u64 = 5_000;
+
+/// What one phase of writes did to walrelay: its histograms over the phase (warm-up not
+/// counted) and the CPU while the writers ran.
+struct RelayPhase {
+    events: u64,
+    achieved: f64,
+    cpu: CpuDelta,
+    ack: Option<AckQuantiles>,
+    read: Option<AckQuantiles>,
+}
+
+/// Writes the shape's load at `rate` into walrelay's database and waits until walrelay has
+/// acknowledged all of it.
+#[allow(clippy::too_many_arguments)]
+async fn relay_phase(
+    meter: &Meter,
+    relay: &crate::support::RelayProcess,
+    http_port: u16,
+    db: &TestDb,
+    shape: Shape,
+    rate: u64,
+    seconds: f64,
+    first_n: u64,
+    commit_us: &Arc<Vec<AtomicU64>>,
+    on_commit: Option<workload::OnCommit>,
+) -> RelayPhase {
+    checkpoint().await;
+    let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
+    let warmup = (seconds / 5.0).min(5.0);
+    let after_warmup = async {
+        tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
+        ackhist::scrape(http_port).await
+    };
+    let write = async {
+        let a = meter.snap(Some(relay.pid()));
+        let written = write(db, shape, rate, seconds, first_n, commit_us.clone(), on_commit).await;
+        (written, delta(&a, &meter.snap(Some(relay.pid()))))
+    };
+    let (((events, achieved), cpu), warm) = tokio::join!(write, after_warmup);
+    let deadline = Instant::now() + Duration::from_secs_f64(30.0 + 2.0 * seconds);
+    let now = loop {
+        let now = ackhist::scrape(http_port).await;
+        if ackhist::count(&now.ack).saturating_sub(before) >= events || Instant::now() > deadline {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    RelayPhase {
+        events,
+        achieved,
+        cpu,
+        ack: ackhist::between(&warm.ack, &now.ack),
+        read: ackhist::between(&warm.read, &now.read),
+    }
+}
+
+/// walrelay and the dual write in the same phase (`--together`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Beside {
+    pub events: u64,
+    /// walrelay's commit→ack.
+    pub ack: Option<AckQuantiles>,
+    /// Every how many events the writers produced one themselves.
+    pub sample: u64,
+    /// The writers' own producer: sent → delivery report, the warm-up not counted.
+    pub dual_write: Quantiles,
+    pub cpu: CpuDelta,
+}
+
+/// The same writers into walrelay's database, each also producing every `sample`th event's record
+/// itself as soon as its commit returns (to topics of its own), so both paths deliver under the
+/// same load at the same time: the walsender's and walrelay's cores, the broker. A diagnostic,
+/// not a floor: with every event (1) the broker gets twice the records and on two cores that
+/// overload is most of both tails; with fewer, the writers' producer has a lighter connection
+/// to the broker than walrelay's (docs/benchmarks.md, issue 13).
+#[allow(clippy::too_many_arguments)]
+async fn beside(
+    meter: &Meter,
+    relay: &crate::support::RelayProcess,
+    http_port: u16,
+    db: &TestDb,
+    shape: Shape,
+    rate: u64,
+    seconds: f64,
+    first_n: u64,
+    commit_us: &Arc<Vec<AtomicU64>>,
+    sample: u64,
+) -> Beside {
+    let producer = Arc::new(FloorProducer::new(crate::fresh::bootstrap(), shape).await);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
+    let counted_from = Instant::now() + Duration::from_secs_f64((seconds / 5.0).min(5.0));
+    let on_commit: workload::OnCommit = Arc::new(move |n, sent| {
+        if n % sample.max(1) != 0 {
+            return;
+        }
+        let Some(delivery) = producer.send(n) else { return };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if matches!(delivery.await, Ok(Ok(_))) && sent >= counted_from {
+                let _ = tx.send(sent.elapsed().as_secs_f64() * 1000.0);
+            }
+        });
+    });
+    let phase = relay_phase(
+        meter,
+        relay,
+        http_port,
+        db,
+        shape,
+        rate,
+        seconds,
+        first_n,
+        commit_us,
+        Some(on_commit),
+    )
+    .await;
+    let mut ms = Vec::new();
+    while let Some(v) = rx.recv().await {
+        ms.push(v);
+    }
+    Beside {
+        events: phase.events,
+        ack: phase.ack,
+        sample,
+        dual_write: Quantiles::of(ms),
+        cpu: phase.cpu,
+    }
 }
 
 /// Writes the shape's single-row transactions at `rate` for `seconds`, numbering events from
@@ -689,6 +835,35 @@ fn render(args: &LatencyArgs, shapes: &[Shape], rows: &[Row]) -> String {
             cores(&|r| (r.cpu.relay_cpu_s, r.cpu.wall_s)),
             cores(&|r| (r.cpu.bench_cpu_s, r.cpu.wall_s)),
             cores(&|r| (r.cpu.machine_cores, 1.0)),
+        );
+    }
+    let together: Vec<_> = by_shape_and_rate(args, shapes, rows)
+        .into_iter()
+        .map(|(shape, rate, of)| {
+            (shape, rate, of.iter().filter_map(|r| r.beside.clone()).collect::<Vec<_>>())
+        })
+        .filter(|(_, _, of)| !of.is_empty())
+        .collect();
+    if together.is_empty() {
+        return out;
+    }
+    out += "\nwalrelay and the dual write together (`--together N`): the same writers into walrelay's \
+            database, each also producing every Nth event's record itself when its commit returns, \
+            under the same load (walsender, walrelay, broker) at the same time. ms, median [min–max].\n\n\
+            | shape | rate/s | N | walrelay commit→ack p50 | walrelay p99 | dual write p50 | dual write p99 | walrelay p99 − dual write p99 | machine cores |\n\
+            |---|---|---|---|---|---|---|---|---|\n";
+    for (shape, rate, of) in together {
+        let col = |f: &dyn Fn(&Beside) -> f64| spread(of.iter().map(f).collect());
+        out += &format!(
+            "| {} | {rate} | {} | {} | {} | {} | {} | {} | {} |\n",
+            shape.describe(),
+            of[0].sample,
+            col(&|b| b.ack.map_or(f64::NAN, |q| q.p50_ms)),
+            col(&|b| b.ack.map_or(f64::NAN, |q| q.p99_ms)),
+            col(&|b| b.dual_write.p50_ms),
+            col(&|b| b.dual_write.p99_ms),
+            col(&|b| b.ack.map_or(f64::NAN, |q| q.p99_ms) - b.dual_write.p99_ms),
+            spread_to(of.iter().map(|b| b.cpu.machine_cores).collect(), 2),
         );
     }
     out
