@@ -174,7 +174,7 @@ pub fn main(args: LatencyArgs) {
         for rep in 0..args.repeat.max(1) {
             for &shape in &shapes {
                 eprintln!("[latency] repetition {}/{}: {}", rep + 1, args.repeat, shape.describe());
-                rows.extend(measure(&meter, rep, shape, &args, args.together).await);
+                rows.extend(measure(&meter, rep, shape, &args).await);
             }
         }
         rows
@@ -190,15 +190,9 @@ pub fn main(args: LatencyArgs) {
 }
 
 /// The floors, then walrelay, for every rate of one shape (a fresh broker for each).
-async fn measure(
-    meter: &Meter,
-    rep: u32,
-    shape: Shape,
-    args: &LatencyArgs,
-    together: Option<u64>,
-) -> Vec<Row> {
+async fn measure(meter: &Meter, rep: u32, shape: Shape, args: &LatencyArgs) -> Vec<Row> {
     let (rates, seconds) = (&args.rates, args.seconds);
-    let together = |rate: u64| together.filter(|_| rate <= BESIDE_MAX_RATE);
+    let together_at = |rate: u64| args.together.filter(|_| rate <= BESIDE_MAX_RATE);
     let mut floors = Vec::new();
     // The floors with a database load run as long as walrelay's phase: where PostgreSQL can't keep
     // up, the reader's lag grows with the phase, so a shorter floor would look better.
@@ -224,7 +218,7 @@ async fn measure(
         crate::kafka::create_topics(crate::fresh::bootstrap(), &prefix).await;
     }
     let http_port = crate::support::free_port();
-    let mut relay = start_walrelay(&walrelay_config(
+    let relay = start_walrelay(&walrelay_config(
         &db,
         &slot,
         &publication,
@@ -233,23 +227,22 @@ async fn measure(
         PLAIN_OUTBOX,
     ));
     // Up to 5,000/s each rate has a second phase, walrelay and the dual write together.
-    let phases = |r: u64| if together(r).is_some() { 2 } else { 1 };
+    let phases = |r: u64| if together_at(r).is_some() { 2 } else { 1 };
     let capacity: usize =
         rates.iter().map(|&r| ((r as f64 * seconds * 1.3) as usize + 1000) * phases(r)).sum();
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let mut walrelay = Relayed { meter, relay, http_port, db: &db, shape, seconds, commit_us };
     let mut rows = Vec::new();
     let mut first_n = 1u64;
     for (&rate, (floor, dual_write, dual_write_cpu, wal_read, wal_read_cpu)) in
         rates.iter().zip(floors)
     {
-        let phase = relay_phase(
-            meter, &relay, http_port, &db, shape, rate, seconds, first_n, &commit_us, None,
-        )
-        .await;
-        let RelayPhase { events, achieved, cpu, ack, read } = phase;
+        let RelayPhase { events, achieved, cpu, ack, read } =
+            walrelay.phase(rate, first_n, None).await;
         let range = first_n..first_n + events;
-        let skip = ((seconds / 5.0).min(5.0) * achieved) as u64;
-        let (create_time, missing) = create_times(&prefix, shape, range, skip, &commit_us).await;
+        let skip = (warmup(seconds) * achieved) as u64;
+        let (create_time, missing) =
+            create_times(&prefix, shape, range, skip, &walrelay.commit_us).await;
         let mut row = Row {
             rep,
             shape,
@@ -273,19 +266,16 @@ async fn measure(
             row.ack, row.read, row.create_time, row.cpu
         );
         first_n += events;
-        if let Some(sample) = together(rate) {
-            let b = beside(
-                meter, &relay, http_port, &db, shape, rate, seconds, first_n, &commit_us, sample,
-            )
-            .await;
+        if let Some(sample) = together_at(rate) {
+            let b = walrelay.beside(rate, first_n, sample).await;
             eprintln!("[latency]   walrelay and the dual write together at {rate}/s: {b:?}");
             first_n += b.events;
             row.beside = Some(b);
         }
         rows.push(row);
     }
-    relay.terminate();
-    keep_log(&format!("{prefix}-latency"), &relay.log());
+    walrelay.relay.terminate();
+    keep_log(&format!("{prefix}-latency"), &walrelay.relay.log());
     workload::drop_db(&db).await;
     rows
 }
@@ -304,48 +294,84 @@ struct RelayPhase {
     read: Option<AckQuantiles>,
 }
 
-/// Writes the shape's load at `rate` into walrelay's database and waits until walrelay has
-/// acknowledged all of it.
-#[allow(clippy::too_many_arguments)]
-async fn relay_phase(
-    meter: &Meter,
-    relay: &crate::support::RelayProcess,
+/// The first fifth of a phase, at most 5 s, is warm-up and not counted.
+fn warmup(seconds: f64) -> f64 {
+    (seconds / 5.0).min(5.0)
+}
+
+/// walrelay running on the shape's database, and what its phases write with.
+struct Relayed<'a> {
+    meter: &'a Meter,
+    relay: crate::support::RelayProcess,
     http_port: u16,
-    db: &TestDb,
+    db: &'a TestDb,
     shape: Shape,
-    rate: u64,
     seconds: f64,
-    first_n: u64,
-    commit_us: &Arc<Vec<AtomicU64>>,
-    on_commit: Option<workload::OnCommit>,
-) -> RelayPhase {
-    checkpoint().await;
-    let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
-    let warmup = (seconds / 5.0).min(5.0);
-    let after_warmup = async {
-        tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
-        ackhist::scrape(http_port).await
-    };
-    let write = async {
-        let a = meter.snap(Some(relay.pid()));
-        let written = write(db, shape, rate, seconds, first_n, commit_us.clone(), on_commit).await;
-        (written, delta(&a, &meter.snap(Some(relay.pid()))))
-    };
-    let (((events, achieved), cpu), warm) = tokio::join!(write, after_warmup);
-    let deadline = Instant::now() + Duration::from_secs_f64(30.0 + 2.0 * seconds);
-    let now = loop {
-        let now = ackhist::scrape(http_port).await;
-        if ackhist::count(&now.ack).saturating_sub(before) >= events || Instant::now() > deadline {
-            break now;
+    /// When each event's commit returned, by event number.
+    commit_us: Arc<Vec<AtomicU64>>,
+}
+
+impl Relayed<'_> {
+    /// Writes the shape's load at `rate`, events numbered from `first_n`, and waits until
+    /// walrelay has acknowledged all of it.
+    async fn phase(
+        &self,
+        rate: u64,
+        first_n: u64,
+        on_commit: Option<workload::OnCommit>,
+    ) -> RelayPhase {
+        let (http_port, pid) = (self.http_port, Some(self.relay.pid()));
+        checkpoint().await;
+        let before = ackhist::count(&ackhist::scrape(http_port).await.ack);
+        let after_warmup = async {
+            tokio::time::sleep(Duration::from_secs_f64(warmup(self.seconds))).await;
+            ackhist::scrape(http_port).await
+        };
+        let write = async {
+            let a = self.meter.snap(pid);
+            let commit_us = self.commit_us.clone();
+            let written =
+                write(self.db, self.shape, rate, self.seconds, first_n, commit_us, on_commit).await;
+            (written, delta(&a, &self.meter.snap(pid)))
+        };
+        let (((events, achieved), cpu), warm) = tokio::join!(write, after_warmup);
+        let deadline = Instant::now() + Duration::from_secs_f64(30.0 + 2.0 * self.seconds);
+        let now = loop {
+            let now = ackhist::scrape(http_port).await;
+            if ackhist::count(&now.ack).saturating_sub(before) >= events
+                || Instant::now() > deadline
+            {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        RelayPhase {
+            events,
+            achieved,
+            cpu,
+            ack: ackhist::between(&warm.ack, &now.ack),
+            read: ackhist::between(&warm.read, &now.read),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    RelayPhase {
-        events,
-        achieved,
-        cpu,
-        ack: ackhist::between(&warm.ack, &now.ack),
-        read: ackhist::between(&warm.read, &now.read),
+    }
+
+    /// The same writers once more, each also producing every `sample`th event's record itself
+    /// as soon as its commit returns (to topics of its own), so both paths deliver under the
+    /// same load at the same time: the walsender's and walrelay's cores, the broker. A
+    /// diagnostic, not a floor: with every event (1) the broker gets twice the records and on
+    /// two cores that overload is most of both tails; with fewer, the writers' producer has a
+    /// lighter connection to the broker than walrelay's (docs/benchmarks.md, issue 13).
+    async fn beside(&self, rate: u64, first_n: u64, sample: u64) -> Beside {
+        let producer = FloorProducer::new(crate::fresh::bootstrap(), self.shape).await;
+        let counted_from = Instant::now() + Duration::from_secs_f64(warmup(self.seconds));
+        let (on_commit, rx) = dual_write_hook(producer, counted_from, sample);
+        let phase = self.phase(rate, first_n, Some(on_commit)).await;
+        Beside {
+            events: phase.events,
+            ack: phase.ack,
+            sample,
+            dual_write: Quantiles::of(latencies(rx, 0).await),
+            cpu: phase.cpu,
+        }
     }
 }
 
@@ -360,66 +386,6 @@ pub struct Beside {
     /// The writers' own producer: sent → delivery report, the warm-up not counted.
     pub dual_write: Quantiles,
     pub cpu: CpuDelta,
-}
-
-/// The same writers into walrelay's database, each also producing every `sample`th event's record
-/// itself as soon as its commit returns (to topics of its own), so both paths deliver under the
-/// same load at the same time: the walsender's and walrelay's cores, the broker. A diagnostic,
-/// not a floor: with every event (1) the broker gets twice the records and on two cores that
-/// overload is most of both tails; with fewer, the writers' producer has a lighter connection
-/// to the broker than walrelay's (docs/benchmarks.md, issue 13).
-#[allow(clippy::too_many_arguments)]
-async fn beside(
-    meter: &Meter,
-    relay: &crate::support::RelayProcess,
-    http_port: u16,
-    db: &TestDb,
-    shape: Shape,
-    rate: u64,
-    seconds: f64,
-    first_n: u64,
-    commit_us: &Arc<Vec<AtomicU64>>,
-    sample: u64,
-) -> Beside {
-    let producer = Arc::new(FloorProducer::new(crate::fresh::bootstrap(), shape).await);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
-    let counted_from = Instant::now() + Duration::from_secs_f64((seconds / 5.0).min(5.0));
-    let on_commit: workload::OnCommit = Arc::new(move |n, sent| {
-        if n % sample.max(1) != 0 {
-            return;
-        }
-        let Some(delivery) = producer.send(n) else { return };
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            if matches!(delivery.await, Ok(Ok(_))) && sent >= counted_from {
-                let _ = tx.send(sent.elapsed().as_secs_f64() * 1000.0);
-            }
-        });
-    });
-    let phase = relay_phase(
-        meter,
-        relay,
-        http_port,
-        db,
-        shape,
-        rate,
-        seconds,
-        first_n,
-        commit_us,
-        Some(on_commit),
-    )
-    .await;
-    let mut ms = Vec::new();
-    while let Some(v) = rx.recv().await {
-        ms.push(v);
-    }
-    Beside {
-        events: phase.events,
-        ack: phase.ack,
-        sample,
-        dual_write: Quantiles::of(ms),
-        cpu: phase.cpu,
-    }
 }
 
 /// Writes the shape's single-row transactions at `rate` for `seconds`, numbering events from
@@ -622,10 +588,30 @@ async fn dual_write_floor(
     let db = workload::create_db("bench_floor").await;
     let capacity = (rate as f64 * seconds * 1.3) as usize + 1000;
     let commit_us = Arc::new((0..capacity).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
-    let producer = Arc::new(FloorProducer::new(crate::fresh::bootstrap(), shape).await);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
-    let counted_from = Instant::now() + Duration::from_secs(1);
+    let producer = FloorProducer::new(crate::fresh::bootstrap(), shape).await;
+    let (on_commit, rx) = dual_write_hook(producer, Instant::now() + Duration::from_secs(1), 1);
+    checkpoint().await;
+    let a = meter.snap(None);
+    write(&db, shape, rate, seconds, 1, commit_us, Some(on_commit)).await;
+    let cpu = delta(&a, &meter.snap(None));
+    let ms = latencies(rx, capacity).await;
+    workload::drop_db(&db).await;
+    (Quantiles::of(ms), cpu)
+}
+
+/// The writers' hook of a dual write: every `sample`th event's record produced with `producer`
+/// when its commit returns; each delivered one sends its latency (transaction sent → delivery
+/// report, ms) to the receiver, unless it was sent before `counted_from`.
+fn dual_write_hook(
+    producer: FloorProducer,
+    counted_from: Instant,
+    sample: u64,
+) -> (workload::OnCommit, tokio::sync::mpsc::UnboundedReceiver<f64>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<f64>();
     let on_commit: workload::OnCommit = Arc::new(move |n, sent| {
+        if n % sample.max(1) != 0 {
+            return;
+        }
         let Some(delivery) = producer.send(n) else { return };
         let tx = tx.clone();
         tokio::spawn(async move {
@@ -634,17 +620,17 @@ async fn dual_write_floor(
             }
         });
     });
-    checkpoint().await;
-    let a = meter.snap(None);
-    write(&db, shape, rate, seconds, 1, commit_us, Some(on_commit)).await;
-    let cpu = delta(&a, &meter.snap(None));
-    // The channel closes once the writers' hook and every delivery it awaits are gone.
+    (on_commit, rx)
+}
+
+/// What a dual write hook measured. The channel closes once the hook and every delivery it
+/// awaits are gone.
+async fn latencies(mut rx: tokio::sync::mpsc::UnboundedReceiver<f64>, capacity: usize) -> Vec<f64> {
     let mut ms = Vec::with_capacity(capacity);
     while let Some(v) = rx.recv().await {
         ms.push(v);
     }
-    workload::drop_db(&db).await;
-    (Quantiles::of(ms), cpu)
+    ms
 }
 
 /// PostgreSQL's share, the floor of commit→read: a bare pgoutput reader (pgwire-replication,
