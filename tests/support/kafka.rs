@@ -1,8 +1,10 @@
 //! Kafka client helpers for tests (rdkafka / librdkafka).
 //!
-//! Reading uses `assign()` from offset 0 on every partition, never consumer groups (a classic
-//! JoinGroup on tansu waits session.timeout.ms/2), and counts records instead of trusting the
-//! memory engine's (wrong) high watermarks.
+//! On Apache Kafka the readers are consumers in a group of their own that subscribe from the
+//! earliest offset, as users' consumers are. On tansu (`WALRELAY_TEST_BROKER=tansu`) they
+//! `assign()` every partition from offset 0 instead (a classic JoinGroup there waits
+//! session.timeout.ms/2). Either way they count records rather than trust high watermarks
+//! (tansu's memory engine reports wrong ones).
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -91,10 +93,25 @@ fn client_config(bootstrap: &str) -> ClientConfig {
 /// (on tansu's memory engine any metadata request naming a topic creates it with 4
 /// partitions, so create topics before anything else touches them).
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    create_topic_with(bootstrap, topic, partitions, 1, &[]).await
+}
+
+/// Like [`create_topic`] with `replicas` copies of each partition and topic `configs`
+/// (`("max.message.bytes", "2048")`).
+pub async fn create_topic_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replicas: i32,
+    configs: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = client_config(bootstrap)
         .create()
         .unwrap_or_else(|e| panic!("create admin client for {bootstrap}: {e}"));
-    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas));
+    for (k, v) in configs {
+        new_topic = new_topic.set(k, v);
+    }
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin
         .create_topics([&new_topic], &opts)
@@ -171,7 +188,8 @@ pub async fn consume(
 /// Like [`consume`] for several topics together: stops at `expected` records in all;
 /// ordered by (position of the topic in `topics`, partition, offset).
 ///
-/// Waits (within the deadline) for the topics to appear in the broker's metadata rather than
+/// On Kafka it subscribes in a fresh consumer group; on tansu it waits (within the deadline) for
+/// the topics to appear in the broker's metadata and assigns their partitions, rather than
 /// naming them in a metadata request, which would create them on tansu's memory engine.
 pub async fn consume_topics(
     bootstrap: &str,
@@ -191,13 +209,53 @@ pub async fn consume_topics(
         .create()
         .map(Arc::new)
         .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"));
+    let mut out: Vec<Consumed> = Vec::new();
+    if super::broker::Kind::selected() == Ok(super::broker::Kind::Kafka) {
+        consumer.subscribe(topics).unwrap_or_else(|e| panic!("subscribe {topics:?}: {e}"));
+    } else if !assign_when_present(&consumer, topics, start, deadline).await {
+        return out;
+    }
 
-    // Partitions per topic, from all-topics metadata.
+    while out.len() < expected {
+        let remaining = deadline.saturating_sub(start.elapsed());
+        if remaining.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(remaining, consumer.recv()).await {
+            Err(_) => break,
+            Ok(Err(e)) => {
+                eprintln!("[support] consume {topics:?}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Ok(m)) => out.push(Consumed::from_message(&m)),
+        }
+    }
+    if out.len() < expected {
+        eprintln!(
+            "[support] consume {topics:?}: got {} of {expected} records within {deadline:?}",
+            out.len()
+        );
+    }
+    let rank = |t: &str| topics.iter().position(|x| *x == t).unwrap_or(usize::MAX);
+    out.sort_by(|a, b| {
+        (rank(&a.topic), a.partition, a.offset).cmp(&(rank(&b.topic), b.partition, b.offset))
+    });
+    out
+}
+
+/// tansu: assigns every partition of `topics` from offset 0 once they are in the metadata
+/// (within `deadline`); false when none of them appeared.
+async fn assign_when_present(
+    consumer: &Arc<StreamConsumer>,
+    topics: &[&str],
+    start: Instant,
+    deadline: Duration,
+) -> bool {
     let mut partitions: HashMap<String, Vec<i32>> = HashMap::new();
     loop {
         let remaining = deadline.saturating_sub(start.elapsed());
         let timeout = remaining.clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let c = Arc::clone(&consumer);
+        let c = Arc::clone(consumer);
         // fetch_metadata blocks: keep it off the runtime's threads.
         let md = tokio::task::spawn_blocking(move || c.client().fetch_metadata(None, timeout))
             .await
@@ -230,35 +288,9 @@ pub async fn consume_topics(
             tpl.add_partition_offset(topic, *p, Offset::Offset(0)).expect("add partition");
         }
     }
-    let mut out: Vec<Consumed> = Vec::new();
     if tpl.count() == 0 {
-        return out;
+        return false;
     }
     consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topics:?}: {e}"));
-
-    while out.len() < expected {
-        let remaining = deadline.saturating_sub(start.elapsed());
-        if remaining.is_zero() {
-            break;
-        }
-        match tokio::time::timeout(remaining, consumer.recv()).await {
-            Err(_) => break,
-            Ok(Err(e)) => {
-                eprintln!("[support] consume {topics:?}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(Ok(m)) => out.push(Consumed::from_message(&m)),
-        }
-    }
-    if out.len() < expected {
-        eprintln!(
-            "[support] consume {topics:?}: got {} of {expected} records within {deadline:?}",
-            out.len()
-        );
-    }
-    let rank = |t: &str| topics.iter().position(|x| *x == t).unwrap_or(usize::MAX);
-    out.sort_by(|a, b| {
-        (rank(&a.topic), a.partition, a.offset).cmp(&(rank(&b.topic), b.partition, b.offset))
-    });
-    out
+    true
 }

@@ -1,6 +1,6 @@
-//! Shared integration-test harness: one PostgreSQL instance and one Kafka-compatible broker
-//! (tansu, memory engine) per test process, plus helpers to consume topics and to run the
-//! real `walrelay` binary.
+//! Shared integration-test harness: one PostgreSQL instance and one Kafka broker (Apache Kafka
+//! by default, tansu with `WALRELAY_TEST_BROKER=tansu`: see [`broker`]) per test process, plus
+//! helpers to consume topics and to run the real `walrelay` binary.
 //!
 //! Also usable from an example: `#[path = "../tests/support/mod.rs"] mod support;`
 //! (no `#[test]` items live here).
@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod faults;
 pub mod fuzz;
 pub mod kafka;
+pub mod kafka_cluster;
 pub mod postgres;
 pub mod proxy;
 pub mod relay;
@@ -49,7 +50,8 @@ pub fn services() -> &'static Services {
     let result = SERVICES.get_or_init(|| {
         let started = Instant::now();
         // Report everything that is missing at once, before starting anything.
-        let missing: Vec<String> = [postgres::find_bin_dir().err(), broker::find_tansu().err()]
+        let kind = broker::Kind::selected()?;
+        let missing: Vec<String> = [postgres::find_bin_dir().err(), kind.check_installed().err()]
             .into_iter()
             .flatten()
             .collect();
@@ -57,14 +59,19 @@ pub fn services() -> &'static Services {
             return Err(missing.join("\n"));
         }
         let root = scratch_root();
+        // The JVM starts while initdb runs.
+        let broker_dir = root.join("broker");
+        let broker = std::thread::spawn(move || Broker::start(&broker_dir, free_port()));
         let pg = Postgres::start(&root.join("pg"))?;
-        let broker = Broker::start(&root.join("broker"), free_port())?;
-        // Printed past libtest's capture, so every run says which server it tested.
+        let broker = broker.join().map_err(|_| "starting the broker panicked".to_string())??;
+        print_broker_log_on_failure(broker.log_path().to_path_buf());
+        // Printed past libtest's capture, so every run says which servers it tested.
         note(&format!(
-            "services up in {:.1?}: {} on 127.0.0.1:{}, broker {} (pid {}), dir {}",
+            "services up in {:.1?}: {} on 127.0.0.1:{}, broker {} on {} (pid {}), dir {}",
             started.elapsed(),
             pg.server().describe(),
             pg.port(),
+            broker.describe(),
             broker.bootstrap(),
             broker.pid(),
             root.display()
@@ -75,6 +82,16 @@ pub fn services() -> &'static Services {
         Ok(s) => s,
         Err(e) => panic!("test services could not be started: {e}"),
     }
+}
+
+/// A failing test (a panic on a test's thread) prints the last lines of the shared broker's log
+/// after its message: libtest shows a test's captured output only when it fails.
+fn print_broker_log_on_failure(log: PathBuf) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        eprintln!("--- last lines of the shared broker's log {} ---\n{}", log.display(), tail_file(&log, 40));
+    }));
 }
 
 /// The shared instance when its server has `cap`; else a second shared instance, started on
@@ -213,7 +230,7 @@ fn cleanup_script(root: &Path) -> String {
     let root = shell_quote(&root.display().to_string());
     let as_pg = if is_root() { "runuser -u postgres -- " } else { "" };
     format!(
-        r#"for f in {root}/*/{PID_FILE}; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+        r#"for f in {root}/*/{PID_FILE} {root}/*/*/{PID_FILE}; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
 if [ -f {root}/pg/data/postmaster.pid ]; then
   b=$(cat {root}/pg/bin_dir 2>/dev/null)
   if [ -n "$b" ]; then cd / && {as_pg}"$b/pg_ctl" -D {root}/pg/data -s -m immediate stop >/dev/null 2>&1; fi
