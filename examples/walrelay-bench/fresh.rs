@@ -1,4 +1,5 @@
-//! A fresh broker for every measurement. tansu's memory engine keeps every record it was given
+//! A fresh broker for every measurement (Apache Kafka by default, `--broker tansu` for the
+//! in-memory stand-in). tansu's memory engine keeps every record it was given
 //! and gets slower as it holds more: in one full run its CPU per record during a drain grew
 //! 2–5× between a fresh broker and one holding a few million records from earlier phases,
 //! enough to saturate this machine and halve the drain of whichever system ran later. Each

@@ -43,6 +43,10 @@ use crate::systems::Ctx;
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
+    /// The broker every measurement runs on: kafka (Apache Kafka 4.4, KRaft, one node) or
+    /// tansu (the in-memory stand-in).
+    #[arg(long, global = true, default_value = "kafka", value_parser = ["kafka", "tansu"])]
+    broker: String,
     #[command(flatten)]
     opts: Opts,
 }
@@ -134,6 +138,8 @@ pub struct Settings {
     pub shapes: Vec<String>,
     pub sync_commit: bool,
     pub walrelay_bin: String,
+    /// `Apache Kafka 4.4.0 (KRaft, one node)` or `tansu 0.6.0 (memory engine)`.
+    pub broker: String,
 }
 
 impl Settings {
@@ -144,6 +150,9 @@ impl Settings {
 
 fn main() {
     let cli = Cli::parse();
+    // Read by the harness (tests/support/broker.rs) whenever it starts a broker; set before any
+    // thread exists.
+    std::env::set_var("WALRELAY_TEST_BROKER", &cli.broker);
     match cli.cmd {
         Some(Cmd::PollingRelay(args)) => return polling::child_main(args),
         Some(Cmd::ProbeProducer(args)) => return probe::probe_main(args),
@@ -173,6 +182,10 @@ fn main() {
             .collect(),
         sync_commit: !o.async_commit,
         walrelay_bin: String::new(),
+        broker: match cli.broker.as_str() {
+            "tansu" => "tansu 0.6.0 (memory engine)".into(),
+            _ => "Apache Kafka 4.4.0 (KRaft, one node)".into(),
+        },
     };
     let mut settings = settings;
     if settings.runs("walrelay") {

@@ -388,7 +388,8 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "\n## walrelay-bench: {} events ({} rows/txn, {} aggregate ids, 4 aggregate types), {} repetition(s); median [min–max]\n",
+        "\n## walrelay-bench on {}: {} events ({} rows/txn, {} aggregate ids, 4 aggregate types), {} repetition(s); median [min–max]\n",
+        s.broker,
         thousands(s.events as f64),
         s.rows_per_txn,
         s.aggregates,
