@@ -234,14 +234,20 @@ impl Publisher {
     }
 
     /// `capture_bytes`: how much of a refused record's value its report keeps (for dead letters).
+    /// `transactional_id`: a transactional producer (exactly-once), which must call
+    /// [`Publisher::init_transactions`] before it sends.
     pub fn new(
         kafka: &KafkaConfig,
         capture_bytes: usize,
         metrics: Arc<Metrics>,
+        transactional_id: Option<&str>,
     ) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
         let mut cfg = ClientConfig::new();
         for (k, v) in &kafka.properties {
             cfg.set(k, v);
+        }
+        if let Some(id) = transactional_id {
+            cfg.set("transactional.id", id);
         }
         cfg.set_log_level(RDKafkaLogLevel::Warning);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -294,6 +300,50 @@ impl Publisher {
         }
     }
 
+    /// Fences every earlier producer of this `transactional.id` and aborts what it left open.
+    pub async fn init_transactions(&self, timeout: Duration) -> Result<()> {
+        self.blocking(move |p| p.init_transactions(timeout))
+            .await
+            .map_err(|e| transaction_error("initialise the Kafka transactions", e))
+    }
+
+    /// Starts a Kafka transaction (local to librdkafka: no request).
+    pub fn begin_transaction(&self) -> Result<()> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| transaction_error("begin a Kafka transaction", e))
+    }
+
+    /// Commits the open transaction: librdkafka flushes its records first.
+    pub async fn commit_transaction(&self, timeout: Duration) -> Result<()> {
+        self.blocking(move |p| p.commit_transaction(timeout))
+            .await
+            .map_err(|e| transaction_error("commit a Kafka transaction", e))
+    }
+
+    /// Aborts the open transaction; its records stay invisible to `read_committed` consumers.
+    pub async fn abort_transaction(&self, timeout: Duration) -> Result<()> {
+        self.blocking(move |p| p.abort_transaction(timeout))
+            .await
+            .map_err(|e| transaction_error("abort a Kafka transaction", e))
+    }
+
+    /// Runs one of librdkafka's blocking transactional calls off the relay's thread, which
+    /// must keep answering PostgreSQL meanwhile. Delivery reports a commit flushes are served
+    /// by that call, on that thread, into the same channel.
+    async fn blocking(
+        &self,
+        call: impl FnOnce(&BaseProducer<RelayContext>) -> rdkafka::error::KafkaResult<()>
+            + Send
+            + 'static,
+    ) -> std::result::Result<(), KafkaError> {
+        let producer = Arc::clone(&self.producer);
+        let result = tokio::task::spawn_blocking(move || call(&producer)).await;
+        // Served on the other thread: whatever it left on the queue is the loop's again.
+        self.queue.ready.notify_one();
+        result.unwrap_or(Err(KafkaError::Canceled))
+    }
+
     pub fn send(&self, record: &Record, seq: Seq) -> Result<(), SendError> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (key, value) in &record.headers {
@@ -321,6 +371,28 @@ impl Publisher {
             Err((e, _)) => Err(SendError::Rejected(e)),
         }
     }
+}
+
+/// A transactional call's failure, by what happens next: fenced (another relay took over: stand
+/// by), or anything else (end the session; the next one aborts what is open and resumes from
+/// the last committed position).
+fn transaction_error(what: &str, error: KafkaError) -> Error {
+    let fenced = matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+        )
+    );
+    if fenced {
+        return Error::Busy {
+            what: format!(
+                "this relay's Kafka producer was fenced while trying to {what}: another walrelay with the same [delivery] transactional_id initialised its transactions, so it holds the slot now; standing down ({error})"
+            ),
+        };
+    }
+    Error::transient(format!("could not {what}"), error)
 }
 
 #[cfg(test)]
@@ -351,7 +423,8 @@ mod tests {
         let mock = MockCluster::new(1).expect("mock cluster");
         mock.create_topic("outbox.event.order", partitions, 1).expect("topic");
         let (publisher, rx) =
-            Publisher::new(&kafka(&mock.bootstrap_servers(), extra), 0, Metrics::new()).unwrap();
+            Publisher::new(&kafka(&mock.bootstrap_servers(), extra), 0, Metrics::new(), None)
+                .unwrap();
         (mock, publisher, rx)
     }
 

@@ -13,6 +13,7 @@ mod database;
 mod delivery;
 mod durability;
 mod envelopes;
+mod exactly_once;
 mod failover;
 mod faults;
 mod fuzz;

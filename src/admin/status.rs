@@ -158,10 +158,25 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
     match slot::slot(&control, &src.slot).await {
         Ok(Some(slot)) => {
             let status = SlotStatus::of(&slot);
+            let delivery = delivery_status(config).await;
             if as_json {
-                println!("{}", status.to_json());
+                let mut v = status.to_json();
+                v["guarantee"] = json!(config.delivery.guarantee.name());
+                if let Some((_, progress)) = &delivery {
+                    v["progress_topic"] = json!(config.delivery.progress_topic);
+                    v["transactional_id"] = json!(config.delivery.transactional_id);
+                    v["progress_lsn"] = json!(progress);
+                }
+                println!("{v}");
             } else {
                 print!("{}", status.to_table());
+                match delivery {
+                    None => println!("guarantee       at-least-once"),
+                    Some((line, progress)) => {
+                        println!("guarantee       {line}");
+                        println!("progress LSN    {progress}");
+                    }
+                }
             }
             ExitCode::SUCCESS
         }
@@ -180,6 +195,32 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Exactly-once: how the guarantee is set up, and the commit LSN the progress topic holds (the
+/// slot's confirmed LSN trails it by at most one Kafka transaction). `None` at-least-once.
+async fn delivery_status(config: &Config) -> Option<(String, String)> {
+    let d = &config.delivery;
+    if !d.exactly_once() {
+        return None;
+    }
+    let line = format!(
+        "exactly-once (transactional.id {}, progress topic {})",
+        d.transactional_id, d.progress_topic
+    );
+    let read = crate::relay::exactly_once::read_progress(
+        &config.kafka,
+        &d.progress_topic,
+        &d.transactional_id,
+        false,
+    );
+    let progress = match tokio::time::timeout(std::time::Duration::from_secs(15), read).await {
+        Ok(Ok(Some(lsn))) => lsn.to_string(),
+        Ok(Ok(None)) => "- (no Kafka transaction committed yet)".to_string(),
+        Ok(Err(e)) => format!("- (cannot read the progress topic: {})", e.chain()),
+        Err(_) => "- (the progress topic did not answer within 15 s)".to_string(),
+    };
+    Some((line, progress))
 }
 
 #[cfg(test)]

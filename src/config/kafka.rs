@@ -54,6 +54,19 @@ impl KafkaConfig {
         })
     }
 
+    /// The connection and security settings of `[kafka]` for a consumer of walrelay's own (the
+    /// progress topic, Kafka Connect's offsets): every property but those only a producer takes,
+    /// about each of which librdkafka would warn.
+    pub fn consumer_config(&self) -> ClientConfig {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in &self.properties {
+            if !PRODUCER_ONLY.contains(&k.as_str()) {
+                cfg.set(k, v);
+            }
+        }
+        cfg
+    }
+
     /// librdkafka's error in words that carry no secret: its `Display` of a configuration
     /// error ends with the property's value (`… ssl.key.password <the password>`), so that
     /// error is told by its description alone, and any secret property's value is masked.
@@ -70,6 +83,33 @@ impl KafkaConfig {
         }
     }
 }
+
+/// `[kafka]` keys that only a producer takes.
+const PRODUCER_ONLY: &[&str] = &[
+    "acks",
+    "request.required.acks",
+    "enable.idempotence",
+    "linger.ms",
+    "queue.buffering.max.ms",
+    "partitioner",
+    "compression.type",
+    "compression.codec",
+    "batch.num.messages",
+    "batch.size",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "max.in.flight.requests.per.connection",
+    "max.in.flight",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "retries",
+    "message.send.max.retries",
+    "retry.backoff.ms",
+    "transactional.id",
+    "transaction.timeout.ms",
+    "request.timeout.ms",
+    "sticky.partitioning.linger.ms",
+];
 
 /// Producer properties walrelay sets itself, because I2 and I5 depend on them.
 pub const RELAY_OWNED_KAFKA: &[(&str, &[&str], &str)] = &[

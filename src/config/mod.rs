@@ -15,6 +15,7 @@ use crate::messages::MessageSelection;
 use crate::router::RouterConfig;
 
 mod debezium_offsets;
+mod delivery;
 mod document;
 mod env;
 mod error;
@@ -29,6 +30,7 @@ mod source;
 mod tests;
 
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
+pub use delivery::{DeliveryConfig, Guarantee};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use kafka::{KafkaConfig, RELAY_OWNED_KAFKA};
@@ -52,6 +54,8 @@ pub struct Config {
     /// `[envelope]`: what a record's value is (Debezium's, CloudEvents, protobuf).
     pub envelope: crate::envelope::EnvelopeConfig,
     pub kafka: KafkaConfig,
+    /// `[delivery]`: at-least-once or exactly-once.
+    pub delivery: DeliveryConfig,
     pub limits: Limits,
     pub http: Option<HttpConfig>,
     pub dead_letter: Option<DeadLetterConfig>,
@@ -68,6 +72,7 @@ const SECTIONS: &[&str] = &[
     "debezium",
     "envelope",
     "kafka",
+    "delivery",
     "limits",
     "http",
     "dead_letter",
@@ -143,9 +148,10 @@ impl Config {
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
         let (retention, debezium_offsets) = (take("retention"), take("debezium_offsets"));
-        let envelope = take("envelope");
+        let (envelope, delivery) = (take("envelope"), take("delivery"));
         let kafka = kafka::parse(kafka.unwrap_or_default())?;
         let source = source::parse(&source.unwrap_or_default())?;
+        let delivery = delivery::parse(&delivery.unwrap_or_default(), &source.slot, &kafka)?;
         let (outbox, non_transactional) = outbox::parse(&outbox.unwrap_or_default())?;
         let debezium = debezium.unwrap_or_default();
         let debezium_offsets = debezium_offsets
@@ -183,6 +189,7 @@ impl Config {
                 .map(|d| retention::parse_dead_letter(&d, &kafka))
                 .transpose()?,
             kafka,
+            delivery,
             limits: limits::parse_limits(&limits.unwrap_or_default())?,
             http: http.map(|h| limits::parse_http(&h)).transpose()?,
             retention: retention.map(|r| retention::parse_retention(&r)).transpose()?,
@@ -197,6 +204,7 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
     vec![
         ("source", section::keys_of::<source::Raw>()),
         ("outbox", section::keys_of::<outbox::Raw>()),
+        ("delivery", section::keys_of::<delivery::Raw>()),
         ("limits", section::keys_of::<limits::RawLimits>()),
         ("http", section::keys_of::<limits::RawHttp>()),
         ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),

@@ -96,6 +96,24 @@ impl Collector for Exposition {
         )?;
         c(&mut e, "walrelay_keepalives", "Primary keepalive messages received.", &m.keepalives)?;
         c(&mut e, "walrelay_reconnects", "Sessions started after the first one.", &m.reconnects)?;
+        c(
+            &mut e,
+            "walrelay_kafka_transactions",
+            "Kafka transactions committed (exactly-once).",
+            &m.kafka_transactions,
+        )?;
+        c(
+            &mut e,
+            "walrelay_kafka_transaction_failures",
+            "Kafka transactions whose commit failed; the session resumed from the last committed position (exactly-once).",
+            &m.kafka_transactions_failed,
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_progress_lsn",
+            "Commit LSN of the last PostgreSQL transaction a committed Kafka transaction holds, as a number (exactly-once; 0: none yet).",
+            m.progress_lsn.load(Relaxed),
+        )?;
         gauge(
             &mut e,
             "walrelay_streaming",

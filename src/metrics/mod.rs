@@ -39,6 +39,11 @@ pub struct Metrics {
     /// The newest WAL position the server reported (keepalives, data).
     pub server_wal_end: AtomicU64,
     pub transactions: AtomicU64,
+    /// Exactly-once: Kafka transactions committed, and those whose commit failed.
+    pub kafka_transactions: AtomicU64,
+    pub kafka_transactions_failed: AtomicU64,
+    /// Exactly-once: the commit LSN the progress topic holds (0: none yet).
+    pub progress_lsn: AtomicU64,
     pub keepalives: AtomicU64,
     pub reconnects: AtomicU64,
     /// A session is streaming from the slot right now.

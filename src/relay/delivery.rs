@@ -13,6 +13,7 @@ use bytes::Bytes;
 use rdkafka::error::KafkaError;
 use tokio::sync::mpsc;
 
+use super::exactly_once::{self, Transactions};
 use crate::checkpoint::{Frontier, Sent, Seq};
 use crate::config::{Config, DeadLetterConfig, Limits};
 use crate::dead_letter::{self, Letter};
@@ -58,14 +59,27 @@ pub struct Delivery {
     acked: Vec<Sent>,
     /// The slot's confirmed position this session resumed from.
     resumed: Lsn,
+    /// Exactly-once: the Kafka transactions records go out in (`None`: at-least-once).
+    transactions: Option<Transactions>,
     metrics: Arc<Metrics>,
 }
+
+/// The delivery-report number of the progress record: outside the frontier's sequence, since
+/// the commit of its Kafka transaction, not its report, is what counts.
+const PROGRESS_SEQ: Seq = Seq::MAX;
 
 impl Delivery {
     /// A producer for one session, whose frontier starts at the slot's confirmed position.
     pub fn new(config: &Config, confirmed: Lsn, metrics: &Arc<Metrics>) -> Result<Delivery> {
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
-        let (publisher, reports) = Publisher::new(&config.kafka, capture, metrics.clone())?;
+        let transactions =
+            config.delivery.exactly_once().then(|| Transactions::new(config.delivery.clone()));
+        let (publisher, reports) = Publisher::new(
+            &config.kafka,
+            capture,
+            metrics.clone(),
+            transactions.as_ref().map(Transactions::transactional_id),
+        )?;
         Ok(Delivery {
             publisher,
             reports,
@@ -78,8 +92,30 @@ impl Delivery {
             read_records: 0,
             acked: Vec::new(),
             resumed: confirmed,
+            transactions,
             metrics: metrics.clone(),
         })
+    }
+
+    /// Exactly-once, once the slot is ours: fences earlier producers of the transactional id,
+    /// aborts what they left open, and reads where the last committed Kafka transaction ended.
+    /// Nothing to do at-least-once.
+    pub async fn start(&mut self, kafka: &crate::config::KafkaConfig, topic: &str) -> Result<()> {
+        let Some(txns) = &mut self.transactions else { return Ok(()) };
+        self.publisher.init_transactions(TXN_CALL_TIMEOUT).await?;
+        let committed =
+            exactly_once::read_progress(kafka, topic, txns.transactional_id(), true).await?;
+        tracing::info!(
+            transactional_id = txns.transactional_id(),
+            progress_topic = topic,
+            committed_lsn = %committed.map_or("none".to_string(), |l| l.to_string()),
+            "exactly-once: transactions initialised; PostgreSQL transactions committed at or before this LSN are in Kafka already and are skipped"
+        );
+        if let Some(lsn) = committed {
+            self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
+        }
+        txns.resume_after(committed);
+        Ok(())
     }
 
     /// Backpressure (I7): whether more may be read from the WAL now.
@@ -88,14 +124,23 @@ impl Delivery {
             && self.frontier.inflight_bytes() < self.limits.inflight_bytes
     }
 
-    pub fn begin(&mut self, commit_micros: i64) {
+    /// A transaction that commits at `commit_lsn` (at `commit_micros`) starts.
+    pub fn begin(&mut self, commit_micros: i64, commit_lsn: Lsn) {
+        if let Some(txns) = &mut self.transactions {
+            if txns.begin(commit_lsn) {
+                tracing::debug!(%commit_lsn, "transaction in Kafka already (exactly-once); skipped");
+            }
+        }
         self.frontier.begin(commit_micros);
         self.commit_micros = commit_micros;
         self.read_lag = (unix_micros() - commit_micros).max(0) as f64 / 1e6;
     }
 
-    pub fn commit(&mut self, end_lsn: Lsn) {
+    pub async fn commit(&mut self, end_lsn: Lsn) -> Result<()> {
         self.frontier.commit(end_lsn);
+        if let Some(txns) = &mut self.transactions {
+            txns.end();
+        }
         if self.read_records > 0 {
             // Once per transaction: its records share the read time.
             self.metrics.observe_commit_to_read(self.read_lag, self.read_records);
@@ -103,11 +148,15 @@ impl Delivery {
         }
         self.metrics.transactions.fetch_add(1, Relaxed);
         tracing::debug!(%end_lsn, inflight = self.frontier.inflight_records(), "transaction read");
+        self.commit_kafka_if_due().await
     }
 
     /// Starts an event outside any transaction (a non-transactional logical message): what is
     /// published until [`Delivery::end_alone`] is confirmable at the message's own position.
-    pub fn begin_alone(&mut self) {
+    pub fn begin_alone(&mut self, lsn: Lsn) {
+        if let Some(txns) = &mut self.transactions {
+            txns.alone(lsn);
+        }
         self.commit_micros = unix_micros();
         self.frontier.begin(self.commit_micros);
         self.read_lag = 0.0;
@@ -117,9 +166,13 @@ impl Delivery {
     /// its WAL record), is confirmed once everything before it is acknowledged. On a restart
     /// PostgreSQL skips a non-transactional message whose record starts before the confirmed
     /// position: once confirmed it is not sent again, and until then it is (at least once).
-    pub fn end_alone(&mut self, lsn: Lsn) {
+    pub async fn end_alone(&mut self, lsn: Lsn) -> Result<()> {
         self.frontier.commit(lsn);
         self.read_records = 0;
+        if let Some(txns) = &mut self.transactions {
+            txns.end();
+        }
+        self.commit_kafka_if_due().await
     }
 
     /// A keepalive's position, confirmable when nothing is in flight (I3).
@@ -129,6 +182,14 @@ impl Delivery {
 
     /// Hands the record of the row of `table` at `lsn` to librdkafka.
     pub async fn publish(&mut self, record: Record, table: &Arc<str>, lsn: Lsn) -> Result<()> {
+        if let Some(txns) = &mut self.transactions {
+            if txns.skipping() {
+                return Ok(());
+            }
+            if txns.before_record(self.frontier.confirmed())? {
+                self.publisher.begin_transaction()?;
+            }
+        }
         let bytes = record.key.as_ref().map_or(0, |k| k.len())
             + record.value.as_ref().map_or(0, |v| v.len())
             + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
@@ -270,6 +331,13 @@ impl Delivery {
 
     fn on_report(&mut self, report: Option<Report>) -> Result<()> {
         match report {
+            // The commit of its transaction is what counts; a failure fails the commit too.
+            Some(Report::Delivered { seq: PROGRESS_SEQ }) => Ok(()),
+            Some(Report::Failed { seq: PROGRESS_SEQ, error })
+            | Some(Report::Rejected { seq: PROGRESS_SEQ, error, .. }) => Err(Error::transient(
+                "kafka did not take the progress record of the open transaction",
+                error,
+            )),
             Some(Report::Delivered { seq }) => {
                 if let Some(sent) = self.frontier.ack(seq) {
                     self.acked.push(sent);
@@ -346,6 +414,15 @@ impl Delivery {
     /// Counts acknowledged records into the metrics; returns the confirmable position (every
     /// record before it acknowledged, I2).
     pub fn progress(&mut self) -> Lsn {
+        let confirmable = self.acked_progress();
+        match &self.transactions {
+            Some(txns) => txns.cap(confirmable),
+            None => confirmable,
+        }
+    }
+
+    /// The acknowledged prefix (I2), with the metrics that follow from it.
+    fn acked_progress(&mut self) -> Lsn {
         if !self.acked.is_empty() {
             let now = unix_micros();
             for sent in self.acked.drain(..) {
@@ -372,8 +449,63 @@ impl Delivery {
         self.frontier.confirmed()
     }
 
-    /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop.
+    /// Exactly-once: when the open Kafka transaction should commit by age (it holds whole
+    /// PostgreSQL transactions only); never at-least-once.
+    pub fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
+        self.transactions.as_ref().and_then(Transactions::deadline)
+    }
+
+    /// Commits the open Kafka transaction if it is due.
+    pub async fn commit_kafka_if_due(&mut self) -> Result<()> {
+        if self.transactions.as_ref().is_some_and(Transactions::due) {
+            self.commit_kafka().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits the open Kafka transaction: waits for every record's report (a refused one's
+    /// dead letter goes in the same transaction), adds the progress record, commits. On
+    /// failure the session ends; the next one's `init_transactions` aborts what is open here,
+    /// and it resumes from the last committed position.
+    pub async fn commit_kafka(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
+        while self.frontier.unacked() > 0 || !self.pending_dead.is_empty() {
+            self.send_dead_letters().await?;
+            if self.frontier.unacked() > 0 {
+                self.next_reports().await?;
+            }
+        }
+        let txns = self.transactions.as_mut().expect("exactly-once");
+        let Some((record, lsn)) = txns.progress_record() else { return Ok(()) };
+        self.send(PROGRESS_SEQ, record).await?;
+        if let Err(e) = self.publisher.commit_transaction(TXN_CALL_TIMEOUT).await {
+            self.transactions.as_mut().expect("exactly-once").forget();
+            self.metrics.kafka_transactions_failed.fetch_add(1, Relaxed);
+            return Err(e);
+        }
+        self.transactions.as_mut().expect("exactly-once").committed(lsn);
+        self.metrics.kafka_transactions.fetch_add(1, Relaxed);
+        self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
+        tracing::debug!(%lsn, took_ms = started.elapsed().as_millis() as u64, "kafka transaction committed");
+        Ok(())
+    }
+
+    /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop. Exactly-once:
+    /// commits the open Kafka transaction if it holds whole PostgreSQL transactions only, else
+    /// aborts it (the next start resumes before the transaction that was cut).
     pub async fn drain(&mut self, grace: std::time::Duration) {
+        if let Some(txns) = &self.transactions {
+            if txns.committable() {
+                let committed = tokio::time::timeout(grace, self.commit_kafka()).await;
+                if !matches!(committed, Ok(Ok(()))) {
+                    tracing::warn!("could not commit the open Kafka transaction while stopping; the next start resumes before it");
+                }
+            } else if txns.is_open() {
+                let _ = self.publisher.abort_transaction(grace).await;
+                self.transactions.as_mut().expect("exactly-once").forget();
+            }
+            return;
+        }
         let deadline = tokio::time::Instant::now() + grace;
         while self.frontier.unacked() > 0 {
             tokio::select! {
@@ -391,6 +523,9 @@ impl Delivery {
         }
     }
 }
+
+/// How long librdkafka's blocking transactional calls may take.
+const TXN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Microseconds since the Unix epoch.
 pub fn unix_micros() -> i64 {

@@ -22,7 +22,7 @@ impl Session<'_> {
         refused: bool,
     ) -> Result<()> {
         if message.alone {
-            self.delivery.begin_alone();
+            self.delivery.begin_alone(message.lsn);
         }
         let source = format!("message:{}", message.prefix);
         let unroutable = |reason: String, hint: &'static str| Unroutable {
@@ -71,7 +71,7 @@ impl Session<'_> {
             }
         }
         if message.alone {
-            self.delivery.end_alone(message.lsn);
+            self.delivery.end_alone(message.lsn).await?;
         }
         Ok(())
     }

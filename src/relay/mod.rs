@@ -18,6 +18,7 @@
 
 mod assembler;
 mod delivery;
+pub(crate) mod exactly_once;
 mod message;
 mod takeover;
 
@@ -202,9 +203,12 @@ impl<'c> Session<'c> {
     ) -> Result<Session<'c>> {
         let prepared = source::prepare(&config.source, &config.outbox, create).await?;
         // The producer before the stream: it connects to Kafka while START_REPLICATION runs.
-        let delivery = Delivery::new(config, prepared.confirmed, metrics)?;
+        let mut delivery = Delivery::new(config, prepared.confirmed, metrics)?;
         let stream =
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
+        // Exactly-once: only now that the slot is ours, so a stand-by never fences the relay
+        // that streams.
+        delivery.start(&config.kafka, &config.delivery.progress_topic).await?;
         let control = prepared.control;
         // Read once the slot is ours, so Debezium has stopped streaming. It writes its final
         // offsets as it stops; read a moment before that write, they are older and skip less.
@@ -333,6 +337,10 @@ impl<'c> Session<'c> {
                 }
                 // A check vouched for more: what was held back may be confirmed now.
                 _ = self.watch.vouched.changed() => {}
+                // Exactly-once: the open Kafka transaction is old enough to commit.
+                _ = sleep_until_some(self.delivery.transaction_deadline()) => {
+                    self.delivery.commit_kafka_if_due().await?;
+                }
             }
             self.delivery.send_dead_letters().await?;
             self.report_position();
@@ -390,9 +398,9 @@ impl<'c> Session<'c> {
             Step::Skip => {}
             Step::Begin { commit_micros, final_lsn, xid } => {
                 self.txn = Txn { commit_micros, commit_lsn: final_lsn, xid };
-                self.delivery.begin(commit_micros)
+                self.delivery.begin(commit_micros, final_lsn)
             }
-            Step::Commit { end_lsn } => self.delivery.commit(end_lsn),
+            Step::Commit { end_lsn } => self.delivery.commit(end_lsn).await?,
             Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
             Step::Row { binding, tuple, lsn } => {
                 match self.envelope.route_row(router, binding, &tuple, &self.txn) {
@@ -594,6 +602,14 @@ fn tuple_json(tuple: &Tuple) -> bytes::Bytes {
 
 /// Replication events handled per wake-up at most, so acks and shutdown are never starved.
 const BATCH: usize = 256;
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// The future's output if it is ready without waiting.
 fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -13,42 +13,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::{Entries, Unusable, WHERE_HINT};
 use crate::config::KafkaConfig;
 
-/// `[kafka]` keys that only a producer takes; librdkafka would warn about each in a consumer.
-const PRODUCER_ONLY: &[&str] = &[
-    "acks",
-    "request.required.acks",
-    "enable.idempotence",
-    "linger.ms",
-    "queue.buffering.max.ms",
-    "partitioner",
-    "compression.type",
-    "compression.codec",
-    "batch.num.messages",
-    "batch.size",
-    "message.timeout.ms",
-    "delivery.timeout.ms",
-    "max.in.flight.requests.per.connection",
-    "max.in.flight",
-    "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes",
-    "retries",
-    "message.send.max.retries",
-    "retry.backoff.ms",
-    "transactional.id",
-    "transaction.timeout.ms",
-    "request.timeout.ms",
-    "sticky.partitioning.linger.ms",
-];
-
 /// Every record of `topic`, in offset order per partition.
 pub fn read(topic: &str, kafka: &KafkaConfig, timeout: Duration) -> Result<Entries, Unusable> {
     let fail = |what: String| Unusable::new(what, WHERE_HINT);
-    let mut cfg = ClientConfig::new();
-    for (k, v) in &kafka.properties {
-        if !PRODUCER_ONLY.contains(&k.as_str()) {
-            cfg.set(k, v);
-        }
-    }
+    let mut cfg = kafka.consumer_config();
     // No group: partitions are assigned by hand, nothing is committed.
     cfg.set("group.id", "walrelay-read-debezium-offsets");
     cfg.set("enable.auto.commit", "false");

@@ -1,0 +1,137 @@
+//! `[delivery]`: the guarantee walrelay gives consumers — at-least-once (the default), or
+//! exactly-once into Kafka for consumers that read with `isolation.level=read_committed`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, section, ConfigError, KafkaConfig, Options};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarantee {
+    /// Records may repeat after a crash; consumers deduplicate by the `id` header.
+    AtLeastOnce,
+    /// Records go out in Kafka transactions that also hold the relay's position, so a
+    /// `read_committed` consumer sees each event once (see `relay::exactly_once`).
+    ExactlyOnce,
+}
+
+impl Guarantee {
+    pub fn name(self) -> &'static str {
+        match self {
+            Guarantee::AtLeastOnce => "at-least-once",
+            Guarantee::ExactlyOnce => "exactly-once",
+        }
+    }
+}
+
+/// `[delivery]`, with its defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryConfig {
+    pub guarantee: Guarantee,
+    /// The producer's `transactional.id`: shared by the active relay and its stand-by, so the
+    /// one that takes the slot fences the other.
+    pub transactional_id: String,
+    /// The compacted, one-partition topic where each Kafka transaction records the commit LSN
+    /// of the last PostgreSQL transaction it holds (key: `transactional_id`).
+    pub progress_topic: String,
+    /// A Kafka transaction is committed at the first PostgreSQL commit after it has been open
+    /// this long…
+    pub transaction_max: Duration,
+    /// …or once it holds this many records.
+    pub transaction_max_records: usize,
+    /// librdkafka's `transaction.timeout.ms`: how long one Kafka transaction may stay open.
+    pub transaction_timeout: Duration,
+}
+
+impl DeliveryConfig {
+    pub const DEFAULT_PROGRESS_TOPIC: &'static str = "walrelay.progress";
+
+    pub fn exactly_once(&self) -> bool {
+        self.guarantee == Guarantee::ExactlyOnce
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Raw {
+    guarantee: Option<String>,
+    transactional_id: Option<String>,
+    progress_topic: Option<String>,
+    transaction_max_ms: Option<u64>,
+    transaction_max_records: Option<u64>,
+}
+
+/// `slot` names the default transactional id; `kafka` must leave `transactional.id` to this
+/// section and holds `transaction.timeout.ms` (librdkafka's default: 60 s).
+pub(super) fn parse(
+    opts: &Options,
+    slot: &str,
+    kafka: &KafkaConfig,
+) -> Result<DeliveryConfig, ConfigError> {
+    const S: &str = "delivery";
+    let raw: Raw = section::from_options(S, opts)?;
+    let guarantee = match raw.guarantee.as_deref() {
+        None | Some("at-least-once") => Guarantee::AtLeastOnce,
+        Some("exactly-once") => Guarantee::ExactlyOnce,
+        Some(other) => {
+            return Err(invalid(
+                S,
+                "guarantee",
+                other,
+                "must be \"at-least-once\" (the default) or \"exactly-once\"",
+            ))
+        }
+    };
+    if kafka.properties.contains_key("transactional.id") {
+        return Err(invalid(
+            "kafka",
+            "transactional.id",
+            "",
+            "is walrelay's: set [delivery] transactional_id (and guarantee = \"exactly-once\") instead",
+        ));
+    }
+    let transaction_timeout = match kafka.properties.get("transaction.timeout.ms") {
+        Some(ms) => Duration::from_millis(ms.parse().map_err(|_| {
+            invalid("kafka", "transaction.timeout.ms", ms, "must be a number of milliseconds")
+        })?),
+        None => Duration::from_secs(60),
+    };
+    let transaction_max = Duration::from_millis(raw.transaction_max_ms.unwrap_or(100));
+    if transaction_max.is_zero() || transaction_max >= transaction_timeout / 2 {
+        return Err(invalid(
+            S,
+            "transaction_max_ms",
+            &transaction_max.as_millis().to_string(),
+            &format!(
+                "must be more than 0 and under half of [kafka] transaction.timeout.ms ({} ms), so a transaction commits well before the broker aborts it",
+                transaction_timeout.as_millis()
+            ),
+        ));
+    }
+    let transaction_max_records = raw.transaction_max_records.unwrap_or(10_000);
+    if transaction_max_records == 0 {
+        return Err(invalid(S, "transaction_max_records", "0", "must be at least 1"));
+    }
+    let non_empty = |key: &str, value: Option<String>, default: String| match value {
+        Some(v) if v.trim().is_empty() => Err(invalid(S, key, &v, "must not be empty")),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    };
+    Ok(DeliveryConfig {
+        guarantee,
+        transactional_id: non_empty(
+            "transactional_id",
+            raw.transactional_id,
+            format!("walrelay-{slot}"),
+        )?,
+        progress_topic: non_empty(
+            "progress_topic",
+            raw.progress_topic,
+            DeliveryConfig::DEFAULT_PROGRESS_TOPIC.to_string(),
+        )?,
+        transaction_max,
+        transaction_max_records: transaction_max_records as usize,
+        transaction_timeout,
+    })
+}
