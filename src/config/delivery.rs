@@ -62,8 +62,8 @@ pub(super) struct Raw {
     transaction_max_records: Option<u64>,
 }
 
-/// `slot` names the default transactional id; `kafka` must leave `transactional.id` to this
-/// section and holds `transaction.timeout.ms` (librdkafka's default: 60 s).
+/// `slot` names the default transactional id; `kafka` holds `transaction.timeout.ms`
+/// (librdkafka's default: 60 s). `[kafka]` refuses `transactional.id` itself, pointing here.
 pub(super) fn parse(
     opts: &Options,
     slot: &str,
@@ -83,14 +83,6 @@ pub(super) fn parse(
             ))
         }
     };
-    if kafka.properties.contains_key("transactional.id") {
-        return Err(invalid(
-            "kafka",
-            "transactional.id",
-            "",
-            "is walrelay's: set [delivery] transactional_id (and guarantee = \"exactly-once\") instead",
-        ));
-    }
     let transaction_timeout = match kafka.properties.get("transaction.timeout.ms") {
         Some(ms) => Duration::from_millis(ms.parse().map_err(|_| {
             invalid("kafka", "transaction.timeout.ms", ms, "must be a number of milliseconds")

@@ -159,7 +159,10 @@ pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError>
             return Err(ConfigError::UnknownKey {
                 section: S,
                 key: unsafe_key.into(),
-                hint: "walrelay manages delivery itself; remove the key".into(),
+                hint: match unsafe_key {
+                    "transactional.id" => "walrelay owns it: set [delivery] guarantee = \"exactly-once\" and, to choose the id, [delivery] transactional_id".into(),
+                    _ => "walrelay manages delivery itself; remove the key".into(),
+                },
             });
         }
     }

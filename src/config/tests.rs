@@ -292,3 +292,31 @@ fn debezium_offsets_takes_a_file_or_a_topic_and_the_connectors_key() {
     }
     assert!(parse("").unwrap().debezium_offsets.is_none());
 }
+
+#[test]
+fn delivery_defaults_to_at_least_once_and_exactly_once_derives_its_id_from_the_slot() {
+    let c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.delivery.guarantee, Guarantee::AtLeastOnce);
+    let eos = Config::parse(&format!(
+        "{MINIMAL}\n[delivery]\nguarantee = \"exactly-once\"\ntransaction_max_records = 500\n"
+    ))
+    .unwrap();
+    assert!(eos.delivery.exactly_once());
+    assert_eq!(eos.delivery.transactional_id, "walrelay-walrelay");
+    assert_eq!(eos.delivery.progress_topic, "walrelay.progress");
+    assert_eq!(eos.delivery.transaction_max, Duration::from_millis(100));
+    assert_eq!(eos.delivery.transaction_max_records, 500);
+    assert_eq!(eos.delivery.transaction_timeout, Duration::from_secs(60));
+}
+
+#[test]
+fn delivery_refuses_an_unknown_guarantee_a_transactional_id_in_kafka_and_a_batch_near_the_timeout(
+) {
+    let err = |extra: &str| Config::parse(&format!("{MINIMAL}{extra}")).unwrap_err().to_string();
+    let e = err("\n[delivery]\nguarantee = \"exactly_once\"\n");
+    assert!(e.contains("guarantee") && e.contains("\"exactly-once\""), "{e}");
+    let e = err("\n\"transactional.id\" = \"mine\"\n");
+    assert!(e.contains("transactional.id") && e.contains("[delivery] transactional_id"), "{e}");
+    let e = err("\n\"transaction.timeout.ms\" = 1000\n[delivery]\ntransaction_max_ms = 600\n");
+    assert!(e.contains("transaction_max_ms") && e.contains("1000 ms"), "{e}");
+}

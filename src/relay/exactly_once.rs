@@ -360,3 +360,92 @@ async fn create_progress_topic(kafka: &KafkaConfig, topic: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txns(max_ms: u64, max_records: usize) -> Transactions {
+        Transactions::new(DeliveryConfig {
+            guarantee: crate::config::Guarantee::ExactlyOnce,
+            transactional_id: "walrelay-t".into(),
+            progress_topic: "walrelay.progress".into(),
+            transaction_max: Duration::from_millis(max_ms),
+            transaction_max_records: max_records,
+            transaction_timeout: Duration::from_secs(60),
+        })
+    }
+
+    fn lsn(n: u64) -> Lsn {
+        Lsn::from(n)
+    }
+
+    #[test]
+    fn transactions_at_or_below_the_stored_commit_lsn_are_skipped_and_later_ones_are_not() {
+        let mut t = txns(100, 10);
+        t.resume_after(Some(lsn(200)));
+        assert!(t.begin(lsn(100)), "before the stored position");
+        t.end();
+        assert!(t.begin(lsn(200)), "the stored transaction itself");
+        t.end();
+        assert!(!t.begin(lsn(201)), "after it");
+        assert!(!t.skipping());
+        t.end();
+        let mut fresh = txns(100, 10);
+        assert!(!fresh.begin(lsn(1)), "nothing stored: nothing skipped");
+    }
+
+    #[test]
+    fn a_kafka_transaction_commits_only_between_postgresql_transactions_once_full() {
+        let mut t = txns(60_000, 3);
+        t.begin(lsn(10));
+        assert!(t.before_record(lsn(5)).unwrap(), "the first record begins a Kafka transaction");
+        assert!(!t.before_record(lsn(5)).unwrap());
+        assert!(!t.before_record(lsn(5)).unwrap());
+        assert!(!t.due(), "full, but inside a PostgreSQL transaction");
+        assert!(t.deadline().is_none());
+        t.end();
+        assert!(t.due(), "full at a commit");
+        let (record, at) = t.progress_record().unwrap();
+        assert_eq!(at, lsn(10));
+        assert_eq!(record.value.as_deref(), Some(lsn(10).to_string().as_bytes()));
+        assert_eq!(record.key.as_deref(), Some(&b"walrelay-t"[..]));
+        assert_eq!(record.partition, Some(0));
+        t.committed(at);
+        assert!(!t.is_open() && !t.due());
+        assert!(t.begin(lsn(10)), "what was committed is skipped from now on");
+    }
+
+    #[test]
+    fn nothing_past_the_start_of_the_open_kafka_transaction_is_confirmable() {
+        let mut t = txns(100, 10);
+        assert_eq!(t.cap(lsn(50)), lsn(50), "no open transaction: no cap");
+        t.begin(lsn(60));
+        t.before_record(lsn(50)).unwrap();
+        t.end();
+        assert_eq!(t.cap(lsn(70)), lsn(50), "acknowledged, but not committed");
+        t.committed(lsn(60));
+        assert_eq!(t.cap(lsn(70)), lsn(70));
+    }
+
+    #[test]
+    fn a_skipped_transaction_adds_no_position_to_the_open_one() {
+        let mut t = txns(100, 10);
+        t.resume_after(Some(lsn(30)));
+        t.begin(lsn(20));
+        t.end();
+        assert!(t.progress_record().is_none() && !t.committable());
+    }
+
+    #[test]
+    fn a_postgresql_transaction_that_outlives_most_of_the_transaction_timeout_is_refused() {
+        let mut t = txns(10, 1_000_000);
+        t.config.transaction_timeout = Duration::from_millis(20);
+        t.begin(lsn(10));
+        t.before_record(lsn(5)).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        let e = t.before_record(lsn(5)).unwrap_err();
+        assert!(e.to_string().contains("transaction.timeout.ms"), "{e}");
+        assert!(e.hint().unwrap().contains("raise"), "{e:?}");
+    }
+}
