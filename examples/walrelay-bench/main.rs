@@ -109,8 +109,10 @@ struct Opts {
     /// Outbox table shapes walrelay also drains, beside the plain table (comma-separated:
     /// partitioned, two-tables, messages, and the envelope formats debezium (the default format,
     /// drained like the others for a like-for-like baseline), cloudevents-binary,
-    /// cloudevents-structured, cloudevents-protobuf, protobuf; "none" skips).
-    #[arg(long, default_value = "partitioned,two-tables,messages")]
+    /// cloudevents-structured, cloudevents-protobuf, protobuf; exactly-once: the plain table
+    /// with `[delivery] guarantee = "exactly-once"`, drained and at the steady rates; "none"
+    /// skips).
+    #[arg(long, default_value = "partitioned,two-tables,messages,exactly-once")]
     shapes: String,
     /// Don't build the release walrelay binary first.
     #[arg(long)]
@@ -353,9 +355,26 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     &publication,
                     &s.rates,
                     s.rate_seconds,
+                    "walrelay",
+                    systems::PLAIN_OUTBOX,
                 )
                 .await;
                 rep.steady.push(st);
+                if s.shapes.iter().any(|x| x == "exactly-once") {
+                    eprintln!("[bench] walrelay exactly-once steady phase");
+                    let st = systems::walrelay_steady(
+                        &ctx,
+                        &db,
+                        &relay_slot,
+                        &publication,
+                        &s.rates,
+                        s.rate_seconds,
+                        shapes::Shape::ExactlyOnce.system(),
+                        systems::EXACTLY_ONCE_OUTBOX,
+                    )
+                    .await;
+                    rep.steady.push(st);
+                }
                 eprintln!("[bench] pgoutput stream alone (latency floor)");
                 let f = walstream::wal_latency(
                     &ctx,
@@ -382,7 +401,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     eprintln!(
                         "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
                          cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
-                         protobuf)"
+                         protobuf, exactly-once)"
                     );
                     continue;
                 };

@@ -14,7 +14,10 @@
 //!   `protobuf` — the plain table, relayed under that `[envelope] format`. `debezium` is the
 //!   default format drained exactly as the others are (a database of its own, its own ceiling
 //!   just before), so the formats compare to it like for like. The read-back checks the same
-//!   topic, key and `id` header, which every format keeps.
+//!   topic, key and `id` header, which every format keeps;
+//! * `exactly-once` — the plain table with `[delivery] guarantee = "exactly-once"`: Kafka
+//!   transactions of whole PostgreSQL transactions plus the progress record, read back with
+//!   `read_committed`.
 
 use crate::support::{services, unique, TestDb};
 use crate::systems::{walrelay_drain, Ctx, Drain};
@@ -30,6 +33,7 @@ pub enum Shape {
     CloudEventsStructured,
     CloudEventsProtobuf,
     Protobuf,
+    ExactlyOnce,
 }
 
 impl Shape {
@@ -43,6 +47,7 @@ impl Shape {
             "cloudevents-structured" => Some(Shape::CloudEventsStructured),
             "cloudevents-protobuf" => Some(Shape::CloudEventsProtobuf),
             "protobuf" => Some(Shape::Protobuf),
+            "exactly-once" => Some(Shape::ExactlyOnce),
             _ => None,
         }
     }
@@ -58,6 +63,7 @@ impl Shape {
             Shape::CloudEventsStructured => "walrelay, envelope cloudevents-structured",
             Shape::CloudEventsProtobuf => "walrelay, envelope cloudevents-protobuf",
             Shape::Protobuf => "walrelay, envelope protobuf",
+            Shape::ExactlyOnce => "walrelay, exactly-once",
         }
     }
 
@@ -73,7 +79,8 @@ impl Shape {
             | Shape::CloudEventsBinary
             | Shape::CloudEventsStructured
             | Shape::CloudEventsProtobuf
-            | Shape::Protobuf => &["outbox"],
+            | Shape::Protobuf
+            | Shape::ExactlyOnce => &["outbox"],
             Shape::TwoTables => &["outbox", "billing.outbox"],
             Shape::Messages => &[],
         }
@@ -101,6 +108,7 @@ impl Shape {
             Shape::Protobuf => {
                 "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"protobuf\"\n"
             }
+            Shape::ExactlyOnce => crate::systems::EXACTLY_ONCE_OUTBOX,
         }
     }
 }
@@ -134,7 +142,8 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::CloudEventsBinary
         | Shape::CloudEventsStructured
         | Shape::CloudEventsProtobuf
-        | Shape::Protobuf => db.create_outbox("outbox").await,
+        | Shape::Protobuf
+        | Shape::ExactlyOnce => db.create_outbox("outbox").await,
     }
     let publication = unique("bench_shape_pub");
     let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));

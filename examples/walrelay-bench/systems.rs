@@ -131,6 +131,9 @@ pub async fn ceiling(
 
 /// The `[outbox]` section of the default shape: one plain table.
 pub const PLAIN_OUTBOX: &str = "[outbox]\ntable = \"public.outbox\"\n";
+/// The plain table relayed exactly-once (Kafka transactions with the position in them).
+pub const EXACTLY_ONCE_OUTBOX: &str =
+    "[outbox]\ntable = \"public.outbox\"\n\n[delivery]\nguarantee = \"exactly-once\"\n";
 
 /// `http_port`: where walrelay serves /metrics (the steady phase reads commit→ack there);
 /// `outbox`: the `[outbox]` section (and any section a table shape needs).
@@ -282,6 +285,9 @@ pub struct SteadyRun {
 
 /// walrelay restarted on its existing slot (caught up): first-record latency, then the steady
 /// phases on the same process.
+/// walrelay at the steady rates; `system` names its row and `outbox` is its `[outbox]` section
+/// (and any other section that path needs, e.g. [`EXACTLY_ONCE_OUTBOX`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn walrelay_steady(
     ctx: &Ctx<'_>,
     db: &TestDb,
@@ -289,6 +295,8 @@ pub async fn walrelay_steady(
     publication: &str,
     rates: &[u64],
     seconds: f64,
+    system: &str,
+    outbox: &str,
 ) -> SteadyRun {
     let prefix = unique("wrs");
     crate::fresh::broker();
@@ -299,7 +307,7 @@ pub async fn walrelay_steady(
     let http_port = crate::support::free_port();
     let t0 = now_us();
     let mut relay =
-        start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port, PLAIN_OUTBOX));
+        start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port, outbox));
     // Published = acknowledged by the broker: the first ack counted in walrelay's histogram.
     let first_deadline = Instant::now() + Duration::from_secs(30);
     let mut first = None;
@@ -332,7 +340,7 @@ pub async fn walrelay_steady(
     let total = lat.iter().map(|l| l.events).sum::<u64>();
     let delivery = read_back(&prefix, workload::STEADY_GROUP, 0..=total, ctx.aggregates).await;
     SteadyRun {
-        system: "walrelay".into(),
+        system: system.into(),
         first_record_ms,
         phases: lat,
         peak_rss_mb: rss,
