@@ -388,7 +388,7 @@ fn transaction_error(what: &str, error: KafkaError) -> Error {
     if fenced {
         return Error::Busy {
             what: format!(
-                "this relay's Kafka producer was fenced while trying to {what}: another walrelay with the same [delivery] transactional_id initialised its transactions, so it holds the slot now; standing down ({error})"
+                "this relay's Kafka producer was fenced while trying to {what}: another walrelay with the same [delivery] transactional_id initialised its transactions (it took the slot), or the broker aborted this relay's transaction after transaction.timeout.ms, which Kafka reports the same way (KIP-588); standing down, then resuming from the last committed position if the slot is free ({error})"
             ),
         };
     }
