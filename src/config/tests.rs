@@ -310,8 +310,8 @@ fn delivery_defaults_to_at_least_once_and_exactly_once_derives_its_id_from_the_s
 }
 
 #[test]
-fn delivery_refuses_an_unknown_guarantee_a_transactional_id_in_kafka_and_a_batch_near_the_timeout(
-) {
+fn delivery_refuses_an_unknown_guarantee_a_transactional_id_in_kafka_and_a_batch_near_the_timeout()
+{
     let err = |extra: &str| Config::parse(&format!("{MINIMAL}{extra}")).unwrap_err().to_string();
     let e = err("\n[delivery]\nguarantee = \"exactly_once\"\n");
     assert!(e.contains("guarantee") && e.contains("\"exactly-once\""), "{e}");

@@ -133,6 +133,8 @@ struct Builder {
     router: BTreeMap<String, String>,
     debezium: BTreeMap<String, String>,
     kafka: BTreeMap<String, String>,
+    /// `[delivery]`: only when the connector ran exactly-once (KIP-618).
+    delivery: BTreeMap<String, String>,
     /// Extra `# …` lines per section (by name) for keys left out.
     dropped: BTreeMap<&'static str, Vec<String>>,
     /// `[debezium_offsets]`, and whether it is only a commented template (the store is not
@@ -155,6 +157,7 @@ impl Builder {
             router: BTreeMap::new(),
             debezium: BTreeMap::new(),
             kafka: BTreeMap::new(),
+            delivery: BTreeMap::new(),
             dropped: BTreeMap::new(),
             offsets: Vec::new(),
             offsets_template: false,
@@ -176,8 +179,32 @@ impl Builder {
         self.convert_router();
         self.convert_debezium();
         self.convert_kafka();
+        self.convert_delivery();
         self.convert_offsets();
         self.warn_unhonoured();
+    }
+
+    /// Kafka Connect's exactly-once source support (KIP-618): the connector's
+    /// `exactly.once.support = required`, or the worker's `exactly.once.source.support =
+    /// enabled` when its config is given too, is walrelay's `[delivery] guarantee =
+    /// "exactly-once"`. `requested` (Connect's default) depends on the worker, which the
+    /// connector config does not show.
+    fn convert_delivery(&mut self) {
+        let connector = self.get("exactly.once.support").map(str::to_ascii_lowercase);
+        let worker = self.get("exactly.once.source.support").map(str::to_ascii_lowercase);
+        let exactly_once =
+            connector.as_deref() == Some("required") || worker.as_deref() == Some("enabled");
+        if exactly_once {
+            self.delivery.insert("guarantee".into(), "exactly-once".into());
+            if let Some(b) = self.get("transaction.boundary").filter(|b| *b != "poll") {
+                let b = b.to_string();
+                self.warn(format!(
+                    "transaction.boundary = {b}: walrelay's Kafka transactions hold whole PostgreSQL transactions, committed every [delivery] transaction_max_ms (like Connect's `poll` boundary)"
+                ));
+            }
+        } else if connector.as_deref() == Some("requested") {
+            self.warn("exactly.once.support = requested: exactly-once applied only if the Connect worker had exactly.once.source.support = enabled, which the connector config does not show; if it did, set [delivery] guarantee = \"exactly-once\"");
+        }
     }
 
     /// `[debezium_offsets]` from where the connector keeps its offsets, so the first run skips
@@ -574,8 +601,11 @@ impl Builder {
                 t += &format!("tables = [{}]\n", items.join(", "));
             }
         }
+        let delivery = (!self.delivery.is_empty()).then_some(("delivery", &self.delivery));
         for (section, map) in
             [("router", &self.router), ("debezium", &self.debezium), ("kafka", &self.kafka)]
+                .into_iter()
+                .chain(delivery)
         {
             t += &format!("\n[{section}]\n");
             if section == "router" && !for_validation {
@@ -651,6 +681,10 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
         "offset.storage.topic",
         "transforms",
         "bootstrap.servers",
+        // Kafka Connect's exactly-once source support: [delivery].
+        "exactly.once.support",
+        "exactly.once.source.support",
+        "transaction.boundary",
         // Only INSERTs of the outbox become records: these change nothing.
         "skipped.operations",
         "tombstones.on.delete",

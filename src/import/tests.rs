@@ -396,3 +396,37 @@ fn import_of_a_connect_connector_leaves_a_template_for_the_workers_offsets_topic
     );
     assert_eq!(config.debezium_offsets, None);
 }
+
+#[test]
+fn import_maps_kafka_connect_exactly_once_support_to_the_delivery_guarantee() {
+    let with = |extra: &str| {
+        CONNECTOR.replace("\"tasks.max\": \"1\",", &format!("\"tasks.max\": \"1\", {extra}"))
+    };
+    let (config, imported) =
+        import_ok(&with("\"exactly.once.support\": \"required\","), Some(Format::Json));
+    assert!(config.delivery.exactly_once(), "{}", imported.toml);
+    assert!(
+        imported.toml.contains("[delivery]\nguarantee = \"exactly-once\""),
+        "{}",
+        imported.toml
+    );
+    assert!(!warned(&imported, "exactly.once.support is not used"), "{:?}", imported.warnings);
+
+    let (config, imported) = import_ok(
+        &with(
+            "\"exactly.once.source.support\": \"enabled\", \"transaction.boundary\": \"interval\",",
+        ),
+        Some(Format::Json),
+    );
+    assert!(config.delivery.exactly_once());
+    assert!(warned(&imported, "transaction.boundary = interval"), "{:?}", imported.warnings);
+
+    let (config, imported) =
+        import_ok(&with("\"exactly.once.support\": \"requested\","), Some(Format::Json));
+    assert!(!config.delivery.exactly_once());
+    assert!(!imported.toml.contains("[delivery]"), "{}", imported.toml);
+    assert!(warned(&imported, "exactly.once.support = requested"), "{:?}", imported.warnings);
+
+    let (config, _) = import_ok(CONNECTOR, Some(Format::Json));
+    assert!(!config.delivery.exactly_once(), "at-least-once unless the connector said otherwise");
+}
