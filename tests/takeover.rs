@@ -195,15 +195,16 @@ async fn offsets_section(store: &Store) -> String {
 }
 
 /// Debezium relayed `delivered` transactions and stopped; `quiet` were written while nothing
-/// ran; walrelay takes over with `store`; one more transaction follows. Returns what reached
-/// the topic, the relay, and the rows written after the takeover.
+/// ran; walrelay takes over with `store` (and `extra` sections); one more transaction follows.
+/// Returns what reached the topic, the relay, and the rows written after the takeover.
 async fn take_over(
     s: &Setup,
     store: &Store,
     quiet: &[Tx],
+    extra: &str,
 ) -> (Vec<String>, RelayProcess, Vec<String>) {
     let section = offsets_section(store).await;
-    let mut relay = RelayProcess::start(&s.config_with("", "", &section));
+    let mut relay = RelayProcess::start(&s.config_with("", "", &format!("{section}\n{extra}")));
     s.wait_streaming(&mut relay).await;
     let after = insert_tx(s, 2).await;
     let expected = quiet.iter().map(|t| t.rows.len()).sum::<usize>() + after.len();
@@ -249,12 +250,12 @@ fn all_ids(txs: &[Tx]) -> Vec<String> {
     txs.iter().flat_map(Tx::ids).collect()
 }
 
-async fn zero_replay(store: fn(&[Tx]) -> Store, name: &str) {
+async fn zero_replay(store: fn(&[Tx]) -> Store, name: &str, extra: &str) {
     let s = Setup::new(name).await;
     let (debezium, quiet) = history(&s, 2).await;
     // Debezium confirmed its first transaction only: the slot lags its offsets.
     set_slot(&s, debezium[0].end).await;
-    let (got, mut relay, after) = take_over(&s, &store(&debezium), &quiet).await;
+    let (got, mut relay, after) = take_over(&s, &store(&debezium), &quiet, extra).await;
     let must: Vec<String> = all_ids(&quiet).into_iter().chain(after).collect();
     let (missing, twice) = tally(&got, &must, &all_ids(&debezium));
     let skipped_line = format!(
@@ -299,6 +300,27 @@ async fn takeover_with_debeziums_offset_file_skips_what_debezium_delivered_and_n
             Store::File(offset_file(&key, &value))
         },
         "dbzfile",
+        "",
+    )
+    .await;
+}
+
+/// The same takeover with `[delivery] guarantee = "exactly-once"`: Debezium's offsets decide
+/// what is skipped on the first run, the progress topic from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_in_exactly_once_mode_skips_what_debezium_delivered_and_nothing_else() {
+    let delivery = format!(
+        "[delivery]\nguarantee = \"exactly-once\"\ntransactional_id = \"{}\"\nprogress_topic = \"{}\"\n",
+        unique("dbzeos"),
+        unique("dbzeos_progress")
+    );
+    zero_replay(
+        |d| {
+            let (key, value) = delivered_all(d);
+            Store::File(offset_file(&key, &value))
+        },
+        "dbzeos",
+        &delivery,
     )
     .await;
 }
@@ -311,6 +333,7 @@ async fn takeover_with_connects_offsets_topic_skips_what_debezium_delivered_and_
             Store::Topic { key, value }
         },
         "dbztopic",
+        "",
     )
     .await;
 }
@@ -326,7 +349,7 @@ async fn takeover_relays_the_whole_transaction_debezium_stopped_in() {
     let value = offset_value(stopped_in, stopped_in.rows[1].1, debezium[1].end);
     let store = Store::File(offset_file(&offset_key(CONNECTOR, SERVER), &value));
     let (got, mut relay, after) =
-        take_over(&s, &store, &[stopped_in.clone(), quiet[0].clone(), quiet[1].clone()]).await;
+        take_over(&s, &store, &[stopped_in.clone(), quiet[0].clone(), quiet[1].clone()], "").await;
     let must: Vec<String> =
         stopped_in.ids().into_iter().chain(all_ids(&quiet)).chain(after).collect();
     let (missing, twice) = tally(&got, &must, &debezium[1].ids());
@@ -353,7 +376,7 @@ async fn falls_back(name: &str, store: Store, slot_at: fn(&[Tx]) -> u64, why: &s
     set_slot(&s, slot).await;
     let after_slot: Vec<Tx> =
         debezium.iter().chain(&quiet).filter(|t| t.end > slot).cloned().collect();
-    let (got, mut relay, after) = take_over(&s, &store, &after_slot).await;
+    let (got, mut relay, after) = take_over(&s, &store, &after_slot, "").await;
     let must: Vec<String> = all_ids(&after_slot).into_iter().chain(after).collect();
     let (missing, _) = tally(&got, &must, &[]);
     let redelivered = all_ids(&debezium).iter().filter(|id| got.contains(id)).count();
@@ -380,7 +403,7 @@ async fn takeover_ignores_offsets_older_than_the_slot() {
     let s = Setup::new(s_name).await;
     let (debezium, quiet) = history(&s, 2).await;
     set_slot(&s, debezium[2].end).await;
-    let (got, mut relay, after) = take_over(&s, &store(&debezium), &quiet).await;
+    let (got, mut relay, after) = take_over(&s, &store(&debezium), &quiet, "").await;
     let must: Vec<String> = all_ids(&quiet).into_iter().chain(after).collect();
     let (missing, twice) = tally(&got, &must, &all_ids(&debezium));
     let why = "Debezium's offsets are older than the slot's confirmed position";
