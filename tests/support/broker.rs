@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// nodes beside PostgreSQL and the relays on a 2-core, 24 GiB machine.
 pub const KAFKA_HEAP: &str = "-Xmx384m";
 const KAFKA_VERSION: &str = "4.4.0";
+/// How long a Kafka node may take to serve metadata: ~4 s on an idle machine, 20–40 s seen
+/// while a build and three other JVMs shared the two cores.
+pub const KAFKA_START: Duration = Duration::from_secs(120);
 
 /// Which broker the harness runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +201,7 @@ impl Broker {
     /// until it answers ApiVersions and metadata.
     pub fn start_kafka(dir: &Path, node: KafkaNode) -> Result<Broker, String> {
         let broker = Broker::launch_kafka(dir, node)?;
-        broker.wait_ready(Duration::from_secs(60))?;
+        broker.wait_ready(KAFKA_START)?;
         Ok(broker)
     }
 
@@ -394,7 +397,7 @@ impl Broker {
     /// [`Broker::relaunch`], then wait until it serves metadata.
     pub fn restart(&self) -> Result<(), String> {
         self.relaunch()?;
-        self.wait_ready(Duration::from_secs(60))
+        self.wait_ready(KAFKA_START)
     }
 }
 

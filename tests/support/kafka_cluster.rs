@@ -60,7 +60,7 @@ impl KafkaCluster {
         let bootstrap = nodes.iter().map(|n| n.bootstrap()).collect::<Vec<_>>().join(",");
         let cluster = KafkaCluster { nodes, bootstrap };
         for n in &cluster.nodes {
-            n.wait_ready(Duration::from_secs(90))?;
+            n.wait_ready(super::broker::KAFKA_START)?;
         }
         if !cluster.wait_brokers(3, Duration::from_secs(60)) {
             return Err(format!("fewer than 3 brokers registered within 60 s; {}", cluster.logs()));
