@@ -100,6 +100,8 @@ pub struct KafkaNode {
     pub properties: Vec<(String, String)>,
     /// Extra JVM options (`-Djava.security.auth.login.config=…`).
     pub jvm_options: Vec<String>,
+    /// Extra arguments of `StorageTool format` (`--add-scram 'SCRAM-SHA-512=[name=…]'`).
+    pub format_args: Vec<String>,
 }
 
 impl KafkaNode {
@@ -113,6 +115,7 @@ impl KafkaNode {
             voters: format!("1@127.0.0.1:{controller_port}"),
             properties: Vec::new(),
             jvm_options: Vec::new(),
+            format_args: Vec::new(),
         }
     }
 
@@ -344,7 +347,8 @@ impl Broker {
 
     /// The last `n` lines of the broker's log, headed by its path (for failure messages).
     pub fn log_tail(&self, n: usize) -> String {
-        let mut s = format!("last lines of {}:\n{}", self.log_path.display(), tail_file(&self.log_path, n));
+        let mut s =
+            format!("last lines of {}:\n{}", self.log_path.display(), tail_file(&self.log_path, n));
         let stdout = self.dir.join("stdout.log");
         if stdout.is_file() && std::fs::metadata(&stdout).map(|m| m.len() > 0).unwrap_or(false) {
             s += &format!("\nlast lines of {}:\n{}", stdout.display(), tail_file(&stdout, 10));
@@ -462,6 +466,7 @@ fn format_storage(libs: &Path, dir: &Path, node: &KafkaNode) -> Result<(), Strin
     let out = java(libs, dir, &node.jvm_options)
         .args(["kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", &cluster_id, "-c"])
         .arg(dir.join("server.properties"))
+        .args(&node.format_args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("run kafka.tools.StorageTool (is java installed?): {e}"))?;

@@ -19,6 +19,7 @@ pub mod kafka_cluster;
 pub mod postgres;
 pub mod proxy;
 pub mod relay;
+pub mod secure_kafka;
 pub mod servers;
 
 pub use broker::Broker;
@@ -90,7 +91,11 @@ fn print_broker_log_on_failure(log: PathBuf) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
-        eprintln!("--- last lines of the shared broker's log {} ---\n{}", log.display(), tail_file(&log, 40));
+        eprintln!(
+            "--- last lines of the shared broker's log {} ---\n{}",
+            log.display(),
+            tail_file(&log, 40)
+        );
     }));
 }
 
