@@ -19,7 +19,7 @@ use crate::dead_letter::{self, Letter};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::publish::{Publisher, Rejected, Report, SendError};
+use crate::publish::{self, Publisher, Rejected, Report, SendError};
 use crate::router::Record;
 
 /// A row (or logical message) that could not become its record, for
@@ -58,6 +58,8 @@ pub struct Delivery {
     acked: Vec<Sent>,
     /// The slot's confirmed position this session resumed from.
     resumed: Lsn,
+    /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
+    principal: String,
     metrics: Arc<Metrics>,
 }
 
@@ -78,6 +80,7 @@ impl Delivery {
             read_records: 0,
             acked: Vec::new(),
             resumed: confirmed,
+            principal: publish::principal(&config.kafka),
             metrics: metrics.clone(),
         })
     }
@@ -300,21 +303,26 @@ impl Delivery {
             rejected.event_id.as_deref().unwrap_or("(no event id)"),
             rejected.topic
         );
+        let acl_fix = publish::refusal_fix(&error, &rejected.topic, &self.principal);
         let dl = match &self.dead_letter {
             Some(dl) if dl.topic != rejected.topic => dl,
             Some(_) => {
+                let fix = acl_fix.unwrap_or_else(|| "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes".into());
                 return Err(Error::definite_with(
                     format!("{what}: the dead-letter record itself was refused"),
-                    "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes",
+                    fix,
                     error,
-                ))
+                ));
             }
             None => {
+                let fix = acl_fix.unwrap_or_else(|| {
+                    "make the record fit (message.max.bytes, the topic's partitions)".into()
+                });
                 return Err(Error::definite_with(
                     what,
-                    "make the record fit (message.max.bytes, the topic's partitions) or configure [dead_letter] topic; nothing after this row was confirmed",
+                    format!("{fix}, or configure [dead_letter] topic; nothing after this row was confirmed"),
                     error,
-                ))
+                ));
             }
         };
         tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
