@@ -215,7 +215,7 @@ async fn a_wrong_password_is_refused_clearly_and_confirms_nothing() {
 /// `walrelay check` authenticates over SASL_SSL as the relay's principal and reports the cluster
 /// id and the broker's API levels; with the broker creating no topics, it names the fixed topics
 /// that are missing (the dead-letter topic, a fixed route). A wrong password fails the check,
-/// naming authentication.
+/// naming authentication, and so does a CA that did not sign the broker's certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_authenticates_and_reports_the_cluster_and_missing_topics() {
     let kafka = SecureKafka::get().await;
@@ -256,6 +256,16 @@ async fn check_authenticates_and_reports_the_cluster_and_missing_topics() {
     assert_eq!(run.code, Some(1), "{run}");
     assert!(fail.contains("SASL authentication"), "{run}");
     assert!(!run.to_string().contains("not-the-password-3e7f"), "{run}");
+
+    // The system's CAs did not sign the broker's certificate: the TLS handshake fails, named.
+    let ca = kafka.ca().display().to_string();
+    let other_ca = config.replace(&ca, "/etc/ssl/certs/ca-certificates.crt");
+    assert_ne!(other_ca, config);
+    let run = walrelay_async(&["check"], Some(&other_ca)).await;
+    let fail = run.lines_starting(&format!("FAIL broker {}", kafka.bootstrap())).join("");
+    println!("check, another CA: {fail}");
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(fail.contains("certificate verify failed"), "{run}");
 }
 
 /// An unknown `sasl.mechanism` is refused when the producer is created: exit 1, naming it.
