@@ -114,8 +114,8 @@ async fn least_privilege_acls_are_enough_to_relay_everything() {
 }
 
 /// Without WRITE on its topic (DESCRIBE and IDEMPOTENT_WRITE granted), the broker answers
-/// TOPIC_AUTHORIZATION_FAILED: walrelay stops with exit code 1 and a hint naming the ACL to add,
-/// and confirms nothing. With a `[dead_letter]` topic the principal may write, the record goes
+/// TOPIC_AUTHORIZATION_FAILED: walrelay stops at once with exit code 1 and a hint naming the ACL
+/// to add, and confirms nothing. With a `[dead_letter]` topic the principal may write, the record goes
 /// there instead and the stream moves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add() {
@@ -141,6 +141,8 @@ async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add() {
     let stopped = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default();
     println!("no WRITE ACL: exit {code:?} after {:.1?}: {stopped}", started.elapsed());
     assert_eq!(code, Some(1), "{log}");
+    // The refused record is never acknowledged: the stop does not wait the grace period for it.
+    assert!(!log.contains("shutdown grace period over"), "{log}");
     for needle in ["authoriz", "User:nowrite", "Write", &topic, "hint="] {
         assert!(stopped.contains(needle), "the stop does not name {needle:?}: {stopped}");
     }

@@ -60,6 +60,9 @@ pub struct Delivery {
     resumed: Lsn,
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
     principal: String,
+    /// Records Kafka refused for good that stop the relay: never acknowledged, so a graceful
+    /// stop does not wait for them.
+    refused: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -81,6 +84,7 @@ impl Delivery {
             acked: Vec::new(),
             resumed: confirmed,
             principal: publish::principal(&config.kafka),
+            refused: 0,
             metrics: metrics.clone(),
         })
     }
@@ -304,6 +308,9 @@ impl Delivery {
             rejected.topic
         );
         let acl_fix = publish::refusal_fix(&error, &rejected.topic, &self.principal);
+        if self.dead_letter.as_ref().is_none_or(|dl| dl.topic == rejected.topic) {
+            self.refused += 1;
+        }
         let dl = match &self.dead_letter {
             Some(dl) if dl.topic != rejected.topic => dl,
             Some(_) => {
@@ -383,7 +390,7 @@ impl Delivery {
     /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop.
     pub async fn drain(&mut self, grace: std::time::Duration) {
         let deadline = tokio::time::Instant::now() + grace;
-        while self.frontier.unacked() > 0 {
+        while self.frontier.unacked() > self.refused {
             tokio::select! {
                 result = self.next_reports() => {
                     if let Err(e) = result {
