@@ -217,7 +217,8 @@ async fn a_wrong_password_is_refused_clearly_and_confirms_nothing() {
 /// `walrelay check` authenticates over SASL_SSL as the relay's principal and reports the cluster
 /// id and the broker's API levels; with the broker creating no topics, it names the fixed topics
 /// that are missing (the dead-letter topic, a fixed route). A wrong password fails the check,
-/// naming authentication, and so does a CA that did not sign the broker's certificate.
+/// naming authentication, and so does a CA that did not sign the broker's certificate. On a
+/// broker that creates topics itself, the missing fixed topics are warnings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_authenticates_and_reports_the_cluster_and_missing_topics() {
     let kafka = SecureKafka::get().await;
@@ -268,6 +269,16 @@ async fn check_authenticates_and_reports_the_cluster_and_missing_topics() {
     println!("check, another CA: {fail}");
     assert_eq!(run.code, Some(1), "{run}");
     assert!(fail.contains("certificate verify failed"), "{run}");
+
+    // The shared test broker creates topics (auto.create.topics.enable=true, which check reads
+    // with DescribeConfigs): the same fixed topics, missing there, are warnings.
+    let plain = s.config_with(&router, "", &extra);
+    let run = walrelay_async(&["check"], Some(&plain)).await;
+    let warnings = run.lines_starting("warn topic ");
+    println!("check, a broker that creates topics:\n{}", warnings.join("\n"));
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(warnings.len(), 2, "{run}");
+    assert!(warnings.iter().all(|l| l.contains("auto.create.topics.enable")), "{run}");
 }
 
 /// An unknown `sasl.mechanism` is refused when the producer is created: exit 1, naming it.

@@ -226,6 +226,9 @@ fn ask(cfg: ClientConfig, fixed: Vec<String>) -> Result<Answer, Failure> {
 
 /// The broker's `auto.create.topics.enable`, when this principal may DESCRIBE_CONFIGS.
 fn auto_create(cfg: &ClientConfig, broker: i32) -> Option<bool> {
+    // Quiet: a refusal only means the check can't tell.
+    let mut cfg = cfg.clone();
+    cfg.remove("debug").set_log_level(RDKafkaLogLevel::Emerg);
     let admin: AdminClient<DefaultClientContext> = cfg.create().ok()?;
     let options = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
     let resource = ResourceSpecifier::Broker(broker);
