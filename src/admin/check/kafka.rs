@@ -37,7 +37,7 @@ struct Answer {
 #[derive(Default)]
 struct Observer {
     apis: Mutex<Vec<(String, i16)>>,
-    errors: Mutex<Vec<String>>,
+    errors: Mutex<Vec<(Option<RDKafkaErrorCode>, String)>>,
 }
 
 impl ClientContext for Observer {
@@ -54,12 +54,32 @@ impl ClientContext for Observer {
 
     fn error(&self, error: KafkaError, reason: &str) {
         let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
-        // Authentication says why the broker would not talk; transport errors only that it didn't.
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
-            errors.insert(0, reason.to_string());
-        } else {
-            errors.push(reason.to_string());
+        errors.push((error.rdkafka_error_code(), reason.to_string()));
+    }
+}
+
+impl Observer {
+    /// Why librdkafka got no metadata, from what it reported meanwhile: a refused login or TLS
+    /// handshake says more than the metadata request's own error.
+    fn failure(&self, metadata_error: KafkaError) -> Failure {
+        let errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        let first = |code| errors.iter().find(|(c, _)| *c == Some(code)).map(|(_, r)| r.clone());
+        if let Some(reason) = first(RDKafkaErrorCode::Authentication) {
+            return Failure::Refused {
+                problem: format!("the broker refused the login: {reason}"),
+                fix: "check sasl.mechanism, sasl.username and the password (WALRELAY_KAFKA_SASL__PASSWORD)",
+            };
         }
+        if let Some(reason) = first(RDKafkaErrorCode::SSL) {
+            return Failure::Refused {
+                problem: format!("the TLS handshake failed: {reason}"),
+                fix: "check ssl.ca.location (the CA that signed the brokers' certificates) and that the certificates name the hosts of bootstrap.servers",
+            };
+        }
+        Failure::NoAnswer(match errors.first() {
+            Some((_, reason)) => format!("{metadata_error}: {reason}"),
+            None => metadata_error.to_string(),
+        })
     }
 }
 
@@ -108,6 +128,9 @@ pub(super) async fn run(config: &Config, r: &mut Report) {
                 ),
                 "fix the property named; names and values are librdkafka's (CONFIGURATION.md)",
             )
+        }
+        Err(Failure::Refused { problem, fix }) => {
+            return r.fail(&what, kafka.scrub_secrets(&problem), fix)
         }
         Err(Failure::NoAnswer(e)) => {
             return r.fail(
@@ -191,6 +214,11 @@ fn fixed_topics(config: &Config) -> Vec<(String, &'static str)> {
 
 enum Failure {
     Config(KafkaError),
+    /// The broker answered, and refused the login or the TLS handshake.
+    Refused {
+        problem: String,
+        fix: &'static str,
+    },
     NoAnswer(String),
     Crashed(String),
 }
@@ -204,15 +232,7 @@ fn ask(cfg: ClientConfig, fixed: Vec<String>) -> Result<Answer, Failure> {
     // Logs and client errors wait on librdkafka's main queue until served (one event per turn
     // of a poll that keeps polling until its deadline).
     client.poll(Duration::from_millis(50));
-    let metadata = metadata.map_err(|e| {
-        // librdkafka's own reason (a refused SASL login, a certificate it could not verify)
-        // says more than the metadata request's error.
-        let errors = client.context().errors.lock().unwrap_or_else(|e| e.into_inner());
-        Failure::NoAnswer(match errors.first() {
-            Some(reason) => format!("{e}: {reason}"),
-            None => e.to_string(),
-        })
-    })?;
+    let metadata = metadata.map_err(|e| client.context().failure(e))?;
     let cluster_id = client.client().fetch_cluster_id(BROKER_TIMEOUT);
     client.poll(Duration::from_millis(50));
     let topics: Vec<String> = metadata.topics().iter().map(|t| t.name().to_string()).collect();
