@@ -127,6 +127,7 @@ impl SecureKafka {
                 .push(format!("SCRAM-SHA-512=[name={},password={}]", login.user, login.password));
         }
         let broker = Broker::start_kafka(dir, node)?;
+        super::print_broker_log_on_failure("the secure Kafka node's", broker.log_path().into());
         let secure = SecureKafka { broker, sasl_port, ca: tls.ca };
         secure.wait_authenticated()?;
         Ok(secure)
@@ -367,6 +368,7 @@ fn create_acls(config: ClientConfig, acls: &[Acl]) -> Result<(), String> {
             Resource::TopicsPrefixed(prefix) => {
                 (RD_KAFKA_RESOURCE_TOPIC, prefix.as_str(), RD_KAFKA_RESOURCE_PATTERN_PREFIXED)
             }
+            // librdkafka's BROKER (4) is Kafka's CLUSTER resource type, named kafka-cluster.
             Resource::Cluster => {
                 (RD_KAFKA_RESOURCE_BROKER, "kafka-cluster", RD_KAFKA_RESOURCE_PATTERN_LITERAL)
             }
