@@ -80,7 +80,7 @@ if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then
   want build-essential "C compiler and make for librdkafka, zstd"
 fi
 if [ "$QUICK" = 0 ]; then
-  command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS test"
+  command -v openssl >/dev/null 2>&1 || want openssl "certificates for the TLS tests (PostgreSQL, and Kafka's SASL_SSL listener)"
   dpkg -s locales >/dev/null 2>&1 || want locales "locale-gen, for the de_DE.UTF-8 locale of the translated-messages tests"
   if ! command -v promtool >/dev/null 2>&1; then
     want prometheus "promtool, to check docs/prometheus/alerts.yaml"

@@ -78,8 +78,39 @@ pub fn is_permanent(error: &KafkaError) -> bool {
                 | RDKafkaErrorCode::InvalidRecord
                 | RDKafkaErrorCode::UnknownPartition
                 | RDKafkaErrorCode::InvalidTopic
+                // An ACL is missing: librdkafka does not retry, and neither may the relay until
+                // an operator grants it (the fix names the ACL: [`refusal_fix`]).
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
         )
     )
+}
+
+/// The fix for a record refused because an ACL is missing, naming the ACL; `None` for the
+/// other permanent errors. `principal` is who walrelay authenticates as (`User:walrelay`).
+pub fn refusal_fix(error: &KafkaError, topic: &str, principal: &str) -> Option<String> {
+    let acls = "kafka-acls.sh --bootstrap-server … --add";
+    match error.rdkafka_error_code()? {
+        RDKafkaErrorCode::TopicAuthorizationFailed => Some(format!(
+            "add the ACL that allows {principal} Write (and Describe) on topic {topic}: {acls} \
+             --allow-principal {principal} --operation Write --operation Describe --topic {topic} \
+             (or --resource-pattern-type prefixed --topic <the topics' common prefix>)"
+        )),
+        RDKafkaErrorCode::ClusterAuthorizationFailed => Some(format!(
+            "add the ACL that allows {principal} IdempotentWrite on the cluster: {acls} \
+             --allow-principal {principal} --operation IdempotentWrite --cluster"
+        )),
+        _ => None,
+    }
+}
+
+/// `User:<sasl.username>`, the principal a SASL/PLAIN or SCRAM login makes; for other logins
+/// (mTLS, GSSAPI) the broker maps its own name, so the fix names it in words.
+pub fn principal(kafka: &KafkaConfig) -> String {
+    match kafka.properties.get("sasl.username") {
+        Some(user) if !user.is_empty() => format!("User:{user}"),
+        _ => "walrelay's principal".to_string(),
+    }
 }
 
 impl ClientContext for RelayContext {

@@ -662,8 +662,13 @@ fn docker_files_parse_and_the_mounted_config_is_accepted() {
     assert!(dockerfile.lines().any(|l| l.starts_with("USER ") && !l.contains("root")), "non-root");
     assert!(dockerfile
         .contains(r#"ENTRYPOINT ["walrelay", "run", "--config", "/etc/walrelay/walrelay.toml"]"#));
-    for needed in ["build-essential", "pkg-config", "zlib1g-dev"] {
-        assert!(dockerfile.contains(needed), "the builder needs {needed} for librdkafka");
+    let (build, runtime) = dockerfile.split_at(dockerfile.find(froms[1]).expect("second stage"));
+    for needed in ["build-essential", "pkg-config", "zlib1g-dev", "libssl-dev", "libsasl2-dev"] {
+        assert!(build.contains(needed), "the builder needs {needed} for librdkafka");
+    }
+    // librdkafka links OpenSSL and Cyrus SASL dynamically (SASL_SSL, SCRAM, GSSAPI).
+    for needed in ["libssl3", "libsasl2-2"] {
+        assert!(runtime.contains(needed), "the runtime image needs {needed}");
     }
 
     // The mounted config is one walrelay loads. (`walrelay check` would additionally need the

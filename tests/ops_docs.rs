@@ -289,11 +289,13 @@ fn kubernetes_manifest_passes_the_schema_validator_and_its_config_and_secret_par
         .collect();
     assert!(env.iter().all(|(k, _)| k.starts_with("WALRELAY_")), "{env:?}");
     assert!(!toml.contains("CHANGE-ME"), "a secret in the ConfigMap:\n{toml}");
-    let config = walrelay::config::Config::parse_with_env(toml, env).unwrap_or_else(|e| {
+    let config = walrelay::config::Config::parse_with_env(toml, env.clone()).unwrap_or_else(|e| {
         panic!("the ConfigMap's walrelay.toml with the Secret's variables: {e}")
     });
     assert!(config.source.url.contains(":CHANGE-ME@"), "the Secret's URL was not applied");
     assert_eq!(config.kafka.properties["sasl.password"], "CHANGE-ME");
+    let kafka_line = manifest_kafka_check(toml, &env);
+    println!("walrelay check on the manifest's config: {kafka_line}");
 
     let spec = &deployment["spec"];
     assert_eq!(spec["replicas"], 2);
@@ -310,4 +312,28 @@ fn kubernetes_manifest_passes_the_schema_validator_and_its_config_and_secret_par
         Duration::from_secs(kill_after) > config.limits.shutdown_grace + Duration::from_secs(5)
     );
     println!("kubernetes-validate --strict: {passed} resources passed; the config parses with the Secret's {} variables", secret["stringData"].as_object().unwrap().len());
+}
+
+/// Runs `walrelay check` on the manifest's config with the Secret's variables, where none of its
+/// hosts resolves: the broker line must say that nobody answered, not that librdkafka refused
+/// the `[kafka]` properties (SASL_SSL and SCRAM-SHA-512 need librdkafka built with OpenSSL and
+/// SASL). Returns that line.
+fn manifest_kafka_check(toml: &str, env: &[(String, String)]) -> String {
+    let path = crate::support::scratch_dir("manifest").join("walrelay.toml");
+    std::fs::write(&path, toml).expect("write the manifest's walrelay.toml");
+    let out = Command::new(crate::support::relay::walrelay_bin())
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("run walrelay check");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = stdout.lines().find(|l| l.contains(" broker ")).unwrap_or_default().to_string();
+    assert!(
+        line.starts_with("FAIL broker kafka-0.kafka.svc:9092") && line.contains("no answer"),
+        "walrelay check on the manifest's config:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    line
 }

@@ -71,16 +71,21 @@ impl KafkaConfig {
     /// error ends with the property's value (`… ssl.key.password <the password>`), so that
     /// error is told by its description alone, and any secret property's value is masked.
     pub fn describe_librdkafka_error(&self, e: &KafkaError) -> String {
+        match e {
+            KafkaError::ClientConfig(_, description, _, _) => self.scrub_secrets(description),
+            other => self.scrub_secrets(&other.to_string()),
+        }
+    }
+
+    /// `text` with the value of every secret property masked.
+    pub fn scrub_secrets(&self, text: &str) -> String {
         let secrets: Vec<String> = self
             .properties
             .iter()
             .filter(|(k, _)| is_secret_key(k))
             .map(|(_, v)| v.clone())
             .collect();
-        match e {
-            KafkaError::ClientConfig(_, description, _, _) => scrub(description, &secrets),
-            other => scrub(&other.to_string(), &secrets),
-        }
+        scrub(text, &secrets)
     }
 }
 

@@ -20,7 +20,7 @@ use crate::dead_letter::{self, Letter};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::publish::{Publisher, Rejected, Report, SendError};
+use crate::publish::{self, Publisher, Rejected, Report, SendError};
 use crate::router::Record;
 
 /// A row (or logical message) that could not become its record, for
@@ -61,6 +61,11 @@ pub struct Delivery {
     resumed: Lsn,
     /// Exactly-once: the Kafka transactions records go out in (`None`: at-least-once).
     transactions: Option<Transactions>,
+    /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
+    principal: String,
+    /// Records Kafka refused for good that stop the relay: never acknowledged, so a graceful
+    /// stop does not wait for them.
+    refused: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -93,6 +98,8 @@ impl Delivery {
             acked: Vec::new(),
             resumed: confirmed,
             transactions,
+            principal: publish::principal(&config.kafka),
+            refused: 0,
             metrics: metrics.clone(),
         })
     }
@@ -368,21 +375,29 @@ impl Delivery {
             rejected.event_id.as_deref().unwrap_or("(no event id)"),
             rejected.topic
         );
+        let acl_fix = publish::refusal_fix(&error, &rejected.topic, &self.principal);
+        if self.dead_letter.as_ref().is_none_or(|dl| dl.topic == rejected.topic) {
+            self.refused += 1;
+        }
         let dl = match &self.dead_letter {
             Some(dl) if dl.topic != rejected.topic => dl,
             Some(_) => {
+                let fix = acl_fix.unwrap_or_else(|| "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes".into());
                 return Err(Error::definite_with(
                     format!("{what}: the dead-letter record itself was refused"),
-                    "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes",
+                    fix,
                     error,
-                ))
+                ));
             }
             None => {
+                let fix = acl_fix.unwrap_or_else(|| {
+                    "make the record fit (message.max.bytes, the topic's partitions)".into()
+                });
                 return Err(Error::definite_with(
                     what,
-                    "make the record fit (message.max.bytes, the topic's partitions) or configure [dead_letter] topic; nothing after this row was confirmed",
+                    format!("{fix}, or configure [dead_letter] topic; nothing after this row was confirmed"),
                     error,
-                ))
+                ));
             }
         };
         tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
@@ -495,19 +510,21 @@ impl Delivery {
     /// aborts it (the next start resumes before the transaction that was cut).
     pub async fn drain(&mut self, grace: std::time::Duration) {
         if let Some(txns) = &self.transactions {
-            if txns.committable() {
+            // A record Kafka refused is not in the transaction: committing it would put the
+            // position past an event that is not there.
+            if txns.committable() && self.refused == 0 {
                 let committed = tokio::time::timeout(grace, self.commit_kafka()).await;
                 if !matches!(committed, Ok(Ok(()))) {
                     tracing::warn!("could not commit the open Kafka transaction while stopping; the next start resumes before it");
                 }
-            } else if txns.is_open() {
+            } else if self.transactions.as_ref().is_some_and(Transactions::is_open) {
                 let _ = self.publisher.abort_transaction(grace).await;
                 self.transactions.as_mut().expect("exactly-once").forget();
             }
             return;
         }
         let deadline = tokio::time::Instant::now() + grace;
-        while self.frontier.unacked() > 0 {
+        while self.frontier.unacked() > self.refused {
             tokio::select! {
                 result = self.next_reports() => {
                     if let Err(e) = result {

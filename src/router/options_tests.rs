@@ -208,6 +208,14 @@ fn replace_first_replaces_the_first_match_and_keeps_the_rest_like_java() {
 }
 
 #[test]
+fn a_replacement_without_groups_is_a_fixed_topic() {
+    let fixed = parse(&[("route.topic.replacement", "all\\$events")], &[]).unwrap();
+    assert_eq!(fixed.topic_router.fixed_topic().as_deref(), Some("all$events"));
+    let routed = parse(&[], &[]).unwrap();
+    assert_eq!(routed.topic_router.fixed_topic(), None);
+}
+
+#[test]
 fn topic_cache_returns_the_same_arc_for_the_same_route_value() {
     let mut r = router_for(&opts(&[]), &opts(&[]));
     let b = r.bind(&outbox_relation(), &NOT_NULL).unwrap();

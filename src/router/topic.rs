@@ -50,6 +50,19 @@ impl TopicRouter {
         Ok(TopicRouter { full, find, parts })
     }
 
+    /// The one topic every matching value goes to, when the replacement refers to no group
+    /// (`route.topic.replacement = "events"`): a topic `walrelay check` can look for.
+    pub(crate) fn fixed_topic(&self) -> Option<String> {
+        let mut topic = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => topic.push_str(s),
+                Part::Group(_) | Part::Named(_) => return None,
+            }
+        }
+        Some(topic)
+    }
+
     /// The topic for a `route.by.field` value (not yet validated as a Kafka topic name).
     pub(crate) fn apply(&self, value: &str) -> String {
         if !self.full.is_match(value) {

@@ -103,6 +103,8 @@ pub struct KafkaNode {
     pub properties: Vec<(String, String)>,
     /// Extra JVM options (`-Djava.security.auth.login.config=…`).
     pub jvm_options: Vec<String>,
+    /// Extra arguments of `StorageTool format` (`--add-scram 'SCRAM-SHA-512=[name=…]'`).
+    pub format_args: Vec<String>,
 }
 
 impl KafkaNode {
@@ -116,6 +118,7 @@ impl KafkaNode {
             voters: format!("1@127.0.0.1:{controller_port}"),
             properties: Vec::new(),
             jvm_options: Vec::new(),
+            format_args: Vec::new(),
         }
     }
 
@@ -466,6 +469,7 @@ fn format_storage(libs: &Path, dir: &Path, node: &KafkaNode) -> Result<(), Strin
     let out = java(libs, dir, &node.jvm_options)
         .args(["kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", &cluster_id, "-c"])
         .arg(dir.join("server.properties"))
+        .args(&node.format_args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("run kafka.tools.StorageTool (is java installed?): {e}"))?;

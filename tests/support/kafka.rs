@@ -83,7 +83,8 @@ impl Consumed {
     }
 }
 
-fn client_config(bootstrap: &str) -> ClientConfig {
+/// A client of `bootstrap` as every helper here starts one (IPv4, warnings and worse logged).
+pub fn client_config(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap).set("broker.address.family", "v4").set("log_level", "4");
     c
@@ -197,10 +198,22 @@ pub async fn consume_topics(
     expected: usize,
     deadline: Duration,
 ) -> Vec<Consumed> {
+    consume_topics_with(client_config(bootstrap), topics, expected, deadline).await
+}
+
+/// Like [`consume_topics`] for a client `config` of its own ([`client_config`] plus
+/// `security.protocol`, `sasl.*`, `ssl.*`…).
+pub async fn consume_topics_with(
+    mut config: ClientConfig,
+    topics: &[&str],
+    expected: usize,
+    deadline: Duration,
+) -> Vec<Consumed> {
     let start = Instant::now();
     // Offsets are committed as records are handed out, as a user's consumer commits them, so a
     // rebalance resumes where the reader was.
-    let consumer: Arc<StreamConsumer> = client_config(bootstrap)
+    let bootstrap = config.get("bootstrap.servers").unwrap_or_default().to_string();
+    let consumer: Arc<StreamConsumer> = config
         .set("group.id", super::unique("walrelay_test_reader"))
         .set("enable.auto.commit", "true")
         .set("auto.commit.interval.ms", "200")

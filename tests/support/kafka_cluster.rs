@@ -54,6 +54,7 @@ impl KafkaCluster {
                 voters: voters.clone(),
                 properties: Vec::new(),
                 jvm_options: Vec::new(),
+                format_args: Vec::new(),
             };
             nodes.push(Broker::launch_kafka(&dir.join(format!("node{}", i + 1)), node)?);
         }

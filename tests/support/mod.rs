@@ -19,6 +19,7 @@ pub mod kafka_cluster;
 pub mod postgres;
 pub mod proxy;
 pub mod relay;
+pub mod secure_kafka;
 pub mod servers;
 
 pub use broker::Broker;
@@ -64,7 +65,7 @@ pub fn services() -> &'static Services {
         let broker = std::thread::spawn(move || Broker::start(&broker_dir, free_port()));
         let pg = Postgres::start(&root.join("pg"))?;
         let broker = broker.join().map_err(|_| "starting the broker panicked".to_string())??;
-        print_broker_log_on_failure(broker.log_path().to_path_buf());
+        print_broker_log_on_failure("the shared broker's", broker.log_path().to_path_buf());
         // Printed past libtest's capture, so every run says which servers it tested.
         note(&format!(
             "services up in {:.1?}: {} on 127.0.0.1:{}, broker {} on {} (pid {}), dir {}",
@@ -84,17 +85,13 @@ pub fn services() -> &'static Services {
     }
 }
 
-/// A failing test (a panic on a test's thread) prints the last lines of the shared broker's log
-/// after its message: libtest shows a test's captured output only when it fails.
-fn print_broker_log_on_failure(log: PathBuf) {
+/// A failing test (a panic on a test's thread) prints the last lines of a broker's log (`whose`:
+/// "the shared broker's") after its message: libtest shows captured output only on failure.
+pub(crate) fn print_broker_log_on_failure(whose: &'static str, log: PathBuf) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
-        eprintln!(
-            "--- last lines of the shared broker's log {} ---\n{}",
-            log.display(),
-            tail_file(&log, 40)
-        );
+        eprintln!("--- last lines of {whose} log {} ---\n{}", log.display(), tail_file(&log, 40));
     }));
 }
 

@@ -6,8 +6,10 @@
 //!
 //! `postgres.rs` checks the server, the role and the slot (failover included), `tables.rs` the
 //! outbox tables and the publication, `retention.rs` the `[retention]` settings against each
-//! table; all read through [`crate::source`], as `run` does.
+//! table; all read through [`crate::source`], as `run` does. `kafka.rs` checks the broker as
+//! the configured principal, and the fixed topics.
 
+mod kafka;
 mod postgres;
 mod retention;
 mod tables;
@@ -15,9 +17,6 @@ mod tables;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
-
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::producer::{BaseProducer, Producer};
 
 use crate::config::Config;
 
@@ -59,7 +58,7 @@ pub(super) async fn run(config: &Config) -> ExitCode {
     let mut r = Report::default();
     r.ok("config", "parsed and valid");
     postgres::run(config, &mut r).await;
-    broker(config, &mut r).await;
+    kafka::run(config, &mut r).await;
     line(format!(
         "check: {} ok, {} warning{}, {} problem{}",
         r.ok,
@@ -72,50 +71,6 @@ pub(super) async fn run(config: &Config) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
-}
-
-async fn broker(config: &Config, r: &mut Report) {
-    let props = &config.kafka.properties;
-    let servers = props
-        .get("bootstrap.servers")
-        .or_else(|| props.get("metadata.broker.list"))
-        .cloned()
-        .unwrap_or_default();
-    let what = format!("broker {}", crate::config::redact_url(&servers));
-    let kafka = config.kafka.clone();
-    let mut cfg = ClientConfig::new();
-    for (k, v) in props {
-        cfg.set(k, v);
-    }
-    // The outcome is reported on the check line; librdkafka's own log lines would repeat it.
-    cfg.set_log_level(RDKafkaLogLevel::Emerg);
-    let result = tokio::task::spawn_blocking(move || {
-        let producer: BaseProducer =
-            cfg.create().map_err(|e| (true, kafka.describe_librdkafka_error(&e)))?;
-        let metadata = producer
-            .client()
-            .fetch_metadata(None, BROKER_TIMEOUT)
-            .map_err(|e| (false, e.to_string()))?;
-        Ok::<_, (bool, String)>((metadata.brokers().len(), metadata.topics().len()))
-    })
-    .await;
-    match result {
-        Ok(Ok((brokers, topics))) => r.ok(
-            &what,
-            format!("answers: {brokers} broker{}, {topics} topic{}", plural(brokers), plural(topics)),
-        ),
-        Ok(Err((true, e))) => r.fail(
-            &what,
-            format!("librdkafka rejects the [kafka] properties: {e}"),
-            "fix the property named; names and values are librdkafka's (CONFIGURATION.md)",
-        ),
-        Ok(Err((false, e))) => r.fail(
-            &what,
-            format!("no answer within {} s: {e}", BROKER_TIMEOUT.as_secs()),
-            "check [kafka] bootstrap.servers, the network path, and security.protocol / sasl.* / ssl.* settings",
-        ),
-        Err(e) => r.fail(&what, format!("the metadata request crashed: {e}"), "report this as a bug"),
     }
 }
 

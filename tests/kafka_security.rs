@@ -1,0 +1,308 @@
+//! Kafka security against a real Apache Kafka node (support::secure_kafka): SASL_SSL with
+//! SCRAM-SHA-512 over a CA the test makes, ACLs under Kafka's StandardAuthorizer, a missing WRITE
+//! ACL, a wrong password, and `walrelay check` authenticating. Every relay is the real binary.
+
+use std::time::Duration;
+
+use rdkafka::bindings::rd_kafka_AclOperation_t::{
+    RD_KAFKA_ACL_OPERATION_DESCRIBE as DESCRIBE,
+    RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE as IDEMPOTENT_WRITE,
+    RD_KAFKA_ACL_OPERATION_WRITE as WRITE,
+};
+
+use crate::admin::walrelay_async;
+use crate::common::{ids, Setup};
+use crate::support::broker::Kind;
+use crate::support::relay::RelayProcess;
+use crate::support::secure_kafka::{Acl, Login, Resource, SecureKafka, ADMIN, NO_WRITE, RELAY};
+use crate::support::{services, wait_until};
+
+/// A relay configuration for `s` against the secure node's SASL_SSL listener as `login`.
+/// `router` and `extra` as in [`Setup::config_with`].
+fn secure_config(
+    s: &Setup,
+    kafka: &SecureKafka,
+    login: Login,
+    router: &str,
+    extra: &str,
+) -> String {
+    let security = format!("{}\"message.timeout.ms\" = 20000\n", kafka.kafka_toml(login));
+    s.config_for_bootstrap(&kafka.bootstrap(), router, &security, extra)
+}
+
+/// The ACLs walrelay needs (docs/operations.md): WRITE and DESCRIBE on its topics, by prefix,
+/// and IDEMPOTENT_WRITE on the cluster.
+fn relay_acls(login: Login, prefix: &str) -> Vec<Acl> {
+    vec![
+        Acl::allow(login, WRITE, Resource::TopicsPrefixed(prefix.to_string())),
+        Acl::allow(login, DESCRIBE, Resource::TopicsPrefixed(prefix.to_string())),
+        Acl::allow(login, IDEMPOTENT_WRITE, Resource::Cluster),
+    ]
+}
+
+/// Waits until no walsender holds the slot (a peek at its changes needs that).
+async fn wait_released(s: &Setup) {
+    let (db, slot) = (&s.db, s.slot.as_str());
+    let released = wait_until("the slot is released", Duration::from_secs(15), || async move {
+        db.slot_active(slot).await == Some(false)
+    });
+    assert!(released.await, "the slot is still active");
+}
+
+/// Every password the node knows; none may appear in what walrelay prints.
+fn assert_no_password(output: &str) {
+    for login in [ADMIN, RELAY, NO_WRITE] {
+        assert!(
+            !output.contains(login.password),
+            "{}'s password was printed:\n{output}",
+            login.user
+        );
+    }
+}
+
+/// SASL_SSL with SCRAM-SHA-512, the broker's certificate checked against the test's CA
+/// (`ssl.ca.location`): every event arrives in order, read back by a consumer that
+/// authenticates as admin, and the slot confirms past the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_ssl_with_scram_sha_512_relays_everything() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_scram").await;
+    kafka.create_topic(&s.topic("Order"), 4).await;
+    let mut relay = RelayProcess::start(&secure_config(&s, kafka, ADMIN, "", ""));
+    s.wait_streaming(&mut relay).await;
+    let sent = s.insert_events("Order", "o-1", 20).await;
+    let got = kafka.consume(&[&s.topic("Order")], 20, Duration::from_secs(60)).await;
+    println!(
+        "SASL_SSL + SCRAM-SHA-512 as admin: {} of {} records read back over SASL_SSL",
+        got.len(),
+        sent.len()
+    );
+    assert_eq!(ids(&got), sent, "{}", s.diagnostics(&relay));
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    wait_released(&s).await;
+    assert!(!s.slot_holds(&sent[19]).await, "the last event is still unconfirmed");
+    assert_no_password(&relay.log());
+}
+
+/// A principal with only WRITE and DESCRIBE on its topics (a prefixed pattern) and
+/// IDEMPOTENT_WRITE on the cluster relays everything, on two topics, with nothing more granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_acls_are_enough_to_relay_everything() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_acl").await;
+    for t in ["Order", "Invoice"] {
+        kafka.create_topic(&s.topic(t), 4).await;
+    }
+    kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
+    let mut relay = RelayProcess::start(&secure_config(&s, kafka, RELAY, "", ""));
+    s.wait_streaming(&mut relay).await;
+    let orders = s.insert_events("Order", "o-1", 10).await;
+    let invoices = s.insert_events("Invoice", "i-1", 10).await;
+    let got =
+        kafka.consume(&[&s.topic("Order"), &s.topic("Invoice")], 20, Duration::from_secs(60)).await;
+    println!(
+        "User:{} with WRITE+DESCRIBE on prefix {} and IDEMPOTENT_WRITE: {} of 20 records",
+        RELAY.user,
+        s.topic_prefix,
+        got.len()
+    );
+    let expected: Vec<String> = orders.iter().chain(&invoices).cloned().collect();
+    assert_eq!(ids(&got), expected, "{}", s.diagnostics(&relay));
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    wait_released(&s).await;
+    assert!(!s.slot_holds(&invoices[9]).await, "the last event is still unconfirmed");
+    assert_no_password(&relay.log());
+}
+
+/// Without WRITE on its topic (DESCRIBE and IDEMPOTENT_WRITE granted), the broker answers
+/// TOPIC_AUTHORIZATION_FAILED: walrelay stops at once with exit code 1 and a hint naming the ACL
+/// to add, and confirms nothing. With a `[dead_letter]` topic the principal may write, the record goes
+/// there instead and the stream moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_nowrite").await;
+    let topic = s.topic("Order");
+    let dead = format!("{}_dead_letters", s.topic_prefix);
+    kafka.create_topic(&topic, 4).await;
+    kafka.create_topic(&dead, 1).await;
+    kafka
+        .allow(&[
+            Acl::allow(NO_WRITE, DESCRIBE, Resource::TopicsPrefixed(s.topic_prefix.clone())),
+            Acl::allow(NO_WRITE, IDEMPOTENT_WRITE, Resource::Cluster),
+            Acl::allow(NO_WRITE, WRITE, Resource::TopicsPrefixed(dead.clone())),
+        ])
+        .await;
+    let mut relay = RelayProcess::start(&secure_config(&s, kafka, NO_WRITE, "", ""));
+    s.wait_streaming(&mut relay).await;
+    let event = s.insert_events("Order", "o-1", 1).await.remove(0);
+    let started = std::time::Instant::now();
+    let code = relay.wait_exit(Duration::from_secs(60));
+    let log = relay.log();
+    let stopped = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default();
+    println!("no WRITE ACL: exit {code:?} after {:.1?}: {stopped}", started.elapsed());
+    assert_eq!(code, Some(1), "{log}");
+    // The refused record is never acknowledged: the stop does not wait the grace period for it.
+    assert!(!log.contains("shutdown grace period over"), "{log}");
+    for needle in ["authoriz", "User:nowrite", "Write", &topic, "hint="] {
+        assert!(stopped.contains(needle), "the stop does not name {needle:?}: {stopped}");
+    }
+    wait_released(&s).await;
+    assert!(s.slot_holds(&event).await, "the refused event was confirmed");
+    assert_no_password(&log);
+
+    let config =
+        secure_config(&s, kafka, NO_WRITE, "", &format!("[dead_letter]\ntopic = \"{dead}\"\n"));
+    let mut relay = RelayProcess::start(&config);
+    let letters = kafka.consume(&[&dead], 1, Duration::from_secs(60)).await;
+    println!(
+        "no WRITE ACL, [dead_letter] writable: {} dead letter(s), error header {:?}",
+        letters.len(),
+        letters.first().and_then(|l| l.header_str("walrelay.error"))
+    );
+    assert_eq!(letters.len(), 1, "{}", s.diagnostics(&relay));
+    assert_eq!(letters[0].header_str("walrelay.event.id"), Some(event.as_str()));
+    assert_eq!(
+        letters[0].header_str("walrelay.topic"),
+        Some(topic.as_str()),
+        "{:?}",
+        letters[0].headers
+    );
+    // A graceful stop confirms everything acknowledged (I6): the dead letter's position too.
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    wait_released(&s).await;
+    assert!(!s.slot_holds(&event).await, "the dead-lettered event is still unconfirmed");
+    assert_no_password(&relay.log());
+}
+
+/// A wrong password: librdkafka's SASL authentication fails and says so in walrelay's log, the
+/// records time out unacknowledged and the session ends without confirming any of them, and the
+/// password is printed nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_refused_clearly_and_confirms_nothing() {
+    const WRONG: Login = Login { user: "walrelay", password: "not-the-password-3e7f" };
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_badpw").await;
+    kafka.create_topic(&s.topic("Order"), 4).await;
+    kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
+    let config = secure_config(&s, kafka, WRONG, "", "")
+        .replace("\"message.timeout.ms\" = 20000", "\"message.timeout.ms\" = 5000");
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let sent = s.insert_events("Order", "o-1", 3).await;
+    let said = relay.wait_for_log("SASL authentication", Duration::from_secs(30)).await;
+    let log = relay.log();
+    let line = log.lines().find(|l| l.contains("SASL authentication")).unwrap_or_default();
+    println!("wrong password: {line}");
+    assert!(said, "no SASL authentication error within 30 s:\n{log}");
+    assert!(line.contains("invalid credentials"), "{line}");
+    // The records time out (message.timeout.ms) and the session ends, confirming nothing.
+    let ended = relay.wait_for_log("relay session ended", Duration::from_secs(30)).await;
+    let log = relay.log();
+    let ended_line = log.lines().find(|l| l.contains("relay session ended")).unwrap_or_default();
+    println!("wrong password: {ended_line}");
+    assert!(ended, "the session never gave up on its records:\n{log}");
+    relay.kill();
+    wait_released(&s).await;
+    let confirmed = s.db.confirmed_flush_lsn(&s.slot).await;
+    let mut held = 0;
+    for id in &sent {
+        held += usize::from(s.slot_holds(id).await);
+    }
+    println!("wrong password: confirmed_flush_lsn {confirmed:?}; the slot still holds {held} of 3 events");
+    assert_eq!(held, 3, "an event was confirmed without reaching Kafka:\n{log}");
+    assert_no_password(&relay.log());
+    assert!(!relay.log().contains(WRONG.password), "the wrong password was printed");
+}
+
+/// `walrelay check` authenticates over SASL_SSL as the relay's principal and reports the cluster
+/// id and the broker's API levels; with the broker creating no topics, it names the fixed topics
+/// that are missing (the dead-letter topic, a fixed route). A wrong password fails the check,
+/// naming authentication, and so does a CA that did not sign the broker's certificate. On a
+/// broker that creates topics itself, the missing fixed topics are warnings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_authenticates_and_reports_the_cluster_and_missing_topics() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_check").await;
+    kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
+    let dead = format!("{}_dead_letters", s.topic_prefix);
+    let fixed = format!("{}.all_events", s.topic_prefix);
+    let extra = format!("[dead_letter]\ntopic = \"{dead}\"\n");
+    let router = format!("\"route.topic.replacement\" = \"{fixed}\"\n");
+    let config = secure_config(&s, kafka, RELAY, &router, &extra);
+
+    let run = walrelay_async(&["check"], Some(&config)).await;
+    let broker_line = run.lines_starting(&format!("ok   broker {}", kafka.bootstrap())).join("");
+    println!("check, topics missing:\n{}", run.stdout);
+    assert!(broker_line.contains("answers") && broker_line.contains("cluster id "), "{run}");
+    assert!(broker_line.contains("API levels Produce v"), "{run}");
+    let fails = run.lines_starting("FAIL ");
+    for topic in [&dead, &fixed] {
+        assert!(
+            fails.iter().any(|l| l.contains(topic.as_str()) && l.contains("does not exist")),
+            "{topic} not reported missing\n{run}"
+        );
+    }
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_no_password(&run.to_string());
+
+    kafka.create_topic(&dead, 1).await;
+    kafka.create_topic(&fixed, 4).await;
+    let run = walrelay_async(&["check"], Some(&config)).await;
+    println!("check, topics created:\n{}", run.stdout);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(run.stdout.contains(&format!("ok   topic {dead}: exists")), "{run}");
+
+    let wrong = config.replace(RELAY.password, "not-the-password-3e7f");
+    let run = walrelay_async(&["check"], Some(&wrong)).await;
+    let fail = run.lines_starting(&format!("FAIL broker {}", kafka.bootstrap())).join("");
+    println!("check, wrong password: {fail}");
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(fail.contains("refused the login") && fail.contains("invalid credentials"), "{run}");
+    assert!(!run.to_string().contains("not-the-password-3e7f"), "{run}");
+
+    // The system's CAs did not sign the broker's certificate: the TLS handshake fails, named.
+    let ca = kafka.ca().display().to_string();
+    let other_ca = config.replace(&ca, "/etc/ssl/certs/ca-certificates.crt");
+    assert_ne!(other_ca, config);
+    let run = walrelay_async(&["check"], Some(&other_ca)).await;
+    let fail = run.lines_starting(&format!("FAIL broker {}", kafka.bootstrap())).join("");
+    println!("check, another CA: {fail}");
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        fail.contains("TLS handshake failed") && fail.contains("certificate verify failed"),
+        "{run}"
+    );
+
+    // The shared test broker creates topics (auto.create.topics.enable=true, which check reads
+    // with DescribeConfigs): the same fixed topics, missing there, are warnings. (tansu, with
+    // WALRELAY_TEST_BROKER=tansu, answers no DescribeConfigs.)
+    if services().broker.kind() != Kind::Kafka {
+        return;
+    }
+    let plain = s.config_with(&router, "", &extra);
+    let run = walrelay_async(&["check"], Some(&plain)).await;
+    let warnings = run.lines_starting("warn topic ");
+    println!("check, a broker that creates topics:\n{}", warnings.join("\n"));
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(warnings.len(), 2, "{run}");
+    assert!(warnings.iter().all(|l| l.contains("auto.create.topics.enable")), "{run}");
+}
+
+/// An unknown `sasl.mechanism` is refused when the producer is created: exit 1, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_sasl_mechanism_stops_the_relay_at_start() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_mech").await;
+    let config = secure_config(&s, kafka, RELAY, "", "").replace("SCRAM-SHA-512", "NO-SUCH-MECH");
+    let mut relay = RelayProcess::start(&config);
+    let code = relay.wait_exit(Duration::from_secs(30));
+    let log = relay.log();
+    println!(
+        "sasl.mechanism = NO-SUCH-MECH: exit {code:?}: {}",
+        log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or("")
+    );
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("NO-SUCH-MECH") && log.to_lowercase().contains("sasl"), "{log}");
+    assert_no_password(&log);
+}
