@@ -21,6 +21,7 @@ mod messages;
 mod migration;
 mod ops;
 mod ops_docs;
+mod reporting;
 mod retention;
 mod security;
 mod tables;

@@ -356,6 +356,8 @@ impl Delivery {
         let m = &self.metrics;
         m.inflight_records.store(self.frontier.inflight_records() as u64, Relaxed);
         m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
+        m.oldest_unacked_sent_micros
+            .store(self.frontier.oldest_unacked_sent().unwrap_or(0), Relaxed);
         if let Some(last) = self.frontier.last_confirmed_commit() {
             m.last_confirmed_commit_micros.store(last, Relaxed);
         }

@@ -112,8 +112,9 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
                     metrics.reconnects.fetch_add(1, Relaxed);
                 }
                 streamed = true;
-                // Reachable until librdkafka says all brokers are down.
-                metrics.broker_up.store(true, Relaxed);
+                // `broker_up` is the producer's probe's (publish::reachability); what the last
+                // session left unacknowledged is read again by this one.
+                metrics.oldest_unacked_sent_micros.store(0, Relaxed);
                 metrics.streaming.store(true, Relaxed);
                 let result = session.run(&mut router, &mut shutdown).await;
                 metrics.streaming.store(false, Relaxed);
