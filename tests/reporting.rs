@@ -161,3 +161,31 @@ async fn a_broker_down_for_30_s_is_logged_once_when_it_goes_and_once_when_it_ret
     drop(broker);
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
 }
+
+/// A stand-by relay retries every 2 s; its log says "standing by" once, with no ERROR at the
+/// retries (the HA pair keeps one relay there for days).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stand_by_says_standing_by_once_and_logs_no_error_at_its_retries() {
+    let s = Setup::new("quiet_standby").await;
+    let mut first = s.start_relay();
+    s.wait_streaming(&mut first).await;
+    let second = s.start_relay();
+    assert!(second.wait_for_log("standing by", Duration::from_secs(30)).await, "{}", second.log());
+    // Five retries' worth: the wait is the check, an ERROR line ends it early.
+    let erred = wait_until("an ERROR in the stand-by's log", Duration::from_secs(10), || {
+        let found = second.log().contains(" ERROR ");
+        async move { found }
+    })
+    .await;
+    let log = second.log();
+    let said = log.matches("standing by").count();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    note(&format!(
+        "stand-by for 10 s: {said} \"standing by\" line(s), {} ERROR line(s){}",
+        errors.len(),
+        errors.first().map(|l| format!(", first: {l}")).unwrap_or_default()
+    ));
+    assert!(!erred, "ERROR lines while standing by:\n{log}");
+    assert_eq!(said, 1, "{log}");
+    first.kill();
+}
