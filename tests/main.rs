@@ -17,6 +17,7 @@ mod failover;
 mod faults;
 mod fuzz;
 mod goldens;
+mod hints;
 mod messages;
 mod migration;
 mod ops;

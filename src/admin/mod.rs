@@ -74,7 +74,7 @@ pub enum AdminCommand {
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
     ImportDebezium {
-        /// The connector configuration file.
+        /// The connector configuration file; `-` reads standard input.
         file: PathBuf,
     },
 }
