@@ -52,7 +52,7 @@ fn run(path: PathBuf) -> ExitCode {
     let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!("configuration error in {}: {e}", path.display());
+            tracing::error!("configuration error {}: {e}", e.origin(&path));
             return ExitCode::from(2);
         }
     };

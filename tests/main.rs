@@ -25,5 +25,6 @@ mod ops_docs;
 mod reporting;
 mod retention;
 mod security;
+mod slot_creation;
 mod tables;
 mod takeover;

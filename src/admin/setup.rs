@@ -10,7 +10,7 @@ use super::{connect, describe_source, quote_ident};
 use crate::config::Config;
 use crate::source::{self, slot, Control};
 
-pub(super) async fn setup(config: &Config) -> ExitCode {
+pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     let src = &config.source;
     let before = match connect(src).await {
         Ok(control) => match existing(&control, config).await {
@@ -22,14 +22,23 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
         },
         Err(e) => return connect_failed(config, &e),
     };
-    let state = match source::prepare(src, &config.outbox, true).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {}", e.chain());
-            if let Some(hint) = e.hint() {
-                eprintln!("fix: {hint}");
-            }
-            return ExitCode::FAILURE;
+    let failed = |e: crate::error::Error| {
+        eprintln!("error: {}", e.chain());
+        if let Some(hint) = e.hint() {
+            eprintln!("fix: {hint}");
+        }
+        ExitCode::FAILURE
+    };
+    // The same preparation as `walrelay run`, the slot included unless --publication-only.
+    let (control, confirmed) = if publication_only {
+        match source::prepare_publication(src, &config.outbox, true).await {
+            Ok(p) => (p.control, None),
+            Err(e) => return failed(e),
+        }
+    } else {
+        match source::prepare(src, &config.outbox, true).await {
+            Ok(p) => (p.control, Some(p.confirmed)),
+            Err(e) => return failed(e),
         }
     };
     let tables: Vec<String> = config.outbox.tables.iter().map(|t| t.to_string()).collect();
@@ -49,8 +58,17 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
             println!("created publication {}", created.trim_start_matches("CREATE PUBLICATION "))
         }
     }
-    let lsn = state.confirmed;
-    let failover = match slot::slot(&state.control, &src.slot).await {
+    let Some(lsn) = confirmed else {
+        match &before.slot {
+            Some(_) => println!("replication slot {} exists (unchanged)", src.slot),
+            None => println!(
+                "replication slot {} not created (--publication-only): `walrelay setup` or `walrelay run` creates it",
+                src.slot
+            ),
+        }
+        return ExitCode::SUCCESS;
+    };
+    let failover = match slot::slot(&control, &src.slot).await {
         Ok(Some(s)) if s.failover == Some(true) => ", failover slot",
         _ => "",
     };

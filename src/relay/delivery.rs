@@ -37,7 +37,7 @@ pub struct Unroutable {
     pub value: Option<Bytes>,
     pub event_id: Option<String>,
     /// What the operator should do when there is no dead-letter topic.
-    pub hint: &'static str,
+    pub hint: String,
 }
 
 pub struct Delivery {
@@ -159,7 +159,7 @@ impl Delivery {
         );
         let Some(dl) = &self.dead_letter else {
             // "row" or "message": the noun the operator reads elsewhere in the text.
-            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind);
+            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind).to_string();
             let hint = format!("{}; nothing after this {noun} was confirmed", row.hint);
             return Err(match cause {
                 Some(cause) => Error::definite_with(what, hint, cause),
