@@ -468,24 +468,7 @@ impl Builder {
                 ));
             }
         }
-        // A JAAS line holds the password: its username and mechanism are carried, and the
-        // password is named with the variable that supplies it, below.
-        if let Some(line) = props.remove("sasl.jaas.config") {
-            match security::jaas(&line) {
-                Ok(j) => {
-                    props.insert("sasl.username".into(), j.username);
-                    match (j.mechanism, props.contains_key("sasl.mechanism")) {
-                        (_, true) => {}
-                        (Some(m), false) => {
-                            props.insert("sasl.mechanism".into(), m.into());
-                        }
-                        (None, false) => self.refused.push("sasl.jaas.config uses ScramLoginModule but sasl.mechanism is not set: name SCRAM-SHA-256 or SCRAM-SHA-512".into()),
-                    }
-                    props.insert("sasl.password".into(), String::new());
-                }
-                Err(e) => self.refused.push(e),
-            }
-        }
+        security::carry_jaas(&mut props, &mut self.refused);
         // A secret stays out of the file (which gets reviewed, committed, printed): it is
         // named with the variable that supplies it, as the database password is.
         let secret_keys: Vec<String> = props.keys().filter(|k| is_secret_key(k)).cloned().collect();

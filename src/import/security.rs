@@ -71,6 +71,28 @@ pub fn jaas(line: &str) -> Result<Jaas, String> {
     Ok(Jaas { username, mechanism })
 }
 
+/// Replaces `sasl.jaas.config` in `props` with what it carries: `sasl.username`,
+/// `sasl.mechanism` when the config does not name one, and an empty `sasl.password` that the
+/// secrets rule then names with its variable (`WALRELAY_KAFKA_SASL__PASSWORD`). What can't be
+/// carried goes to `refused`.
+pub fn carry_jaas(props: &mut BTreeMap<String, String>, refused: &mut Vec<String>) {
+    let Some(line) = props.remove("sasl.jaas.config") else { return };
+    match jaas(&line) {
+        Ok(j) => {
+            props.insert("sasl.username".into(), j.username);
+            match (j.mechanism, props.contains_key("sasl.mechanism")) {
+                (_, true) => {}
+                (Some(m), false) => {
+                    props.insert("sasl.mechanism".into(), m.into());
+                }
+                (None, false) => refused.push("sasl.jaas.config uses ScramLoginModule but sasl.mechanism is not set: name SCRAM-SHA-256 or SCRAM-SHA-512".into()),
+            }
+            props.insert("sasl.password".into(), String::new());
+        }
+        Err(e) => refused.push(e),
+    }
+}
+
 /// The value of `name="value"` in a JAAS line.
 fn jaas_option(line: &str, name: &str) -> Option<String> {
     let mut rest = line;

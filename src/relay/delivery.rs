@@ -40,6 +40,14 @@ pub struct Unroutable {
     pub hint: String,
 }
 
+/// What can work for a row the router refuses. Changing the row in the table changes nothing:
+/// walrelay reads it from the WAL, where it stays as it was committed.
+pub fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
+    format!(
+        "the row is read from the WAL, so changing it in the table does not help: configure [dead_letter] topic (the row goes there and the relay goes on), or change the [router] options that refuse it, or skip its transaction — with walrelay stopped — by moving the slot past its commit LSN {commit_lsn}: SELECT pg_replication_slot_advance('{slot}', '{commit_lsn}'::pg_lsn + 1) (its events are then not relayed)"
+    )
+}
+
 pub struct Delivery {
     publisher: Publisher,
     reports: mpsc::UnboundedReceiver<Report>,

@@ -171,14 +171,6 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
     }
 }
 
-/// What can work for a row the router refuses. Changing the row in the table changes nothing:
-/// walrelay reads it from the WAL, where it stays as it was committed.
-fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
-    format!(
-        "the row is read from the WAL, so changing it in the table does not help: configure [dead_letter] topic (the row goes there and the relay goes on), or change the [router] options that refuse it, or skip its transaction — with walrelay stopped — by moving the slot past its commit LSN {commit_lsn}: SELECT pg_replication_slot_advance('{slot}', '{commit_lsn}'::pg_lsn + 1) (its events are then not relayed)"
-    )
-}
-
 /// The database the events come from, as the envelopes name it: libpq's default is the user's
 /// name.
 fn database(config: &Config) -> String {
@@ -441,7 +433,10 @@ impl<'c> Session<'c> {
                             key: raw.key,
                             value: raw.payload,
                             event_id: raw.event_id,
-                            hint: poison_row_hint(&self.config.source.slot, self.txn.commit_lsn),
+                            hint: delivery::poison_row_hint(
+                                &self.config.source.slot,
+                                self.txn.commit_lsn,
+                            ),
                         };
                         self.delivery.undeliverable(row, Some(Box::new(e))).await?;
                     }
