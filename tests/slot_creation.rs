@@ -112,3 +112,66 @@ table = "public.outbox"
 
     blocker.batch_execute("ROLLBACK").await.unwrap();
 }
+
+/// `walrelay setup` held up the same way says so too, and SIGTERM leaves no backend creating
+/// the slot behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_held_up_by_an_open_transaction_says_by_which_and_leaves_nothing_on_sigterm() {
+    let private =
+        tokio::task::spawn_blocking(|| PrivatePostgres::start("setup_creation")).await.unwrap();
+    let db = private.pg.create_database("setup_creating").await;
+    db.create_outbox("outbox").await;
+    let slot = unique("setup_slot");
+    let dir = crate::support::scratch_dir("setup_creation");
+    let config_path = dir.join("walrelay.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[source]\nurl = \"{}\"\nslot = \"{slot}\"\npublication = \"{}\"\n\n[outbox]\ntable = \"public.outbox\"\n\n[kafka]\n\"bootstrap.servers\" = \"{}\"\n",
+            db.url,
+            unique("setup_pub"),
+            services().broker.bootstrap()
+        ),
+    )
+    .unwrap();
+    let blocker = db.connect().await;
+    let blocker_pid: i32 = blocker.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    blocker.batch_execute("BEGIN; SELECT pg_current_xact_id();").await.unwrap();
+
+    let log_path = dir.join("setup.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = std::process::Command::new(crate::support::relay::walrelay_bin())
+        .args(["setup", "--config"])
+        .arg(&config_path)
+        .env("RUST_LOG", "info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let named = wait_until("setup names what it waits for", Duration::from_secs(30), || {
+        let found = read_log().contains("waits for these transactions");
+        async move { found }
+    })
+    .await;
+    let text = read_log();
+    let line = text.lines().find(|l| l.contains("waits for these transactions")).unwrap_or("");
+    note(&format!("walrelay setup logged: {line}"));
+    assert!(named && line.contains(&format!("pid {blocker_pid} ")), "{text}");
+
+    assert!(crate::support::faults::signal(child.id(), "TERM"));
+    let code = tokio::task::spawn_blocking(move || child.wait().unwrap().code()).await.unwrap();
+    let observer = db.connect().await;
+    let (o, s) = (&observer, slot.as_str());
+    let gone = wait_until("no backend creates the slot", Duration::from_secs(10), || async move {
+        o.query_opt("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", &[&s])
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    note(&format!("setup after SIGTERM: exit {code:?}; slot and creating backend gone: {gone}"));
+    assert!(gone, "{}", read_log());
+    assert_eq!(code, Some(1), "{}", read_log());
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+}

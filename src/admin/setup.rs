@@ -36,7 +36,17 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
             Err(e) => return failed(e),
         }
     } else {
-        match source::prepare(src, &config.outbox, true).await {
+        // Creating the slot can wait a long time for open transactions (it logs which): a
+        // SIGINT or SIGTERM meanwhile drops the creation, which cancels the creating backend
+        // (source::creation) instead of leaving it to hold the slot.
+        let prepared = tokio::select! {
+            prepared = source::prepare(src, &config.outbox, true) => prepared,
+            _ = stop_requested() => {
+                eprintln!("error: stopped before the slot was created; nothing is left waiting");
+                return ExitCode::FAILURE;
+            }
+        };
+        match prepared {
             Ok(p) => (p.control, Some(p.confirmed)),
             Err(e) => return failed(e),
         }
@@ -78,6 +88,20 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
         println!("created replication slot {} (pgoutput{failover}) at LSN {lsn}", src.slot);
     }
     ExitCode::SUCCESS
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_requested() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
