@@ -22,6 +22,8 @@ struct Slot {
     sent: Sent,
     bytes: u32,
     acked: bool,
+    /// When the record was handed to the producer, µs since the Unix epoch (for readiness).
+    sent_micros: i64,
 }
 
 /// What the caller wants back when a record is acknowledged.
@@ -66,7 +68,8 @@ impl Frontier {
         let seq = self.base + self.slots.len() as Seq;
         // A record can't exceed u32 in Kafka anyway (message.max.bytes ≤ 1 GB).
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        self.slots.push_back(Slot { lsn, sent, bytes, acked: false });
+        let sent_micros = crate::metrics::unix_micros();
+        self.slots.push_back(Slot { lsn, sent, bytes, acked: false, sent_micros });
         self.bytes += bytes as usize;
         seq
     }
@@ -164,6 +167,13 @@ impl Frontier {
 
     pub fn inflight_bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// When the oldest record not yet acknowledged was handed to the producer (µs since the
+    /// Unix epoch); `None` when every record is acknowledged. After [`Frontier::advance`] the
+    /// front is unacknowledged, so this rarely looks past it.
+    pub fn oldest_unacked_sent(&self) -> Option<i64> {
+        self.slots.iter().find(|s| !s.acked).map(|s| s.sent_micros)
     }
 
     /// Records not yet acknowledged by the broker.

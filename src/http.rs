@@ -80,7 +80,11 @@ pub fn serve(cfg: &HttpConfig, metrics: Arc<Metrics>) -> Result<SocketAddr> {
 
 /// [`serve`] with other limits (tests use short ones).
 pub fn serve_with(cfg: &HttpConfig, metrics: Arc<Metrics>, limits: Limits) -> Result<SocketAddr> {
-    let state = Arc::new(State { metrics, max_lag: cfg.ready_max_lag_bytes });
+    let state = Arc::new(State {
+        metrics,
+        max_lag: cfg.ready_max_lag_bytes,
+        max_unacked: cfg.ready_max_unacked,
+    });
     let listen = cfg.listen;
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
@@ -138,6 +142,7 @@ fn bind(listen: SocketAddr) -> Result<TcpListener> {
 struct State {
     metrics: Arc<Metrics>,
     max_lag: u64,
+    max_unacked: Duration,
 }
 
 /// Connections accepted that have not sent a request head yet, oldest first: the ones
@@ -235,7 +240,7 @@ fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> 
             None => text(StatusCode::OK, "ok\n".into()),
             Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not alive: {why}\n")),
         },
-        "/readyz" => match not_ready(&state.metrics, state.max_lag) {
+        "/readyz" => match not_ready(&state.metrics, state.max_lag, state.max_unacked) {
             None => text(StatusCode::OK, "ready\n".into()),
             Some(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
         },
@@ -274,12 +279,22 @@ fn relay_stalled(m: &Metrics) -> Option<String> {
 
 /// Why the relay is not ready, or `None` when it is. A stand-by relay (waiting for the slot
 /// another one streams from) is not: see docs/operations.md, "Kubernetes".
-fn not_ready(m: &Metrics, max_lag: u64) -> Option<String> {
+fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String> {
     if !m.streaming.load(Relaxed) {
         return Some("not streaming from the slot".into());
     }
     if !m.broker_up.load(Relaxed) {
         return Some("no Kafka broker reachable".into());
+    }
+    // A broker that accepts connections but does not answer (hung, overloaded) still reads as
+    // reachable for a few seconds; records waiting this long say it plainly.
+    let unacked = m.oldest_unacked_age();
+    if unacked > max_unacked {
+        return Some(format!(
+            "the oldest unacknowledged record has waited {} s, over [http] ready_max_unacked_s = {}",
+            unacked.as_secs(),
+            max_unacked.as_secs()
+        ));
     }
     let lag = m.lag_bytes();
     (lag > max_lag)

@@ -52,7 +52,7 @@ fn run(path: PathBuf) -> ExitCode {
     let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!("configuration error in {}: {e}", path.display());
+            tracing::error!("configuration error {}: {e}", e.origin(&path));
             return ExitCode::from(2);
         }
     };
@@ -112,6 +112,13 @@ async fn wait_for_signal() {
 fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // pgwire-replication logs every end of its worker as an ERROR, including the "slot in use"
+    // a stand-by meets at each retry; walrelay reports each of those errors itself, with what
+    // it means and what happens next (source::stream::classify).
+    let filter = match "pgwire_replication::client::tokio_client=off".parse() {
+        Ok(quiet) => filter.add_directive(quiet),
+        Err(_) => filter,
+    };
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

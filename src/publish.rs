@@ -14,12 +14,15 @@ use rdkafka::message::Headers;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, Notify};
 
 use crate::metrics::Metrics;
+
+mod reachability;
 
 use crate::checkpoint::Seq;
 use crate::config::KafkaConfig;
@@ -60,11 +63,46 @@ pub struct Rejected {
 
 pub struct RelayContext {
     reports: mpsc::UnboundedSender<Report>,
-    metrics: Arc<Metrics>,
     /// How much of a refused record's value to keep for its dead letter.
     capture_bytes: usize,
     /// The broker acknowledged a record of this producer (ends the start-up metadata requests).
     acked: AtomicBool,
+    /// librdkafka repeats a failing connection's error at every reconnect (several a second
+    /// with the broker down): each kind is logged once per [`QUIET_FOR`], with a count of
+    /// the repeats left out.
+    quiet: Mutex<HashMap<String, Quieted>>,
+}
+
+/// How long a repeated librdkafka error or log line stays out of the log.
+const QUIET_FOR: Duration = Duration::from_secs(60);
+
+struct Quieted {
+    logged: Instant,
+    repeats: u64,
+}
+
+impl RelayContext {
+    /// Whether a line of this kind goes to the log now; `Some(n)`: yes, after `n` repeats
+    /// left out since the last one.
+    fn admit(&self, kind: &str) -> Option<u64> {
+        let mut quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match quiet.get_mut(kind) {
+            Some(q) if now.duration_since(q.logged) < QUIET_FOR => {
+                q.repeats += 1;
+                None
+            }
+            Some(q) => {
+                let repeats = std::mem::take(&mut q.repeats);
+                q.logged = now;
+                Some(repeats)
+            }
+            None => {
+                quiet.insert(kind.to_string(), Quieted { logged: now, repeats: 0 });
+                Some(0)
+            }
+        }
+    }
 }
 
 /// Errors that no retry can cure for this record.
@@ -115,29 +153,41 @@ pub fn principal(kafka: &KafkaConfig) -> String {
 
 impl ClientContext for RelayContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        // Connection failures arrive here and again through `error` below: they are logged
+        // there, rate-limited, and the outage itself by the reachability probe.
+        if matches!(fac, "FAIL" | "ERROR") {
+            tracing::debug!(target: "librdkafka", fac, "{message}");
+            return;
+        }
+        let Some(repeats) = self.admit(fac) else { return };
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => tracing::error!(target: "librdkafka", fac, "{message}"),
-            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", fac, repeats, "{message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", fac, repeats, "{message}")
+            }
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", fac, "{message}")
+                tracing::info!(target: "librdkafka", fac, repeats, "{message}")
             }
             RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
         }
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.metrics.broker_up.store(false, Relaxed);
-        }
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+        let code = error.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::Fatal) {
             let _ = self.reports.send(Report::Fatal(format!("{error}: {reason}")));
-        } else {
-            // Transport errors (broker down, all brokers down) are retried by librdkafka; the
-            // relay only acts on delivery reports.
-            tracing::warn!(%error, reason, "kafka client error");
+        } else if code == Some(RDKafkaErrorCode::AllBrokersDown) {
+            // The reachability probe logs the outage and its end, once each.
+            tracing::debug!(%error, reason, "kafka client error");
+        } else if let Some(repeats) = self.admit(&format!("{code:?}")) {
+            // Transport errors are retried by librdkafka; the relay only acts on delivery
+            // reports.
+            tracing::warn!(%error, reason, repeats, "kafka client error (repeats of it are logged once a minute)");
         }
     }
 }
@@ -149,7 +199,6 @@ impl ProducerContext for RelayContext {
         let seq = seq as Seq;
         let report = match result {
             Ok(_) => {
-                self.metrics.broker_up.store(true, Relaxed);
                 self.acked.store(true, Relaxed);
                 Report::Delivered { seq }
             }
@@ -281,8 +330,20 @@ impl Publisher {
             cfg.set("transactional.id", id);
         }
         cfg.set_log_level(RDKafkaLogLevel::Warning);
+        // librdkafka's reconnect backoff grows to 10 s by default: a broker back from an
+        // outage would wait that long to be used, and to read as reachable (see
+        // `reachability`). 2 s keeps the retries cheap and the return quick.
+        if !kafka.properties.contains_key("reconnect.backoff.max.ms") {
+            cfg.set("reconnect.backoff.max.ms", "2000");
+        }
         let (tx, rx) = mpsc::unbounded_channel();
-        let producer: BaseProducer<RelayContext> = cfg.create_with_context(RelayContext { reports: tx, capture_bytes, metrics, acked: AtomicBool::new(false) }).map_err(|e| {
+        let context = RelayContext {
+            reports: tx,
+            capture_bytes,
+            acked: AtomicBool::new(false),
+            quiet: Mutex::new(HashMap::new()),
+        };
+        let producer: BaseProducer<RelayContext> = cfg.create_with_context(context).map_err(|e| {
             Error::definite(
                 format!("librdkafka rejected the [kafka] configuration: {}", kafka.describe_librdkafka_error(&e)),
                 "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
@@ -305,6 +366,7 @@ impl Publisher {
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
+        reachability::watch(Arc::downgrade(&producer), metrics);
         Ok((Publisher { queue, producer }, rx))
     }
 

@@ -353,7 +353,7 @@ async fn status_reports_lag_and_active_pid_as_table_and_json() {
         assert_eq!(line[..column].trim_end(), label, "{run}");
         assert_ne!(line.as_bytes()[column], b' ', "values start in one column: {run}");
     }
-    assert!(run.stdout.contains(&format!("active pid          {pid}\n")), "{run}");
+    assert!(run.stdout.contains(&format!("active pid          {pid} (the walsender")), "{run}");
     assert!(lines[3].contains(" bytes (") && lines[3].ends_with("B)"), "{run}");
 
     // Stopped relay, WAL written elsewhere: no active pid, and the lag grows.

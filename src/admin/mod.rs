@@ -35,12 +35,18 @@ pub enum AdminCommand {
     /// Creates the publication (FOR TABLE <outbox> WITH (publish = 'insert')) and the pgoutput
     /// slot when they are missing; changes nothing that exists.
     Setup {
+        /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Create the publication only, not the slot: the publication then exists well before
+        /// the slot (docs/operations.md, Deploying).
+        #[arg(long)]
+        publication_only: bool,
     },
     /// Drops the slot and the publication. The slot's position is lost: events committed while
     /// no slot exists are never relayed.
     Teardown {
+        /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
         /// Really drop them (without it, teardown only says what it would drop).
@@ -49,6 +55,7 @@ pub enum AdminCommand {
     },
     /// The slot's confirmed LSN, lag, retained WAL, active pid and last status update.
     Status {
+        /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
         /// One JSON object instead of a table.
@@ -59,6 +66,7 @@ pub enum AdminCommand {
     /// whole partitions of a table partitioned by range on the age column); exit code 1, and
     /// nothing deleted, when the relay is down or behind.
     Purge {
+        /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
         /// Rows older than this go: 7d, 12h, 30m, 45s [default: [retention] keep].
@@ -74,7 +82,7 @@ pub enum AdminCommand {
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
     ImportDebezium {
-        /// The connector configuration file.
+        /// The connector configuration file; `-` reads standard input.
         file: PathBuf,
     },
 }
@@ -97,8 +105,8 @@ pub fn run(command: AdminCommand) -> ExitCode {
                 Ok(c) => check::run(&c).await,
                 Err(code) => code,
             },
-            AdminCommand::Setup { config } => match load(&config) {
-                Ok(c) => setup::setup(&c).await,
+            AdminCommand::Setup { config, publication_only } => match load(&config) {
+                Ok(c) => setup::setup(&c, publication_only).await,
                 Err(code) => code,
             },
             AdminCommand::Teardown { config, yes } => match load(&config) {
@@ -124,7 +132,7 @@ pub fn run(command: AdminCommand) -> ExitCode {
 /// Loads the configuration; an invalid one exits with code 2, as `walrelay run` does.
 fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|e| {
-        eprintln!("error: configuration error in {}: {e}", path.display());
+        eprintln!("error: configuration error {}: {e}", e.origin(path));
         ExitCode::from(2)
     })
 }

@@ -10,7 +10,7 @@ use super::{connect, describe_source, quote_ident};
 use crate::config::Config;
 use crate::source::{self, slot, Control};
 
-pub(super) async fn setup(config: &Config) -> ExitCode {
+pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     let src = &config.source;
     let before = match connect(src).await {
         Ok(control) => match existing(&control, config).await {
@@ -22,14 +22,33 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
         },
         Err(e) => return connect_failed(config, &e),
     };
-    let state = match source::prepare(src, &config.outbox, true).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {}", e.chain());
-            if let Some(hint) = e.hint() {
-                eprintln!("fix: {hint}");
+    let failed = |e: crate::error::Error| {
+        eprintln!("error: {}", e.chain());
+        if let Some(hint) = e.hint() {
+            eprintln!("fix: {hint}");
+        }
+        ExitCode::FAILURE
+    };
+    // The same preparation as `walrelay run`, the slot included unless --publication-only.
+    let (control, confirmed) = if publication_only {
+        match source::prepare_publication(src, &config.outbox, true).await {
+            Ok(p) => (p.control, None),
+            Err(e) => return failed(e),
+        }
+    } else {
+        // Creating the slot can wait a long time for open transactions (it logs which): a
+        // SIGINT or SIGTERM meanwhile drops the creation, which cancels the creating backend
+        // (source::creation) instead of leaving it to hold the slot.
+        let prepared = tokio::select! {
+            prepared = source::prepare(src, &config.outbox, true) => prepared,
+            _ = stop_requested() => {
+                eprintln!("error: stopped before the slot was created; nothing is left waiting");
+                return ExitCode::FAILURE;
             }
-            return ExitCode::FAILURE;
+        };
+        match prepared {
+            Ok(p) => (p.control, Some(p.confirmed)),
+            Err(e) => return failed(e),
         }
     };
     let tables: Vec<String> = config.outbox.tables.iter().map(|t| t.to_string()).collect();
@@ -49,8 +68,17 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
             println!("created publication {}", created.trim_start_matches("CREATE PUBLICATION "))
         }
     }
-    let lsn = state.confirmed;
-    let failover = match slot::slot(&state.control, &src.slot).await {
+    let Some(lsn) = confirmed else {
+        match &before.slot {
+            Some(_) => println!("replication slot {} exists (unchanged)", src.slot),
+            None => println!(
+                "replication slot {} not created (--publication-only): `walrelay setup` or `walrelay run` creates it",
+                src.slot
+            ),
+        }
+        return ExitCode::SUCCESS;
+    };
+    let failover = match slot::slot(&control, &src.slot).await {
         Ok(Some(s)) if s.failover == Some(true) => ", failover slot",
         _ => "",
     };
@@ -60,6 +88,20 @@ pub(super) async fn setup(config: &Config) -> ExitCode {
         println!("created replication slot {} (pgoutput{failover}) at LSN {lsn}", src.slot);
     }
     ExitCode::SUCCESS
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_requested() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {

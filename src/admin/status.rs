@@ -25,6 +25,8 @@ pub struct SlotStatus {
     pub retained_bytes: Option<i64>,
     pub active: bool,
     pub active_pid: Option<i32>,
+    /// `active_pid` is creating the slot (not a walsender streaming from it).
+    pub creating: bool,
     pub wal_status: Option<String>,
     /// PostgreSQL 17+: a failover slot, synchronised to standbys that ask for it.
     pub failover: Option<bool>,
@@ -52,6 +54,7 @@ impl SlotStatus {
             retained_bytes: bytes(slot.retained_bytes()),
             active: slot.active,
             active_pid: slot.active_pid,
+            creating: slot.creating,
             wal_status: slot.wal_status.clone(),
             failover: slot.failover,
             last_status_update: slot.last_status_update.clone(),
@@ -77,6 +80,7 @@ impl SlotStatus {
             "retained": self.retained_bytes.map(human_bytes),
             "active": self.active,
             "active_pid": self.active_pid,
+            "state": if self.creating { "creating" } else if self.active { "active" } else { "inactive" },
             "wal_status": self.wal_status,
             "failover": self.failover,
             "last_status_update": self.last_status_update,
@@ -109,9 +113,13 @@ impl SlotStatus {
             ),
             (
                 "active pid",
-                self.active_pid
-                    .filter(|_| self.active)
-                    .map_or("- (inactive)".into(), |p| p.to_string()),
+                match self.active_pid.filter(|_| self.active) {
+                    Some(p) if self.creating => format!(
+                        "{p} (creating: the backend creating the slot, waiting for running transactions to end; `walrelay check` names them)"
+                    ),
+                    Some(p) => format!("{p} (the walsender streaming from the slot)"),
+                    None => "- (inactive)".into(),
+                },
             ),
             ("wal_status", or_dash(&self.wal_status)),
             (
@@ -239,6 +247,7 @@ mod tests {
             retained_bytes: Some(3 * 1024 * 1024),
             active: true,
             active_pid: Some(4242),
+            creating: false,
             wal_status: Some("reserved".into()),
             failover: Some(true),
             last_status_update: Some("2026-11-30T12:00:00.000Z".into()),

@@ -77,6 +77,14 @@ fn flatten(
             }
             // A list is written as the comma-separated text Debezium and librdkafka use for
             // their list options (`tables = ["a", "b"]` is `tables = "a,b"`).
+            toml::Value::Array(_) if !takes_list(section, &name) => {
+                return Err(invalid(
+                    section,
+                    &name,
+                    "",
+                    "takes one value, not a list; write it without the brackets",
+                ))
+            }
             toml::Value::Array(items) => {
                 let mut texts = Vec::with_capacity(items.len());
                 for item in items {
@@ -117,6 +125,17 @@ fn flatten(
         }
     }
     Ok(())
+}
+
+/// Whether a key may be written as a list: `[outbox] tables`, and the sections that take
+/// other projects' options (Debezium's and librdkafka's list options are comma-separated
+/// text). Every other key of walrelay's own takes one value.
+fn takes_list(section: &str, key: &str) -> bool {
+    match section {
+        "outbox" => key == "tables",
+        "router" | "debezium" | "kafka" | "envelope" => true,
+        _ => false,
+    }
 }
 
 fn scalar_text(value: &toml::Value) -> Option<String> {

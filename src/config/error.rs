@@ -86,6 +86,32 @@ impl fmt::Debug for ConfigError {
 impl ConfigError {
     /// The same error with each of `secrets` masked wherever it appears: for messages built
     /// from text in which no key says which value is the secret (a damaged file).
+    /// The `WALRELAY_*` variable the error is about, when a variable and not the file set
+    /// what is wrong (see `env::attribute`).
+    pub fn variable(&self) -> Option<String> {
+        let set_by = |text: &str| {
+            let (_, rest) = text.rsplit_once("(set by ")?;
+            rest.strip_suffix(')').map(str::to_string)
+        };
+        match self {
+            ConfigError::Environment { name, .. } => Some(name.clone()),
+            ConfigError::UnknownKey { hint: text, .. }
+            | ConfigError::InvalidValue { reason: text, .. } => set_by(text),
+            _ => None,
+        }
+    }
+
+    /// Where to look: "in the environment variable …" or "in <file>", for the one line that
+    /// reports a configuration error.
+    pub fn origin(&self, path: &std::path::Path) -> String {
+        match self.variable() {
+            Some(variable) => {
+                format!("in environment variable {variable} (overriding {})", path.display())
+            }
+            None => format!("in {}", path.display()),
+        }
+    }
+
     pub fn scrubbed(self, secrets: &[String]) -> ConfigError {
         let s = |text: String| secret::scrub(&text, secrets);
         match self {

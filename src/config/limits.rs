@@ -32,6 +32,9 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// `/readyz` fails while the slot lags the server by more than this.
     pub ready_max_lag_bytes: u64,
+    /// `/readyz` fails while the oldest record handed to the producer has waited longer than
+    /// this for the broker's acknowledgement: the broker hangs, or the relay cannot deliver.
+    pub ready_max_unacked: Duration,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +77,7 @@ pub(super) fn parse_limits(opts: &Options) -> Result<Limits, ConfigError> {
 pub(super) struct RawHttp {
     listen: Option<String>,
     ready_max_lag_bytes: Option<u64>,
+    ready_max_unacked_s: Option<u64>,
 }
 
 pub(super) fn parse_http(opts: &Options) -> Result<HttpConfig, ConfigError> {
@@ -84,5 +88,9 @@ pub(super) fn parse_http(opts: &Options) -> Result<HttpConfig, ConfigError> {
         .parse()
         .map_err(|_| invalid(S, "listen", &listen, "must be an address like 127.0.0.1:9187"))?;
     let ready_max_lag_bytes = raw.ready_max_lag_bytes.unwrap_or(256 * 1024 * 1024);
-    Ok(HttpConfig { listen, ready_max_lag_bytes })
+    let ready_max_unacked = Duration::from_secs(raw.ready_max_unacked_s.unwrap_or(15));
+    if ready_max_unacked.is_zero() {
+        return Err(invalid(S, "ready_max_unacked_s", "0", "must be at least 1"));
+    }
+    Ok(HttpConfig { listen, ready_max_lag_bytes, ready_max_unacked })
 }

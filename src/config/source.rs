@@ -67,9 +67,14 @@ pub(super) fn parse_with(
     // password no rule can find (a `:` or `@` lost to a typo).
     let conn_error = |reason: &str| invalid(S, "url", "", reason);
     let (plain_url, tls) = crate::tls::Tls::extract(&url, env).map_err(|r| conn_error(&r))?;
-    let mut conn: tokio_postgres::Config = plain_url
-        .parse()
-        .map_err(|e| conn_error(&format!("not a libpq URL or connection string: {e}")))?;
+    let mut conn: tokio_postgres::Config =
+        plain_url.parse().map_err(|e: tokio_postgres::Error| {
+            // tokio-postgres says which part is wrong only in the error's source (an option's
+            // name, never its value): "unknown option `sslcert`", "invalid value for option
+            // `port`".
+            let part = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+            conn_error(&format!("not a libpq URL or connection string: {e}{part}"))
+        })?;
     conn.ssl_mode(match tls.mode {
         crate::tls::SslMode::Disable => tokio_postgres::config::SslMode::Disable,
         crate::tls::SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,

@@ -113,6 +113,16 @@ fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
     assert!(lagging.starts_with("HTTP/1.1 503") && lagging.contains("lag 1000 bytes"), "{lagging}");
     m.confirmed_lsn.store(950, Relaxed);
     assert!(ready().starts_with("HTTP/1.1 200 OK"));
+    // A record waiting 16 s for the broker, over the default 15 s.
+    let sent = crate::metrics::unix_micros() - 16_000_000;
+    m.oldest_unacked_sent_micros.store(sent, Relaxed);
+    let waiting = ready();
+    assert!(
+        waiting.starts_with("HTTP/1.1 503") && waiting.contains("ready_max_unacked_s = 15"),
+        "{waiting}"
+    );
+    m.oldest_unacked_sent_micros.store(0, Relaxed);
+    assert!(ready().starts_with("HTTP/1.1 200 OK"));
 }
 
 #[test]

@@ -24,6 +24,7 @@ use crate::config::{Config, ConfigError, ENV_PREFIX};
 
 pub mod offsets;
 mod parse;
+mod security;
 #[cfg(test)]
 mod tests;
 
@@ -51,9 +52,17 @@ const DECODE_MESSAGE: &str =
 const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
 const BOOTSTRAP_PLACEHOLDER: &str = "bootstrap.servers.placeholder:9092";
 
-/// `walrelay import-debezium FILE`: the TOML on stdout, warnings on stderr.
+/// `walrelay import-debezium FILE` (`-`: standard input): the TOML on stdout, warnings on
+/// stderr; exit code 2, and nothing on stdout, when it can't be read or converted without
+/// weakening a connection's protection.
 pub fn run_cli(path: &Path) -> ExitCode {
-    let text = match std::fs::read_to_string(path) {
+    // `-` is standard input, as for most tools that read a file.
+    let read = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    };
+    let text = match read {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: cannot read {}: {e}", path.display());
@@ -118,6 +127,12 @@ fn convert(text: &str, format: Option<Format>, source: &str) -> Result<Imported,
     out.name = name.clone();
     out.convert();
     out.validate();
+    if !out.refused.is_empty() {
+        return Err(format!(
+            "nothing written: the generated file would protect a connection less than the connector does:\n  {}",
+            out.refused.join("\n  ")
+        ));
+    }
     Ok(Imported { toml: out.render(name.as_deref(), source, false), warnings: out.warnings })
 }
 
@@ -143,6 +158,8 @@ struct Builder {
     offsets_template: bool,
     /// The connector's name (Kafka Connect's REST form has it beside the config).
     name: Option<String>,
+    /// What protects a connection and can't be carried: the import fails with these.
+    refused: Vec<String>,
 }
 
 impl Builder {
@@ -162,6 +179,7 @@ impl Builder {
             offsets: Vec::new(),
             offsets_template: false,
             name: None,
+            refused: Vec::new(),
         }
     }
 
@@ -246,7 +264,17 @@ impl Builder {
         };
         let host =
             if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
-        let url = format!("postgres://{}@{host}:{port}/{}", url_encode(&user), url_encode(&dbname));
+        let mut url =
+            format!("postgres://{}@{host}:{port}/{}", url_encode(&user), url_encode(&dbname));
+        match security::postgres_tls(&self.options) {
+            Ok(params) if !params.is_empty() => {
+                // Taken out of the URL as written (crate::tls), so not percent-encoded.
+                let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                url += &format!("?{}", query.join("&"));
+            }
+            Ok(_) => {}
+            Err(e) => self.refused.push(e),
+        }
         self.source_notes.push(
             "The password is not copied: walrelay reads it from the PGPASSWORD environment variable (${PGPASSWORD})."
                 .into(),
@@ -254,17 +282,15 @@ impl Builder {
         if self.get("database.password").is_some() {
             self.warn("database.password is not copied into the file: set PGPASSWORD in walrelay's environment");
         }
-        match self.get("database.sslmode") {
-            None | Some("disable") | Some("prefer") => {}
-            Some(mode) => {
-                let mode = mode.to_string();
-                self.warn(format!(
-                    "database.sslmode = {mode}: walrelay's control connection does not use TLS; not copied"
-                ));
-            }
-        }
         self.source.push(("url".into(), url));
         let slot = self.get("slot.name").unwrap_or("debezium").to_string();
+        // A decoderbufs slot (Debezium's default plugin) can't be streamed with pgoutput:
+        // walrelay needs a slot of its own.
+        let pgoutput = match self.get("plugin.name") {
+            Some(plugin) => plugin == "pgoutput",
+            None => self.server,
+        };
+        let slot = if pgoutput { slot } else { format!("{slot}_walrelay") };
         let publication = self.get("publication.name").unwrap_or("dbz_publication").to_string();
         self.source.push(("slot".into(), slot));
         self.source.push(("publication".into(), publication));
@@ -469,6 +495,7 @@ impl Builder {
                 ));
             }
         }
+        security::carry_jaas(&mut props, &mut self.refused);
         // A secret stays out of the file (which gets reviewed, committed, printed): it is
         // named with the variable that supplies it, as the database password is.
         let secret_keys: Vec<String> = props.keys().filter(|k| is_secret_key(k)).cloned().collect();
@@ -504,7 +531,7 @@ impl Builder {
             ));
         }
         if self.get("plugin.name").is_none() && !self.server {
-            self.warn("plugin.name is not set: Debezium's default is decoderbufs, and walrelay can only take over a pgoutput slot (`walrelay check` shows the slot's plugin)");
+            self.warn("plugin.name is not set: Debezium's default is decoderbufs, and walrelay can only take over a pgoutput slot, so [source] slot names a new one (<slot.name>_walrelay; if the connector's slot is pgoutput after all, `walrelay check` shows it, set slot to it)");
         }
     }
 
@@ -521,6 +548,18 @@ impl Builder {
                     }
                     match cfg.create_native_config() {
                         Ok(_) => return,
+                        Err(KafkaError::ClientConfig(_, desc, key, _))
+                            if self.kafka.contains_key(&key) && security::is_protective(&key) =>
+                        {
+                            let hint = java_producer_hint(&key)
+                                .map(|h| format!("; {h}"))
+                                .unwrap_or_default();
+                            self.refused.push(format!(
+                                "[kafka] {key}: librdkafka refuses it ({desc}){hint}"
+                            ));
+                            // Out of the file being checked only, to name every refusal.
+                            self.kafka.remove(&key);
+                        }
                         Err(KafkaError::ClientConfig(_, desc, key, _))
                             if self.kafka.contains_key(&key) =>
                         {
@@ -666,6 +705,11 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
         "database.password",
         "database.dbname",
         "database.sslmode",
+        "database.sslrootcert",
+        "database.sslcert",
+        "database.sslkey",
+        "database.sslpassword",
+        "database.sslfactory",
         "database.server.name",
         "slot.name",
         "publication.name",
@@ -705,7 +749,7 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
         ),
         "plugin.name" if value == "pgoutput" => return None,
         "plugin.name" => format!(
-            "plugin.name = {value}: walrelay streams with pgoutput, so it can't take over this connector's slot; give walrelay a new slot (events between the two slots' positions are skipped or duplicated)"
+            "plugin.name = {value}: walrelay streams with pgoutput, so it can't take over this connector's slot; [source] slot names a new one (<slot.name>_walrelay; events between the two slots' positions are skipped or duplicated)"
         ),
         "snapshot.mode" if value == "no_data" || value == "never" => return None,
         "snapshot.mode" => format!(

@@ -155,7 +155,8 @@ fn import_flat_config_gets_debezium_defaults() {
       "bootstrap.servers": "broker:9092"
     }"#;
     let (config, imported) = import_ok(flat, None);
-    assert_eq!(config.source.slot, "debezium");
+    // Debezium's default plugin is decoderbufs: its slot can't be taken over.
+    assert_eq!(config.source.slot, "debezium_walrelay");
     assert_eq!(config.source.publication, "dbz_publication");
     assert!(imported.toml.contains("postgres://app@pg:5432/app"), "{}", imported.toml);
     assert!(config.router.extended_headers, "Debezium 3.x default");

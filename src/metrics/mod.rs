@@ -48,7 +48,7 @@ pub struct Metrics {
     pub reconnects: AtomicU64,
     /// A session is streaming from the slot right now.
     pub streaming: AtomicBool,
-    /// librdkafka reaches at least one broker (false after "all brokers down").
+    /// A broker answered the producer's last metadata probe (`publish::reachability`).
     pub broker_up: AtomicBool,
     /// Retention (`[retention]`): rows deleted plus the rows of dropped partitions.
     pub purged_rows: AtomicU64,
@@ -58,6 +58,10 @@ pub struct Metrics {
     /// Commit time (µs since the Unix epoch) of the oldest transaction read and not yet
     /// confirmed; 0 when there is none. Kept across sessions: the next one replays it.
     pub oldest_unconfirmed_commit_micros: AtomicI64,
+    /// When the oldest record not yet acknowledged by the broker was handed to the producer
+    /// (µs since the Unix epoch); 0 when none waits. `/readyz` compares its age with
+    /// `[http] ready_max_unacked_s`.
+    pub oldest_unacked_sent_micros: AtomicI64,
     /// Commit time (µs since the Unix epoch) of the last transaction confirmed; 0: none yet.
     pub last_confirmed_commit_micros: AtomicI64,
     /// The slot's retained WAL (server position minus `restart_lsn`), sampled while streaming.
@@ -131,6 +135,15 @@ impl Metrics {
     /// `commit_micros` (microseconds since the Unix epoch), or none when `None`.
     pub fn set_oldest_unconfirmed_commit(&self, commit_micros: Option<i64>) {
         self.oldest_unconfirmed_commit_micros.store(commit_micros.unwrap_or(0), Relaxed);
+    }
+
+    /// How long the oldest record not yet acknowledged has waited for the broker; zero when
+    /// none waits.
+    pub fn oldest_unacked_age(&self) -> std::time::Duration {
+        match self.oldest_unacked_sent_micros.load(Relaxed) {
+            0 => std::time::Duration::ZERO,
+            sent => std::time::Duration::from_micros((unix_micros() - sent).max(0) as u64),
+        }
     }
 
     /// Seconds since the commit of the oldest transaction read but not confirmed; 0 when

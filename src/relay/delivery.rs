@@ -38,7 +38,15 @@ pub struct Unroutable {
     pub value: Option<Bytes>,
     pub event_id: Option<String>,
     /// What the operator should do when there is no dead-letter topic.
-    pub hint: &'static str,
+    pub hint: String,
+}
+
+/// What can work for a row the router refuses. Changing the row in the table changes nothing:
+/// walrelay reads it from the WAL, where it stays as it was committed.
+pub fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
+    format!(
+        "the row is read from the WAL, so changing it in the table does not help: configure [dead_letter] topic (the row goes there and the relay goes on), or change the [router] options that refuse it, or skip its transaction — with walrelay stopped — by moving the slot past its commit LSN {commit_lsn}: SELECT pg_replication_slot_advance('{slot}', '{commit_lsn}'::pg_lsn + 1) (its events are then not relayed)"
+    )
 }
 
 pub struct Delivery {
@@ -227,7 +235,7 @@ impl Delivery {
         );
         let Some(dl) = &self.dead_letter else {
             // "row" or "message": the noun the operator reads elsewhere in the text.
-            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind);
+            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind).to_string();
             let hint = format!("{}; nothing after this {noun} was confirmed", row.hint);
             return Err(match cause {
                 Some(cause) => Error::definite_with(what, hint, cause),
@@ -448,6 +456,8 @@ impl Delivery {
         let m = &self.metrics;
         m.inflight_records.store(self.frontier.inflight_records() as u64, Relaxed);
         m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
+        m.oldest_unacked_sent_micros
+            .store(self.frontier.oldest_unacked_sent().unwrap_or(0), Relaxed);
         if let Some(last) = self.frontier.last_confirmed_commit() {
             m.last_confirmed_commit_micros.store(last, Relaxed);
         }

@@ -33,7 +33,7 @@ impl Session<'_> {
             key: None,
             value: Some(message.content.clone()),
             event_id: message_event_id(&message.content),
-            hint,
+            hint: hint.to_string(),
         };
         if refused {
             let refusal = unroutable(

@@ -70,6 +70,8 @@ impl Shutdown {
 
 /// How often a standby relay retries a slot that another process streams from.
 const STANDBY_POLL: Duration = Duration::from_secs(2);
+/// How often a standby relay says again that it still stands by.
+const STANDBY_REPEAT: Duration = Duration::from_secs(60);
 /// Reconnect backoff: from 250 ms, doubling, never over 5 s. Short, so that a relay configured
 /// with a primary and its standby finds the promoted server seconds after a failover.
 ///
@@ -98,6 +100,8 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
     let mut streamed = false;
     // Until a session finds the slot past Debezium's offsets (see `takeover`).
     let mut debezium_offsets = config.debezium_offsets.is_some();
+    // While another process streams from the slot: since when, and when that was last said.
+    let mut standing_by: Option<(Instant, Instant)> = None;
     loop {
         if shutdown.requested() {
             return Ok(Outcome::Stopped { confirmed: Lsn::ZERO });
@@ -109,12 +113,14 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
         };
         let result = match opened {
             Ok(mut session) => {
+                standing_by = None;
                 if streamed {
                     metrics.reconnects.fetch_add(1, Relaxed);
                 }
                 streamed = true;
-                // Reachable until librdkafka says all brokers are down.
-                metrics.broker_up.store(true, Relaxed);
+                // `broker_up` is the producer's probe's (publish::reachability); what the last
+                // session left unacknowledged is read again by this one.
+                metrics.oldest_unacked_sent_micros.store(0, Relaxed);
                 metrics.streaming.store(true, Relaxed);
                 let result = session.run(&mut router, &mut shutdown).await;
                 metrics.streaming.store(false, Relaxed);
@@ -125,13 +131,30 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
         match result {
             Ok(outcome) => return Ok(outcome),
             Err(Error::Busy { what }) => {
-                tracing::info!(retry_in_ms = STANDBY_POLL.as_millis() as u64, "{what}");
+                // The documented HA pair keeps one relay here for days: say it once, then
+                // once a minute, not at every retry.
+                let now = Instant::now();
+                match &mut standing_by {
+                    None => {
+                        tracing::info!(retry_every_ms = STANDBY_POLL.as_millis() as u64, "{what}");
+                        standing_by = Some((now, now));
+                    }
+                    Some((since, said)) if now.duration_since(*said) >= STANDBY_REPEAT => {
+                        tracing::info!(
+                            standing_by_s = now.duration_since(*since).as_secs(),
+                            "{what}"
+                        );
+                        *said = now;
+                    }
+                    Some(_) => {}
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(STANDBY_POLL) => {}
                     _ = shutdown.wait() => {}
                 }
             }
             Err(e) if e.is_transient() => {
+                standing_by = None;
                 // A session that streamed a while ended on a new problem: start over short.
                 if started.elapsed() > Duration::from_secs(60) {
                     delays = backoff();
@@ -411,16 +434,18 @@ impl<'c> Session<'c> {
                     Err(e) => {
                         let raw = router.raw(binding, &tuple);
                         let row = Unroutable {
-                        kind: "outbox row",
-                        reason: e.to_string(),
-                        table: raw.table,
-                        lsn,
-                        key: raw.key,
-                        value: raw.payload,
-                        event_id: raw.event_id,
-                        hint:
-                            "fix the row's cause (see the reason), or configure [dead_letter] topic",
-                    };
+                            kind: "outbox row",
+                            reason: e.to_string(),
+                            table: raw.table,
+                            lsn,
+                            key: raw.key,
+                            value: raw.payload,
+                            event_id: raw.event_id,
+                            hint: delivery::poison_row_hint(
+                                &self.config.source.slot,
+                                self.txn.commit_lsn,
+                            ),
+                        };
                         self.delivery.undeliverable(row, Some(Box::new(e))).await?;
                     }
                 }
@@ -439,7 +464,7 @@ impl<'c> Session<'c> {
                     key: None,
                     value: Some(tuple_json(&tuple)),
                     event_id: None,
-                    hint: "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic",
+                    hint: "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic".into(),
                 };
                 self.delivery.undeliverable(row, None).await?;
             }

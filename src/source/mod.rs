@@ -18,6 +18,7 @@
 
 pub mod catalog;
 pub mod connect;
+pub mod creation;
 pub mod error;
 pub mod horizon;
 pub mod libpq;
@@ -43,10 +44,23 @@ pub struct Prepared {
     pub confirmed: Lsn,
 }
 
-/// Connects and checks what walrelay needs; creates the publication and the slot when they are
-/// missing and `create` allows (false once this process has streamed: a publication or slot
-/// that disappears later was dropped, and recreating it would hide lost events).
-pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) -> Result<Prepared> {
+/// What [`prepare_publication`] checked and set up: everything but the slot.
+pub struct Published {
+    pub control: Control,
+    pub tables: Vec<OutboxTable>,
+    pub publication: Publication,
+    /// The publication existed before.
+    pub existed: bool,
+}
+
+/// Connects, checks wal_level and the outbox tables, and creates the publication when it is
+/// missing and `create` allows. `walrelay setup --publication-only` stops here, so the
+/// publication can exist well before the slot (see docs/operations.md, Deploying).
+pub async fn prepare_publication(
+    src: &SourceConfig,
+    outbox: &OutboxConfig,
+    create: bool,
+) -> Result<Published> {
     let control = connect(src).await?;
     let wal_level: String = control
         .query_one("cannot read wal_level", "SELECT current_setting('wal_level')", &[])
@@ -62,6 +76,15 @@ pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) ->
     let existed = catalog::publication(&control, &src.publication).await?.is_some();
     let publication =
         catalog::ensure_publication(&control, &src.publication, &tables, create).await?;
+    Ok(Published { control, tables, publication, existed })
+}
+
+/// Connects and checks what walrelay needs; creates the publication and the slot when they are
+/// missing and `create` allows (false once this process has streamed: a publication or slot
+/// that disappears later was dropped, and recreating it would hide lost events).
+pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) -> Result<Prepared> {
+    let Published { control, tables, publication, existed } =
+        prepare_publication(src, outbox, create).await?;
     let slot = slot::ensure_slot(&control, src, create).await?;
     if slot.created && existed {
         // A publication without its slot: walrelay (or Debezium) streamed here before and its

@@ -29,6 +29,9 @@ pub struct Slot {
     pub same_database: bool,
     pub active: bool,
     pub active_pid: Option<i32>,
+    /// Active but without a confirmed position: `active_pid` is the backend creating the slot
+    /// (it waits for running transactions: see `source::creation`), not a walsender.
+    pub creating: bool,
     /// `reserved`, `extended`, `unreserved` or `lost`.
     pub wal_status: Option<String>,
     pub restart_lsn: Option<Lsn>,
@@ -101,6 +104,9 @@ pub async fn slot(control: &Control, name: &str) -> Result<Option<Slot>> {
         same_database: r.get(4),
         active: r.get(5),
         active_pid: r.get(6),
+        creating: r.get::<_, bool>(5)
+            && r.get::<_, Option<Lsn>>(9).is_none()
+            && r.get::<_, String>(2) == "logical",
         wal_status: r.get(7),
         restart_lsn: r.get(8),
         confirmed: r.get(9),
@@ -153,7 +159,7 @@ pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) ->
                 "events committed since the last confirmed position may be lost; reconcile the outbox with Kafka, then restart walrelay (it creates a new slot). On PostgreSQL 17+ let standbys synchronise the slot (docs/operations.md, failover)",
             ));
         }
-        let confirmed = create_slot(control, name, failover).await?;
+        let confirmed = super::creation::create(control, src, failover).await?;
         return Ok(Ensured { confirmed, created: true });
     };
     if slot.kind != "logical" || slot.plugin.as_deref() != Some("pgoutput") {
@@ -192,25 +198,6 @@ pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) ->
             "the slot is not a failover slot, so a standby cannot synchronise it; make it one with ALTER_REPLICATION_SLOT on a replication connection (see docs/operations.md, failover), or set [source] failover = false");
     }
     Ok(Ensured { confirmed: slot.confirmed.unwrap_or_default(), created: false })
-}
-
-async fn create_slot(control: &Control, name: &str, failover: bool) -> Result<Lsn> {
-    // The five-argument form (temporary, two-phase, failover) exists from 17 on.
-    let sql = if failover {
-        "SELECT lsn FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
-    } else {
-        "SELECT lsn FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')"
-    };
-    let row = control.client().query_one(sql, &[&name]).await.map_err(|e| {
-        Error::definite_with(
-            format!("cannot create replication slot {name}"),
-            "the role needs the REPLICATION attribute, and max_replication_slots must have room",
-            e,
-        )
-    })?;
-    let lsn: Lsn = row.get(0);
-    tracing::info!(slot = %name, %lsn, failover, "created replication slot");
-    Ok(lsn)
 }
 
 /// The pid of the process streaming from the slot, if any (a stand-by names it in its log).

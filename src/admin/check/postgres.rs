@@ -126,6 +126,9 @@ async fn checks(config: &Config, control: &Control, r: &mut Report) -> Result<()
     let privileges = privileges(control, &role, r).await?;
     tables::run(config, control, &privileges, r).await?;
     slot_checks(src, slot.as_ref(), &keep_size, r);
+    if slot.is_none() {
+        creation_blockers(control, &src.slot, r).await?;
+    }
     failover(config, control, slot.as_ref(), r).await?;
     Ok(())
 }
@@ -181,10 +184,28 @@ async fn privileges(control: &Control, role: &str, r: &mut Report) -> Result<Pri
         r.fail(
             what,
             format!("{role} has neither REPLICATION nor superuser, so it can't stream from a slot"),
-            format!("ALTER ROLE {role} REPLICATION (on RDS/Aurora: GRANT rds_replication TO {role}), and allow `replication` connections for it in pg_hba.conf"),
+            format!("ALTER ROLE {role} REPLICATION (on RDS/Aurora: GRANT rds_replication TO {role}), and a pg_hba.conf entry admitting it to this database (logical replication connections match database entries, not the `replication` keyword)"),
         );
     }
     Ok(Privileges { superuser, create_on_db: row.get(3) })
+}
+
+/// A slot created now waits for every transaction holding an xid: name them before `run` or
+/// `setup` sits there silently.
+async fn creation_blockers(control: &Control, slot: &str, r: &mut Report) -> Result<()> {
+    let what = format!("slot {slot} creation");
+    let blockers = crate::source::creation::would_block(control).await?;
+    if blockers.is_empty() {
+        r.ok(&what, "no open transaction holds an xid; creating the slot need not wait");
+    } else {
+        let list: Vec<String> = blockers.iter().map(|b| b.to_string()).collect();
+        r.warn(
+            &what,
+            format!("creating the slot would wait until these transactions end: {}", list.join("; ")),
+            "commit or roll them back (or pg_terminate_backend the pid) before `walrelay run` or `walrelay setup` creates the slot; until then the creation waits, and says so in the log every 10 s",
+        );
+    }
+    Ok(())
 }
 
 fn slot_checks(src: &SourceConfig, slot: Option<&Slot>, keep_size: &str, r: &mut Report) {
@@ -215,9 +236,14 @@ fn slot_checks(src: &SourceConfig, slot: Option<&Slot>, keep_size: &str, r: &mut
     }
     let what = format!("slot {name} activity");
     match s.active_pid {
+        Some(pid) if s.creating => r.warn(
+            &what,
+            format!("creating: backend pid {pid} is creating the slot and waits for running transactions to end"),
+            "see the creating relay's log (it names the transactions every 10 s), or SELECT pg_blocking_pids(pid); commit or roll them back",
+        ),
         Some(pid) if s.active => r.ok(
             &what,
-            format!("active, pid {pid} streams from it (another relay started now stands by until it goes)"),
+            format!("active, walsender pid {pid} streams from it (another relay started now stands by until it goes)"),
         ),
         _ => r.ok(&what, "inactive — nothing streams from it now; WAL accumulates until a relay connects"),
     }
