@@ -344,7 +344,8 @@ impl Broker {
 
     /// The last `n` lines of the broker's log, headed by its path (for failure messages).
     pub fn log_tail(&self, n: usize) -> String {
-        let mut s = format!("last lines of {}:\n{}", self.log_path.display(), tail_file(&self.log_path, n));
+        let mut s =
+            format!("last lines of {}:\n{}", self.log_path.display(), tail_file(&self.log_path, n));
         let stdout = self.dir.join("stdout.log");
         if stdout.is_file() && std::fs::metadata(&stdout).map(|m| m.len() > 0).unwrap_or(false) {
             s += &format!("\nlast lines of {}:\n{}", stdout.display(), tail_file(&stdout, 10));

@@ -90,7 +90,11 @@ fn print_broker_log_on_failure(log: PathBuf) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
-        eprintln!("--- last lines of the shared broker's log {} ---\n{}", log.display(), tail_file(&log, 40));
+        eprintln!(
+            "--- last lines of the shared broker's log {} ---\n{}",
+            log.display(),
+            tail_file(&log, 40)
+        );
     }));
 }
 
