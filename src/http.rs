@@ -281,6 +281,9 @@ fn not_ready(m: &Metrics, max_lag: u64) -> Option<String> {
     if !m.broker_up.load(Relaxed) {
         return Some("no Kafka broker reachable".into());
     }
+    if m.delivery_failing.load(Relaxed) {
+        return Some("Kafka did not acknowledge the last records sent (see the log)".into());
+    }
     let lag = m.lag_bytes();
     (lag > max_lag)
         .then(|| format!("lag {lag} bytes is over [http] ready_max_lag_bytes = {max_lag}"))

@@ -78,6 +78,11 @@ pub fn is_permanent(error: &KafkaError) -> bool {
                 | RDKafkaErrorCode::InvalidRecord
                 | RDKafkaErrorCode::UnknownPartition
                 | RDKafkaErrorCode::InvalidTopic
+                // Reported only after `topic.metadata.propagation.max.ms` without the topic in
+                // the cluster's metadata: the brokers don't create it (auto.create.topics.enable
+                // is off) and a replay would wait as long again, for ever.
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
         )
     )
 }
@@ -119,6 +124,7 @@ impl ProducerContext for RelayContext {
         let report = match result {
             Ok(_) => {
                 self.metrics.broker_up.store(true, Relaxed);
+                self.metrics.delivery_failing.store(false, Relaxed);
                 self.acked.store(true, Relaxed);
                 Report::Delivered { seq }
             }
@@ -292,6 +298,31 @@ impl Publisher {
         if self.queue.len() > 0 {
             self.queue.ready.notify_one();
         }
+    }
+
+    /// The partitions of `topic` with fewer in-sync replicas than replicas, as the cluster's
+    /// metadata says now: `partition 0 has 1 in-sync replica of 3, …`, or None when there are
+    /// none (or no metadata within 2 s). librdkafka retries a record the leader refuses with
+    /// NOT_ENOUGH_REPLICAS until `message.timeout.ms`, and its delivery report then says only
+    /// "Message timed out": this is how the relay can tell the operator why. Blocking; called
+    /// once when a session ends on a failed delivery.
+    pub fn short_of_replicas(&self, topic: &str) -> Option<String> {
+        let md = self.producer.client().fetch_metadata(Some(topic), Duration::from_secs(2)).ok()?;
+        let short: Vec<String> = md
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions())
+            .filter(|p| p.isr().len() < p.replicas().len())
+            .map(|p| {
+                format!(
+                    "partition {} has {} in-sync replica(s) of {}",
+                    p.id(),
+                    p.isr().len(),
+                    p.replicas().len()
+                )
+            })
+            .collect();
+        (!short.is_empty()).then(|| short.join(", "))
     }
 
     pub fn send(&self, record: &Record, seq: Seq) -> Result<(), SendError> {

@@ -113,6 +113,11 @@ fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
     assert!(lagging.starts_with("HTTP/1.1 503") && lagging.contains("lag 1000 bytes"), "{lagging}");
     m.confirmed_lsn.store(950, Relaxed);
     assert!(ready().starts_with("HTTP/1.1 200 OK"));
+    // A broker that answers but refuses records (NOT_ENOUGH_REPLICAS): not ready until an ack.
+    m.delivery_failing.store(true, Relaxed);
+    assert!(ready().contains("did not acknowledge"));
+    m.delivery_failing.store(false, Relaxed);
+    assert!(ready().starts_with("HTTP/1.1 200 OK"));
 }
 
 #[test]

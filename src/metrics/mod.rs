@@ -45,6 +45,10 @@ pub struct Metrics {
     pub streaming: AtomicBool,
     /// librdkafka reaches at least one broker (false after "all brokers down").
     pub broker_up: AtomicBool,
+    /// The last delivery report was a failure and no record has been acknowledged since. Kept
+    /// across sessions: a broker that refuses records (NOT_ENOUGH_REPLICAS) answers metadata
+    /// requests, so `broker_up` alone would call the relay ready while nothing gets through.
+    pub delivery_failing: AtomicBool,
     /// Retention (`[retention]`): rows deleted plus the rows of dropped partitions.
     pub purged_rows: AtomicU64,
     pub purged_partitions: AtomicU64,

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::mpsc;
 
 use crate::checkpoint::{Frontier, Sent, Seq};
@@ -58,6 +58,9 @@ pub struct Delivery {
     acked: Vec<Sent>,
     /// The slot's confirmed position this session resumed from.
     resumed: Lsn,
+    /// Records refused for good that stop the relay: no report will settle them, so a stop
+    /// waits for the others' acknowledgements only.
+    refused: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -78,6 +81,7 @@ impl Delivery {
             read_records: 0,
             acked: Vec::new(),
             resumed: confirmed,
+            refused: 0,
             metrics: metrics.clone(),
         })
     }
@@ -280,7 +284,20 @@ impl Delivery {
             // replays from there.
             Some(Report::Failed { seq, error }) => {
                 self.metrics.delivery_errors.fetch_add(1, Relaxed);
-                Err(Error::transient(format!("kafka did not acknowledge record #{seq}"), error))
+                self.metrics.delivery_failing.store(true, Relaxed);
+                // librdkafka's report says only "Message timed out" when the leader kept
+                // refusing the record: the cluster's metadata says why.
+                let topic = self.frontier.sent_of(seq).map(|s| s.topic.clone());
+                let short = topic.as_deref().and_then(|t| self.publisher.short_of_replicas(t));
+                let what = match (topic, short) {
+                    (Some(topic), Some(short)) => format!(
+                        "kafka did not acknowledge record #{seq} of topic {topic}, whose {short}: \
+                         below the topic's min.insync.replicas the leader refuses acks=all records \
+                         (NOT_ENOUGH_REPLICAS) until enough replicas are back in sync"
+                    ),
+                    _ => format!("kafka did not acknowledge record #{seq}"),
+                };
+                Err(Error::transient(what, error))
             }
             Some(Report::Rejected { seq, error, record }) => self.on_rejected(seq, error, *record),
             Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
@@ -303,18 +320,20 @@ impl Delivery {
         let dl = match &self.dead_letter {
             Some(dl) if dl.topic != rejected.topic => dl,
             Some(_) => {
+                self.refused += 1;
                 return Err(Error::definite_with(
                     format!("{what}: the dead-letter record itself was refused"),
                     "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes",
                     error,
-                ))
+                ));
             }
             None => {
-                return Err(Error::definite_with(
-                    what,
-                    "make the record fit (message.max.bytes, the topic's partitions) or configure [dead_letter] topic; nothing after this row was confirmed",
-                    error,
-                ))
+                self.refused += 1;
+                let hint = format!(
+                    "{} or configure [dead_letter] topic; nothing after this row was confirmed",
+                    refusal_fix(&error, &rejected.topic)
+                );
+                return Err(Error::definite_with(what, hint, error));
             }
         };
         tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
@@ -375,7 +394,7 @@ impl Delivery {
     /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop.
     pub async fn drain(&mut self, grace: std::time::Duration) {
         let deadline = tokio::time::Instant::now() + grace;
-        while self.frontier.unacked() > 0 {
+        while self.frontier.unacked() > self.refused {
             tokio::select! {
                 result = self.next_reports() => {
                     if let Err(e) = result {
@@ -389,6 +408,25 @@ impl Delivery {
                 }
             }
         }
+    }
+}
+
+/// What makes Kafka take a record it refused for good, by the refusal.
+fn refusal_fix(error: &KafkaError, topic: &str) -> String {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            format!(
+                "create topic {topic} (the brokers do not create topics on first use: \
+                 auto.create.topics.enable=false), or route the row to a topic that exists,"
+            )
+        }
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => format!(
+            "make the record fit: raise topic {topic}'s max.message.bytes (the broker's \
+             message.max.bytes by default) above its size, and librdkafka's message.max.bytes \
+             in [kafka] (1,000,000 by default) if that is smaller; the broker refuses a whole \
+             batch over the topic's limit, so keep [kafka] batch.size under it too,"
+        ),
+        _ => "make the record fit (message.max.bytes, the topic's partitions)".to_string(),
     }
 }
 
