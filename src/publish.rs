@@ -125,6 +125,7 @@ impl ProducerContext for RelayContext {
             Ok(_) => {
                 self.metrics.broker_up.store(true, Relaxed);
                 self.metrics.delivery_failing.store(false, Relaxed);
+                self.metrics.under_replicated_partitions.store(0, Relaxed);
                 self.acked.store(true, Relaxed);
                 Report::Delivered { seq }
             }
@@ -300,16 +301,18 @@ impl Publisher {
         }
     }
 
-    /// The partitions of `topic` with fewer in-sync replicas than replicas, as the cluster's
-    /// metadata says now: `partition 0 has 1 in-sync replica of 3, …`, or None when there are
-    /// none (or no metadata within 2 s). librdkafka retries a record the leader refuses with
-    /// NOT_ENOUGH_REPLICAS until `message.timeout.ms`, and its delivery report then says only
-    /// "Message timed out": this is how the relay can tell the operator why. Blocking; called
-    /// once when a session ends on a failed delivery.
-    pub fn short_of_replicas(&self, topic: &str) -> Option<String> {
-        let md = self.producer.client().fetch_metadata(Some(topic), Duration::from_secs(2)).ok()?;
-        let short: Vec<String> = md
-            .topics()
+    /// The partitions of `topic` with fewer in-sync replicas than replicas (under-replicated),
+    /// as the cluster's metadata says now: `partition 0 has 1 in-sync replica(s) of 3`; empty
+    /// when there are none or no metadata came within 2 s. librdkafka retries a record the
+    /// leader refuses with NOT_ENOUGH_REPLICAS until `message.timeout.ms`, and its delivery
+    /// report then says only "Message timed out": this is how the relay can tell the operator
+    /// why. Blocking; called once when a session ends on a failed delivery.
+    pub fn under_replicated(&self, topic: &str) -> Vec<String> {
+        let Ok(md) = self.producer.client().fetch_metadata(Some(topic), Duration::from_secs(2))
+        else {
+            return Vec::new();
+        };
+        md.topics()
             .iter()
             .flat_map(|t| t.partitions())
             .filter(|p| p.isr().len() < p.replicas().len())
@@ -321,8 +324,7 @@ impl Publisher {
                     p.replicas().len()
                 )
             })
-            .collect();
-        (!short.is_empty()).then(|| short.join(", "))
+            .collect()
     }
 
     pub fn send(&self, record: &Record, seq: Seq) -> Result<(), SendError> {

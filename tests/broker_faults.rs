@@ -202,6 +202,7 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
     }
     let metrics = http_get(http, "/metrics").await.unwrap_or_default();
     let errors = metric(&metrics, "walrelay_delivery_errors_total");
+    let under_replicated = metric(&metrics, "walrelay_kafka_under_replicated_partitions");
 
     tokio::task::block_in_place(|| {
         cluster.node(2).restart().unwrap_or_else(|e| panic!("restart node 2: {e}"))
@@ -232,7 +233,7 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
     let not_ready = readyz.iter().filter(|st| st.contains(" 503")).count();
     println!(
         "ISR below min.insync.replicas (nodes 2 and 3 stopped): refusal logged {refused_after:.1?} after the second stop; \
-         /readyz 503 in {not_ready}/{} samples; walrelay_delivery_errors_total {errors:?}; \
+         /readyz 503 in {not_ready}/{} samples; walrelay_delivery_errors_total {errors:?}, walrelay_kafka_under_replicated_partitions {under_replicated:?}; \
          highest confirmed {} < first unacked commit {}; delivered {delivered_in:.1?} after node 2 returned; {}\n  log: {refusal}",
         readyz.len(),
         fmt_lsn(max_confirmed),
@@ -249,6 +250,7 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
     );
     assert_eq!(not_ready, readyz.len(), "/readyz was not 503 throughout the refusal: {readyz:?}");
     assert!(errors.unwrap_or(0.0) >= 1.0, "no delivery error in /metrics");
+    assert_eq!(under_replicated, Some(2.0), "both partitions are short of replicas:\n{metrics}");
     assert!(ready_again, "/readyz did not turn 200 after delivery resumed:\n{log}");
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;

@@ -288,12 +288,15 @@ impl Delivery {
                 // librdkafka's report says only "Message timed out" when the leader kept
                 // refusing the record: the cluster's metadata says why.
                 let topic = self.frontier.sent_of(seq).map(|s| s.topic.clone());
-                let short = topic.as_deref().and_then(|t| self.publisher.short_of_replicas(t));
-                let what = match (topic, short) {
-                    (Some(topic), Some(short)) => format!(
-                        "kafka did not acknowledge record #{seq} of topic {topic}, whose {short}: \
+                let short =
+                    topic.as_deref().map_or(Vec::new(), |t| self.publisher.under_replicated(t));
+                self.metrics.under_replicated_partitions.store(short.len() as u64, Relaxed);
+                let what = match topic {
+                    Some(topic) if !short.is_empty() => format!(
+                        "kafka did not acknowledge record #{seq} of topic {topic}, whose {}: \
                          below the topic's min.insync.replicas the leader refuses acks=all records \
-                         (NOT_ENOUGH_REPLICAS) until enough replicas are back in sync"
+                         (NOT_ENOUGH_REPLICAS) until enough replicas are back in sync",
+                        short.join(", ")
                     ),
                     _ => format!("kafka did not acknowledge record #{seq}"),
                 };
