@@ -296,6 +296,11 @@ fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String>
             max_unacked.as_secs()
         ));
     }
+    // A broker that answers but refused the last records (NOT_ENOUGH_REPLICAS, timed out):
+    // not ready until the next acknowledgement.
+    if m.delivery_failing.load(Relaxed) {
+        return Some("Kafka did not acknowledge the last records sent (see the log)".into());
+    }
     let lag = m.lag_bytes();
     (lag > max_lag)
         .then(|| format!("lag {lag} bytes is over [http] ready_max_lag_bytes = {max_lag}"))

@@ -120,6 +120,11 @@ pub fn is_permanent(error: &KafkaError) -> bool {
                 // an operator grants it (the fix names the ACL: [`refusal_fix`]).
                 | RDKafkaErrorCode::TopicAuthorizationFailed
                 | RDKafkaErrorCode::ClusterAuthorizationFailed
+                // Reported only after `topic.metadata.propagation.max.ms` without the topic in
+                // the cluster's metadata: the brokers don't create it (auto.create.topics.enable
+                // is off) and a replay would wait as long again, for ever.
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
         )
     )
 }
@@ -435,6 +440,32 @@ impl Publisher {
         // Served on the other thread: whatever it left on the queue is the loop's again.
         self.queue.ready.notify_one();
         result.unwrap_or(Err(KafkaError::Canceled))
+    }
+
+    /// The partitions of `topic` with fewer in-sync replicas than replicas (under-replicated),
+    /// as the cluster's metadata says now: `partition 0 has 1 in-sync replica(s) of 3`; empty
+    /// when there are none or no metadata came within 2 s. librdkafka retries a record the
+    /// leader refuses with NOT_ENOUGH_REPLICAS until `message.timeout.ms`, and its delivery
+    /// report then says only "Message timed out": this is how the relay can tell the operator
+    /// why. Blocking; called once when a session ends on a failed delivery.
+    pub fn under_replicated(&self, topic: &str) -> Vec<String> {
+        let Ok(md) = self.producer.client().fetch_metadata(Some(topic), Duration::from_secs(2))
+        else {
+            return Vec::new();
+        };
+        md.topics()
+            .iter()
+            .flat_map(|t| t.partitions())
+            .filter(|p| p.isr().len() < p.replicas().len())
+            .map(|p| {
+                format!(
+                    "partition {} has {} in-sync replica(s) of {}",
+                    p.id(),
+                    p.isr().len(),
+                    p.replicas().len()
+                )
+            })
+            .collect()
     }
 
     pub fn send(&self, record: &Record, seq: Seq) -> Result<(), SendError> {

@@ -46,7 +46,7 @@ async fn wait_active_pid(url: &str, slot: &str, not: Option<i32>, within: Durati
 
 /// Drops the test's slot once nothing streams from it: the shared PostgreSQL has
 /// `max_replication_slots = 40` for the whole suite and other tests keep theirs.
-async fn release_slot(s: &Setup) {
+pub(crate) async fn release_slot(s: &Setup) {
     let (url, slot) = (s.db.url.clone(), s.slot.clone());
     let inactive = wait_until("the slot is released", Duration::from_secs(15), || {
         let (url, slot) = (url.clone(), slot.clone());
@@ -965,13 +965,13 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
 // poison rows
 
 /// The LSN written right after `marker` on a log line (`… at LSN 0/1A2B3C …`).
-fn lsn_after(line: &str, marker: &str) -> Option<u64> {
+pub(crate) fn lsn_after(line: &str, marker: &str) -> Option<u64> {
     let rest = line.split(marker).nth(1)?;
     let text: String = rest.chars().take_while(|c| c.is_ascii_hexdigit() || *c == '/').collect();
     text.contains('/').then(|| parse_lsn(&text))
 }
 
-fn dead_letter_section(topic: &str) -> String {
+pub(crate) fn dead_letter_section(topic: &str) -> String {
     format!("[dead_letter]\ntopic = \"{topic}\"\n")
 }
 
@@ -1140,7 +1140,7 @@ async fn record_larger_than_message_max_bytes_is_dead_lettered_with_its_first_by
 // definite errors
 
 /// Waits for exit code 1 within 30 s and a `hint` in the log, and checks it did not loop.
-fn assert_stops_with_hint(relay: &mut RelayProcess, what: &str) -> String {
+pub(crate) fn assert_stops_with_hint(relay: &mut RelayProcess, what: &str) -> String {
     let started = Instant::now();
     let code = relay.wait_exit(Duration::from_secs(30));
     let log = relay.log();

@@ -7,6 +7,7 @@ mod common;
 mod harness_smoke;
 
 mod admin;
+mod broker_faults;
 mod cli;
 mod connections;
 mod database;

@@ -125,6 +125,14 @@ pub const RELAY_OWNED_KAFKA: &[(&str, &[&str], &str)] = &[
 
 const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
 
+/// How long librdkafka lets a topic missing from the cluster's metadata "propagate" before it
+/// fails the topic's records as unknown (its default: 30 s). It must end before
+/// `message.timeout.ms`: a record that times out first is retried by a new session, which waits
+/// as long again, so a routed topic that does not exist (brokers with
+/// auto.create.topics.enable=false) would stall the relay for ever instead of stopping it with
+/// a hint naming the topic. 10 s still covers a topic created a moment before its first record.
+const DEFAULT_TOPIC_PROPAGATION_MS: &str = "10000";
+
 /// librdkafka waits `linger.ms` (its default: 5) before sending a batch. A relay's records arrive
 /// a transaction at a time, so at low rates that wait is most of commit→ack; under load it sets
 /// how many produce requests the broker has to handle. Measured (benchmark, 1M-event drain and
@@ -174,6 +182,9 @@ pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError>
     properties
         .entry("message.timeout.ms".into())
         .or_insert_with(|| DEFAULT_MESSAGE_TIMEOUT_MS.into());
+    properties
+        .entry("topic.metadata.propagation.max.ms".into())
+        .or_insert_with(|| DEFAULT_TOPIC_PROPAGATION_MS.into());
     if !properties.contains_key("queue.buffering.max.ms") {
         properties.entry("linger.ms".into()).or_insert_with(|| DEFAULT_LINGER_MS.into());
     }

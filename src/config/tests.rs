@@ -29,6 +29,7 @@ fn minimal_config_gets_defaults_and_relay_owned_producer_settings() {
     assert_eq!(c.kafka.properties["linger.ms"], "2");
     assert_eq!(c.kafka.properties["partitioner"], "murmur2_random");
     assert_eq!(c.kafka.properties["message.timeout.ms"], "30000");
+    assert_eq!(c.kafka.properties["topic.metadata.propagation.max.ms"], "10000");
     assert!(c.http.is_none());
 }
 

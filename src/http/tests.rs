@@ -122,6 +122,10 @@ fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
         "{waiting}"
     );
     m.oldest_unacked_sent_micros.store(0, Relaxed);
+    // A broker that answers but refuses records (NOT_ENOUGH_REPLICAS): not ready until an ack.
+    m.delivery_failing.store(true, Relaxed);
+    assert!(ready().contains("did not acknowledge"));
+    m.delivery_failing.store(false, Relaxed);
     assert!(ready().starts_with("HTTP/1.1 200 OK"));
 }
 

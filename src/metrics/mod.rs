@@ -50,6 +50,13 @@ pub struct Metrics {
     pub streaming: AtomicBool,
     /// A broker answered the producer's last metadata probe (`publish::reachability`).
     pub broker_up: AtomicBool,
+    /// The last delivery report was a failure and no record has been acknowledged since. Kept
+    /// across sessions: a broker that refuses records (NOT_ENOUGH_REPLICAS) answers metadata
+    /// requests, so `broker_up` alone would call the relay ready while nothing gets through.
+    pub delivery_failing: AtomicBool,
+    /// Under-replicated partitions (ISR smaller than the replica set) of the topic of the last
+    /// failed delivery, read from the cluster's metadata then; 0 again at the next ack.
+    pub under_replicated_partitions: AtomicU64,
     /// Retention (`[retention]`): rows deleted plus the rows of dropped partitions.
     pub purged_rows: AtomicU64,
     pub purged_partitions: AtomicU64,

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::mpsc;
 
 use super::exactly_once::{self, Transactions};
@@ -363,7 +363,23 @@ impl Delivery {
             // replays from there.
             Some(Report::Failed { seq, error }) => {
                 self.metrics.delivery_errors.fetch_add(1, Relaxed);
-                Err(Error::transient(format!("kafka did not acknowledge record #{seq}"), error))
+                self.metrics.delivery_failing.store(true, Relaxed);
+                // librdkafka's report says only "Message timed out" when the leader kept
+                // refusing the record: the cluster's metadata says why.
+                let topic = self.frontier.sent_of(seq).map(|s| s.topic.clone());
+                let short =
+                    topic.as_deref().map_or(Vec::new(), |t| self.publisher.under_replicated(t));
+                self.metrics.under_replicated_partitions.store(short.len() as u64, Relaxed);
+                let what = match topic {
+                    Some(topic) if !short.is_empty() => format!(
+                        "kafka did not acknowledge record #{seq} of topic {topic}, whose {}: \
+                         below the topic's min.insync.replicas the leader refuses acks=all records \
+                         (NOT_ENOUGH_REPLICAS) until enough replicas are back in sync",
+                        short.join(", ")
+                    ),
+                    _ => format!("kafka did not acknowledge record #{seq}"),
+                };
+                Err(Error::transient(what, error))
             }
             Some(Report::Rejected { seq, error, record }) => self.on_rejected(seq, error, *record),
             Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
@@ -398,9 +414,7 @@ impl Delivery {
                 ));
             }
             None => {
-                let fix = acl_fix.unwrap_or_else(|| {
-                    "make the record fit (message.max.bytes, the topic's partitions)".into()
-                });
+                let fix = acl_fix.unwrap_or_else(|| record_fix(&error, &rejected.topic));
                 return Err(Error::definite_with(
                     what,
                     format!("{fix}, or configure [dead_letter] topic; nothing after this row was confirmed"),
@@ -447,6 +461,9 @@ impl Delivery {
     /// The acknowledged prefix (I2), with the metrics that follow from it.
     fn acked_progress(&mut self) -> Lsn {
         if !self.acked.is_empty() {
+            // Kafka acknowledges again: a failed delivery no longer holds /readyz.
+            self.metrics.delivery_failing.store(false, Relaxed);
+            self.metrics.under_replicated_partitions.store(0, Relaxed);
             let now = unix_micros();
             for sent in self.acked.drain(..) {
                 self.metrics.count_published(&sent.topic, 1);
@@ -553,6 +570,25 @@ impl Delivery {
 
 /// How long librdkafka's blocking transactional calls may take.
 const TXN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What makes Kafka take a record it refused for good, by the refusal.
+fn record_fix(error: &KafkaError, topic: &str) -> String {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            format!(
+                "create topic {topic} (the brokers do not create topics on first use: \
+                 auto.create.topics.enable=false), or route the row to a topic that exists"
+            )
+        }
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => format!(
+            "make the record fit: raise topic {topic}'s max.message.bytes (the broker's \
+             message.max.bytes by default) above its size, and librdkafka's message.max.bytes \
+             in [kafka] (1,000,000 by default) if that is smaller; the broker refuses a whole \
+             batch over the topic's limit, so keep [kafka] batch.size under it too"
+        ),
+        _ => "make the record fit (message.max.bytes, the topic's partitions)".to_string(),
+    }
+}
 
 /// Microseconds since the Unix epoch.
 pub fn unix_micros() -> i64 {

@@ -45,19 +45,31 @@ impl KafkaCluster {
             .collect::<Vec<_>>()
             .join(",");
         let dir = scratch_dir(prefix);
-        let mut nodes = Vec::new();
-        for (i, (port, controller_port)) in ports.iter().enumerate() {
-            let node = KafkaNode {
-                node_id: i as u32 + 1,
-                port: *port,
-                controller_port: *controller_port,
-                voters: voters.clone(),
-                properties: Vec::new(),
-                jvm_options: Vec::new(),
-                format_args: Vec::new(),
-            };
-            nodes.push(Broker::launch_kafka(&dir.join(format!("node{}", i + 1)), node)?);
-        }
+        // Launched side by side: formatting storage is a JVM run of several seconds per node.
+        let launched: Vec<Result<Broker, String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ports
+                .iter()
+                .enumerate()
+                .map(|(i, (port, controller_port))| {
+                    let node = KafkaNode {
+                        node_id: i as u32 + 1,
+                        port: *port,
+                        controller_port: *controller_port,
+                        voters: voters.clone(),
+                        properties: Vec::new(),
+                        jvm_options: Vec::new(),
+                        format_args: Vec::new(),
+                    };
+                    let node_dir = dir.join(format!("node{}", i + 1));
+                    scope.spawn(move || Broker::launch_kafka(&node_dir, node))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("launching a kafka node panicked"))
+                .collect()
+        });
+        let nodes = launched.into_iter().collect::<Result<Vec<Broker>, String>>()?;
         let bootstrap = nodes.iter().map(|n| n.bootstrap()).collect::<Vec<_>>().join(",");
         let cluster = KafkaCluster { nodes, bootstrap };
         for n in &cluster.nodes {
