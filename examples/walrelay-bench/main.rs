@@ -355,25 +355,28 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     &publication,
                     &s.rates,
                     s.rate_seconds,
-                    "walrelay",
-                    systems::PLAIN_OUTBOX,
+                    &systems::PLAIN_STEADY,
                 )
                 .await;
                 rep.steady.push(st);
                 if s.shapes.iter().any(|x| x == "exactly-once") {
+                    // A database of its own: the steady writers number their events from 0.
                     eprintln!("[bench] walrelay exactly-once steady phase");
+                    let eos_db = workload::create_db("bench_eos").await;
+                    let (eos_pub, eos_slot) = (support::unique("eos_pub"), support::unique("eos"));
+                    workload::create_publication_and_slots(&eos_db, &eos_pub, &[&eos_slot]).await;
                     let st = systems::walrelay_steady(
                         &ctx,
-                        &db,
-                        &relay_slot,
-                        &publication,
+                        &eos_db,
+                        &eos_slot,
+                        &eos_pub,
                         &s.rates,
                         s.rate_seconds,
-                        shapes::Shape::ExactlyOnce.system(),
-                        systems::EXACTLY_ONCE_OUTBOX,
+                        &systems::EXACTLY_ONCE_STEADY,
                     )
                     .await;
                     rep.steady.push(st);
+                    workload::drop_db(&eos_db).await;
                 }
                 eprintln!("[bench] pgoutput stream alone (latency floor)");
                 let f = walstream::wal_latency(

@@ -135,6 +135,23 @@ pub const PLAIN_OUTBOX: &str = "[outbox]\ntable = \"public.outbox\"\n";
 pub const EXACTLY_ONCE_OUTBOX: &str =
     "[outbox]\ntable = \"public.outbox\"\n\n[delivery]\nguarantee = \"exactly-once\"\n";
 
+/// A walrelay configuration measured at the steady rates.
+pub struct SteadyPath {
+    /// The row's name.
+    pub system: &'static str,
+    /// Its `[outbox]` section and any other section the path needs.
+    pub toml: &'static str,
+    /// Measure commit → a tailing `read_committed` consumer instead of walrelay's own
+    /// commit → ack histogram: with exactly-once a record is visible when its Kafka
+    /// transaction commits, not when its delivery report arrives.
+    pub tail: bool,
+}
+
+pub const PLAIN_STEADY: SteadyPath =
+    SteadyPath { system: "walrelay", toml: PLAIN_OUTBOX, tail: false };
+pub const EXACTLY_ONCE_STEADY: SteadyPath =
+    SteadyPath { system: "walrelay, exactly-once", toml: EXACTLY_ONCE_OUTBOX, tail: true };
+
 /// `http_port`: where walrelay serves /metrics (the steady phase reads commit→ack there);
 /// `outbox`: the `[outbox]` section (and any section a table shape needs).
 pub fn walrelay_config(
@@ -285,9 +302,7 @@ pub struct SteadyRun {
 
 /// walrelay restarted on its existing slot (caught up): first-record latency, then the steady
 /// phases on the same process.
-/// walrelay at the steady rates; `system` names its row and `outbox` is its `[outbox]` section
-/// (and any other section that path needs, e.g. [`EXACTLY_ONCE_OUTBOX`]).
-#[allow(clippy::too_many_arguments)]
+/// walrelay at the steady rates, configured as `path` says.
 pub async fn walrelay_steady(
     ctx: &Ctx<'_>,
     db: &TestDb,
@@ -295,19 +310,25 @@ pub async fn walrelay_steady(
     publication: &str,
     rates: &[u64],
     seconds: f64,
-    system: &str,
-    outbox: &str,
+    path: &SteadyPath,
 ) -> SteadyRun {
     let prefix = unique("wrs");
     crate::fresh::broker();
     create_topics(bootstrap(), &prefix).await;
     let clocks = Clocks::new(crate::steady::total_events(rates, seconds));
+    let mut tail_consumer = match path.tail {
+        true => {
+            let (b, p, r) = (bootstrap().to_string(), prefix.clone(), clocks.recv_us.clone());
+            Some(tokio::task::spawn_blocking(move || Tail::start(&b, &p, r)).await.expect("tail"))
+        }
+        false => None,
+    };
     // One event committed while no relay runs: the first thing the new process must publish.
     insert_one(db, ctx.sync_commit, 0, ctx.aggregates).await;
     let http_port = crate::support::free_port();
     let t0 = now_us();
     let mut relay =
-        start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port, outbox));
+        start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port, path.toml));
     // Published = acknowledged by the broker: the first ack counted in walrelay's histogram.
     let first_deadline = Instant::now() + Duration::from_secs(30);
     let mut first = None;
@@ -331,16 +352,19 @@ pub async fn walrelay_steady(
         relay.pid(),
         ctx.sync_commit,
         workload::STEADY_GROUP,
-        Observer::Histogram(http_port),
+        if path.tail { Observer::Tail } else { Observer::Histogram(http_port) },
     )
     .await;
     let rss = peak_rss_mb(relay.pid());
     relay.terminate();
+    if let Some(t) = tail_consumer.as_mut() {
+        t.stop();
+    }
     keep_log(&format!("{prefix}-steady"), &relay.log());
     let total = lat.iter().map(|l| l.events).sum::<u64>();
     let delivery = read_back(&prefix, workload::STEADY_GROUP, 0..=total, ctx.aggregates).await;
     SteadyRun {
-        system: system.into(),
+        system: path.system.into(),
         first_record_ms,
         phases: lat,
         peak_rss_mb: rss,
