@@ -327,8 +327,11 @@ fn consumer_config(bootstrap: &str) -> ClientConfig {
         .set("broker.address.family", "v4")
         .set("log_level", "3")
         .set("group.id", super::unique("walrelay_fault_reader"))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
+        // As a consumer of exactly-once reads (librdkafka's default, said out loud).
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "200")
+        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "100")
@@ -343,10 +346,13 @@ pub enum Next {
     Idle,
 }
 
-/// Reads `topics` from offset 0 on every partition (assign(), no consumer group) and calls `f`
-/// for each record and on every 100 ms without one, until `f` returns false or `deadline`
-/// passes. Waits for the topics to appear in the metadata (without naming them, which would
-/// create them on tansu's memory engine). Returns whether `f` ended it.
+/// Reads `topics` from their start and calls `f` for each record and on every 100 ms without
+/// one, until `f` returns false or `deadline` passes. On Apache Kafka the reader is a consumer in
+/// a group of its own (`read_committed`, offsets committed as it reads), as users' consumers
+/// are; a record read twice because a rebalance handed its partition back is passed on once (by
+/// topic, partition and offset), so only the relay's own duplicates show. On tansu it assigns
+/// every partition from offset 0 once the topics appear in the metadata (without naming them,
+/// which would create them on tansu's memory engine). Returns whether `f` ended it.
 pub async fn consume_while(
     bootstrap: &str,
     topics: &[String],
@@ -359,45 +365,49 @@ pub async fn consume_while(
             .create()
             .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}")),
     );
-    let mut partitions: HashMap<String, Vec<i32>> = HashMap::new();
-    while start.elapsed() < deadline {
-        let c = Arc::clone(&consumer);
-        let md = tokio::task::spawn_blocking(move || {
-            c.client().fetch_metadata(None, Duration::from_secs(2))
-        })
-        .await
-        .expect("metadata task");
-        if let Ok(md) = md {
-            for t in md.topics() {
-                if topics.iter().any(|x| x == t.name()) && !t.partitions().is_empty() {
-                    partitions.insert(
-                        t.name().to_string(),
-                        t.partitions().iter().map(|p| p.id()).collect(),
-                    );
+    if super::broker::Kind::selected() == Ok(super::broker::Kind::Kafka) {
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names).unwrap_or_else(|e| panic!("subscribe {topics:?}: {e}"));
+    } else {
+        let mut partitions: HashMap<String, Vec<i32>> = HashMap::new();
+        while start.elapsed() < deadline {
+            let c = Arc::clone(&consumer);
+            let md = tokio::task::spawn_blocking(move || {
+                c.client().fetch_metadata(None, Duration::from_secs(2))
+            })
+            .await
+            .expect("metadata task");
+            if let Ok(md) = md {
+                for t in md.topics() {
+                    if topics.iter().any(|x| x == t.name()) && !t.partitions().is_empty() {
+                        partitions.insert(
+                            t.name().to_string(),
+                            t.partitions().iter().map(|p| p.id()).collect(),
+                        );
+                    }
                 }
             }
+            if topics.iter().all(|t| partitions.contains_key(t)) {
+                break;
+            }
+            // Topics appear when the relay first produces to them; tell the caller we wait.
+            if !f(Next::Idle) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if topics.iter().all(|t| partitions.contains_key(t)) {
-            break;
+        let mut tpl = TopicPartitionList::new();
+        for (topic, ps) in &partitions {
+            for p in ps {
+                tpl.add_partition_offset(topic, *p, Offset::Offset(0)).expect("add partition");
+            }
         }
-        // Topics appear when the relay first produces to them; tell the caller we wait.
-        if !f(Next::Idle) {
-            return true;
+        if tpl.count() == 0 {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topics:?}: {e}"));
     }
-    let mut assigned = 0;
-    let mut tpl = TopicPartitionList::new();
-    for (topic, ps) in &partitions {
-        for p in ps {
-            tpl.add_partition_offset(topic, *p, Offset::Offset(0)).expect("add partition");
-            assigned += 1;
-        }
-    }
-    if assigned == 0 {
-        return false;
-    }
-    consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topics:?}: {e}"));
+    let mut seen: HashSet<(String, i32, i64)> = HashSet::new();
     loop {
         let remaining = deadline.saturating_sub(start.elapsed());
         if remaining.is_zero() {
@@ -415,6 +425,9 @@ pub async fn consume_while(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(Ok(m)) => {
+                if !seen.insert((m.topic().to_string(), m.partition(), m.offset())) {
+                    continue;
+                }
                 let record = Consumed::from_message(&m);
                 if !f(Next::Record(record)) {
                     return true;
