@@ -345,6 +345,7 @@ async fn status_reports_lag_and_active_pid_as_table_and_json() {
         "wal_status",
         "failover",
         "last status update",
+        "guarantee",
     ];
     assert_eq!(lines.len(), labels.len(), "{run}");
     // Labels padded to the longest ("last status update") plus two spaces.
@@ -354,6 +355,7 @@ async fn status_reports_lag_and_active_pid_as_table_and_json() {
         assert_ne!(line.as_bytes()[column], b' ', "values start in one column: {run}");
     }
     assert!(run.stdout.contains(&format!("active pid          {pid} (the walsender")), "{run}");
+    assert_eq!(lines.last().map(|l| l.split_whitespace().last()), Some(Some("at-least-once")));
     assert!(lines[3].contains(" bytes (") && lines[3].ends_with("B)"), "{run}");
 
     // Stopped relay, WAL written elsewhere: no active pid, and the lag grows.

@@ -116,6 +116,20 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
     );
     relay.kill();
     assert_eq!(standby.terminate(), Some(0), "{}", standby.log());
+    // `walrelay status` names the guarantee and, exactly-once, what the progress topic holds.
+    let status = crate::admin::walrelay_async(&["status", "--json"], Some(&config)).await;
+    let json: serde_json::Value = serde_json::from_str(status.stdout.trim())
+        .unwrap_or_else(|e| panic!("status --json: {e}: {status}"));
+    println!(
+        "{guarantee}: walrelay status: guarantee {}, progress LSN {}, slot confirmed {}",
+        json["guarantee"], json["progress_lsn"], json["confirmed_lsn"]
+    );
+    assert_eq!(json["guarantee"], guarantee, "{status}");
+    if guarantee == "exactly-once" {
+        let progress =
+            json["progress_lsn"].as_str().and_then(|t| t.parse::<walrelay::lsn::Lsn>().ok());
+        assert!(progress.is_some_and(|p| p.as_u64() > 0), "{status}");
+    }
     (v, logs)
 }
 

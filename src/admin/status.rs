@@ -91,6 +91,11 @@ impl SlotStatus {
 
     /// Aligned `name  value` lines.
     pub fn to_table(&self) -> String {
+        self.to_table_with(Vec::new())
+    }
+
+    /// The table with `more` rows after the slot's (the delivery guarantee), in one column.
+    pub fn to_table_with(&self, more: Vec<(&str, String)>) -> String {
         let bytes = |b: Option<i64>| match b {
             Some(b) => format!("{b} bytes ({})", human_bytes(b)),
             None => "-".to_string(),
@@ -145,6 +150,7 @@ impl SlotStatus {
                 },
             ),
         ];
+        let rows: Vec<(&str, String)> = rows.into_iter().chain(more).collect();
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
     }
@@ -177,14 +183,13 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
                 }
                 println!("{v}");
             } else {
-                print!("{}", status.to_table());
-                match delivery {
-                    None => println!("guarantee       at-least-once"),
+                let more = match delivery {
+                    None => vec![("guarantee", "at-least-once".to_string())],
                     Some((line, progress)) => {
-                        println!("guarantee       {line}");
-                        println!("progress LSN    {progress}");
+                        vec![("guarantee", line), ("progress LSN", progress)]
                     }
-                }
+                };
+                print!("{}", status.to_table_with(more));
             }
             ExitCode::SUCCESS
         }

@@ -467,7 +467,10 @@ fn java(libs: &Path, dir: &Path, extra: &[String]) -> Command {
 fn format_storage(libs: &Path, dir: &Path, node: &KafkaNode) -> Result<(), String> {
     let cluster_id = cluster_id(&node.voters);
     let out = java(libs, dir, &node.jvm_options)
-        .args(["kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", &cluster_id, "-c"])
+        // `--cluster-id=…` in one word: an id may start with '-', which would read as an option.
+        .args(["kafka.tools.StorageTool", "format", "--ignore-formatted"])
+        .arg(format!("--cluster-id={cluster_id}"))
+        .arg("-c")
         .arg(dir.join("server.properties"))
         .args(&node.format_args)
         .stdin(Stdio::null())
