@@ -23,6 +23,7 @@ mod messages;
 mod migration;
 mod ops;
 mod ops_docs;
+mod replay;
 mod retention;
 mod security;
 mod tables;

@@ -8,6 +8,7 @@
 
 mod check;
 mod purge;
+pub mod replay;
 mod setup;
 mod status;
 
@@ -71,6 +72,10 @@ pub enum AdminCommand {
         #[arg(long, value_parser = crate::duration::parse, default_value = "30s")]
         wait: Duration,
     },
+    /// Re-publishes retained outbox rows, selected by time or event id, through the same router
+    /// and envelope as the live relay (same event id, key and partition, plus a header
+    /// walrelay.replay); on a producer of its own, never touching the slot.
+    Replay(replay::Args),
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
     ImportDebezium {
@@ -111,6 +116,10 @@ pub fn run(command: AdminCommand) -> ExitCode {
             },
             AdminCommand::Purge { config, older_than, dry_run, wait } => match load(&config) {
                 Ok(c) => purge::run(&c, older_than, dry_run, wait).await,
+                Err(code) => code,
+            },
+            AdminCommand::Replay(args) => match load(args.config()) {
+                Ok(c) => replay::run(&c, args).await,
                 Err(code) => code,
             },
             AdminCommand::ImportDebezium { .. } => unreachable!("handled above"),
