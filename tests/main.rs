@@ -18,6 +18,7 @@ mod failover;
 mod faults;
 mod fuzz;
 mod goldens;
+mod inbox;
 mod kafka_security;
 mod messages;
 mod migration;
