@@ -84,6 +84,10 @@ async fn replay_of_a_time_window_resends_its_events_with_the_same_id_key_partiti
     );
     assert!(run.stdout.contains("sent 40 events to 1 topic(s)"), "{run}");
     let id = replay_id(&run);
+    let check = walrelay_async(&["check"], Some(&s.config())).await;
+    let line =
+        "ok   replay public.outbox: by index outbox_created_id (created_at, id); by created_at";
+    assert!(check.stdout.contains(line), "{check}");
 
     let all = s.read("Order", 89).await;
     let again = replayed(&all);
@@ -180,6 +184,14 @@ async fn replay_dry_run_counts_per_topic_and_bad_input_is_refused_with_nothing_s
     );
     assert!(run.stdout.contains(&format!("  {}: 12\n", s.topic("Order"))), "{run}");
     assert!(run.stdout.contains(&format!("  {}: 3\n", s.topic("Payment"))), "{run}");
+
+    let check = walrelay_async(&["check"], Some(&config)).await;
+    let line = "warn replay public.outbox: no index starts with created_at: a replay by time would read the whole table";
+    assert!(check.stdout.contains(line), "{check}");
+    assert!(
+        check.stdout.contains("fix: CREATE INDEX CONCURRENTLY ON public.outbox (created_at, id)"),
+        "{check}"
+    );
 
     let retained = s.config_with("", "", "[retention]\nkeep = \"1h\"\n");
     let tableless = s

@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::router::{Record, Router};
 use crate::source::{self, catalog, Control};
 
-pub use self::read::{index_for, Order};
+pub use self::read::{index_for, order as read_order, Order};
 
 /// The header every replayed record carries: the replay's own id (a UUIDv7).
 pub const REPLAY_HEADER: &str = "walrelay.replay";

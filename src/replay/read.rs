@@ -61,7 +61,8 @@ pub(super) struct Row {
     pub xid: u32,
 }
 
-pub(super) async fn order(control: &Control) -> Result<Order> {
+/// The order a replay goes in on this server.
+pub async fn order(control: &Control) -> Result<Order> {
     let on: bool = control
         .query_one(
             "cannot read track_commit_timestamp",
