@@ -352,3 +352,53 @@ async fn replay_beside_a_running_relay_leaves_its_slot_and_its_events_alone() {
     assert_eq!(slot_active_pid(&s.db.url, &s.slot).await, pid, "the relay keeps its slot");
     assert_eq!(relay.terminate(), Some(0));
 }
+
+/// `walrelay replay` on a pseudo-terminal (util-linux `script`), `answer` typed at the prompt.
+fn replay_on_a_terminal(config: &str, args: &str, answer: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let path = scratch_dir("replaytty").join("walrelay.toml");
+    std::fs::write(&path, config).unwrap();
+    let bin = crate::support::relay::walrelay_bin();
+    let command = format!("'{}' replay --config '{}' {args}", bin.display(), path.display());
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1)");
+    // Typed once the question is up; the terminal keeps it until the replay reads it.
+    child.stdin.take().unwrap().write_all(answer.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_on_a_terminal_asks_above_ten_thousand_events_and_draws_a_progress_bar() {
+    let s = Setup::new("replaytty").await;
+    insert_aged(&s.db, "Order", 10_001, 30).await;
+    let config = s.config();
+    let args = format!("--since 1h --to-topic {}.tty", s.topic_prefix);
+
+    let (code, out) = tokio::task::spawn_blocking({
+        let (config, args) = (config.clone(), args.clone());
+        move || replay_on_a_terminal(&config, &args, "n\n")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("send 10,001 events to Kafka? [y/N]"), "{out}");
+    assert!(out.contains("replay cancelled: nothing was sent"), "{out}");
+
+    let (code, out) =
+        tokio::task::spawn_blocking(move || replay_on_a_terminal(&config, &args, "y\n"))
+            .await
+            .unwrap();
+    let bar = out.rsplit('\r').find(|l| l.starts_with("[#")).unwrap_or_default().to_string();
+    println!("last bar drawn: {bar}");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("[##############################] 100% 10,001/10,001 events"), "{out}");
+    assert!(out.contains("sent 10,001 events"), "{out}");
+}
