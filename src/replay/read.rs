@@ -9,7 +9,8 @@
 //! * **commit order** (`track_commit_timestamp = on`) — `pg_xact_commit_timestamp(xmin)` is in no
 //!   index, so keyset pages would sort the whole selection again for every batch. Instead one
 //!   cursor sorts it once (the selection itself is still found by the index) and each batch is a
-//!   `FETCH` from it. Rows that committed in the same microsecond, and rows older than the
+//!   `FETCH` from it. A table with no index to page by is read the same way: one scan and one
+//!   sort, not one per batch. Rows that committed in the same microsecond, and rows older than the
 //!   setting (their commit time is unknown: they go first), follow the column and the id.
 //!
 //! Values are selected as `::text` in the table's column order, with the session settings the
@@ -116,7 +117,7 @@ pub(super) struct TableRead {
     from: String,
     select: String,
     order: super::Order,
-    /// Commit order: the cursor is open. Column order: the last key read (col, id), as text.
+    /// The cursor, once open; the last key read (col, id), as text, for keyset pages.
     cursor: Option<String>,
     last: Option<(String, String)>,
     finished: bool,
@@ -262,35 +263,38 @@ impl TableRead {
             return Ok(None);
         }
         let (c, i) = (quote(&self.column.name), quote(&self.id.name));
-        let sql = match self.order {
+        // A cursor for commit order, and for a table without an index to page by: one sort of
+        // the selection instead of one per batch.
+        let by_cursor = self.order == super::Order::Commit || self.index.is_none();
+        let order_by = match self.order {
             super::Order::Commit => {
-                if self.cursor.is_none() {
-                    let name = format!("walrelay_replay_{}", self.table.oid);
-                    let declare = format!(
-                        "DECLARE {name} NO SCROLL CURSOR FOR {} {} ORDER BY pg_catalog.pg_xact_commit_timestamp(t.xmin) NULLS FIRST, t.{c}, t.{i}",
-                        self.select, self.from
-                    );
-                    statement(control, &self.what(), &declare).await?;
-                    self.cursor = Some(name);
-                }
-                format!("FETCH {BATCH_ROWS} FROM {}", self.cursor.as_deref().unwrap_or_default())
+                format!("pg_catalog.pg_xact_commit_timestamp(t.xmin) NULLS FIRST, t.{c}, t.{i}")
             }
-            super::Order::Column => {
-                let after = match &self.last {
-                    Some((col, id)) => format!(
-                        " AND (t.{c}, t.{i}) > ({}::{}, {}::{})",
-                        literal(col),
-                        self.column.sql_type,
-                        literal(id),
-                        self.id.type_name
-                    ),
-                    None => String::new(),
-                };
-                format!(
-                    "{} {}{after} ORDER BY t.{c}, t.{i} LIMIT {BATCH_ROWS}",
+            super::Order::Column => format!("t.{c}, t.{i}"),
+        };
+        let sql = if by_cursor {
+            if self.cursor.is_none() {
+                let name = format!("walrelay_replay_{}", self.table.oid);
+                let declare = format!(
+                    "DECLARE {name} NO SCROLL CURSOR FOR {} {} ORDER BY {order_by}",
                     self.select, self.from
-                )
+                );
+                statement(control, &self.what(), &declare).await?;
+                self.cursor = Some(name);
             }
+            format!("FETCH {BATCH_ROWS} FROM {}", self.cursor.as_deref().unwrap_or_default())
+        } else {
+            let after = match &self.last {
+                Some((col, id)) => format!(
+                    " AND (t.{c}, t.{i}) > ({}::{}, {}::{})",
+                    literal(col),
+                    self.column.sql_type,
+                    literal(id),
+                    self.id.type_name
+                ),
+                None => String::new(),
+            };
+            format!("{} {}{after} ORDER BY {order_by} LIMIT {BATCH_ROWS}", self.select, self.from)
         };
         let rows = statement(control, &self.what(), &sql).await?;
         if rows.len() < BATCH_ROWS {
