@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
@@ -99,7 +100,18 @@ pub async fn run(
 
     loop {
         let message = tokio::select! {
-            m = consumer.recv() => m.map_err(|e| format!("consumer error: {e}"))?,
+            m = consumer.recv() => match m {
+                Ok(m) => m,
+                Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
+                    return Err(format!("consumer error: {e}"))
+                }
+                // librdkafka recovers from the rest by itself: a topic the relay has not created
+                // yet (UnknownTopicOrPartition), a broker restarting, a rebalance.
+                Err(e) => {
+                    eprintln!("consumer: {e} (librdkafka retries)");
+                    continue;
+                }
+            },
             _ = stop.wait_for(|s| *s) => return Ok(()),
         };
         counts.received.fetch_add(1, Relaxed);
