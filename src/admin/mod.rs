@@ -24,6 +24,8 @@ use clap::Subcommand;
 pub use self::status::SlotStatus;
 
 /// The operator subcommands, flattened into the `walrelay` command line by `main.rs`.
+// Parsed once per process: `Replay`'s many options cost nothing worth boxing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Preflight: checks PostgreSQL, the outbox table, the publication, the slot and the broker;
