@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;
+pub mod replay;
 pub mod retention;
 pub mod router;
 pub mod source;

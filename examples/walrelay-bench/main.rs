@@ -1,8 +1,8 @@
 //! walrelay's benchmark: on the same rows, in one invocation, PostgreSQL's pgoutput decoding
 //! ceiling (`pg_recvlogical`), walrelay, and the classic polling relay (B = 50 and 5000, one and
 //! two instances) drain a backlog; then single-row transactions at fixed rates measure
-//! commit→consumer latency; then retention purges what walrelay relayed and drops a partition of
-//! as many rows. Prints a table of medians and writes every figure as JSON.
+//! commit→consumer latency; then `walrelay replay` re-publishes retained rows of that backlog;
+//! then retention purges what walrelay relayed and drops a partition of as many rows. Prints a table of medians and writes every figure as JSON.
 //!
 //! ```sh
 //! cargo run --release --example walrelay-bench -- [--events 1000000] [--repeat 3] \
@@ -22,6 +22,7 @@ mod latency;
 mod measure;
 mod polling;
 mod probe;
+mod replay;
 mod report;
 mod retention;
 mod shapes;
@@ -117,6 +118,10 @@ struct Opts {
     /// Don't build the release walrelay binary first.
     #[arg(long)]
     no_build: bool,
+    /// Retained rows `walrelay replay` re-publishes after walrelay drained them [default: all of
+    /// the backlog, --events]; 0 skips the replay phase.
+    #[arg(long)]
+    replay_events: Option<u64>,
     /// Steady-phase writers commit with synchronous_commit = off (the harness's server
     /// default) instead of on (PostgreSQL's default).
     #[arg(long)]
@@ -127,6 +132,8 @@ struct Opts {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Settings {
     pub events: u64,
+    /// Rows the replay phase re-publishes (0: none).
+    pub replay_events: u64,
     pub repeat: u32,
     pub rates: Vec<u64>,
     pub rate_seconds: f64,
@@ -164,8 +171,10 @@ fn main() {
     }
     let o = cli.opts;
     let q = o.quick;
+    let events = o.events.unwrap_or(if q { 100_000 } else { 1_000_000 });
     let settings = Settings {
-        events: o.events.unwrap_or(if q { 100_000 } else { 1_000_000 }),
+        events,
+        replay_events: o.replay_events.unwrap_or(events).min(events),
         repeat: o.repeat.unwrap_or(if q { 1 } else { 3 }).max(1),
         rates: o.rates.clone().unwrap_or_else(|| vec![2_000, 20_000]),
         rate_seconds: o.rate_seconds.unwrap_or(if q { 5.0 } else { 30.0 }),
@@ -271,6 +280,8 @@ pub struct Rep {
     pub floors: Vec<steady::SteadyRunLike>,
     /// Retention: purging the relayed rows of a plain outbox, dropping a partition.
     pub retention: Vec<retention::Purged>,
+    /// `walrelay replay` of retained rows of the drained backlog.
+    pub replays: Vec<replay::Replayed>,
 }
 
 async fn run(s: Settings, json_path: PathBuf) -> bool {
@@ -294,6 +305,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             steady: Vec::new(),
             floors: Vec::new(),
             retention: Vec::new(),
+            replays: Vec::new(),
         };
         for &rate in &s.rates {
             fresh::broker();
@@ -389,6 +401,20 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 .await;
                 rep.floors.push(f);
             }
+            if s.runs("walrelay") && s.replay_events > 0 {
+                eprintln!("[bench] replay: re-publish {} retained rows", s.replay_events);
+                let live = rep.drains.iter().find(|d| d.system == "walrelay");
+                rep.replays.push(
+                    replay::retained(
+                        &db,
+                        &relay_slot,
+                        &publication,
+                        s.replay_events,
+                        live.map(|d| d.events_per_s),
+                    )
+                    .await,
+                );
+            }
             if s.runs("walrelay") {
                 eprintln!("[bench] retention: purge what walrelay relayed, drop a partition");
                 rep.retention.push(retention::plain(&db, &relay_slot, &publication).await);
@@ -446,6 +472,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
     }
     let summary = report::summarize(&s, &reps);
     println!("{}", report::render(&s, &summary));
+    print!("{}", replay::render(&reps));
     report::write_json(&json_path, &s, &reps);
     println!("JSON: {}", json_path.display());
     summary.all_delivered

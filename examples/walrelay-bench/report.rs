@@ -20,13 +20,13 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn of(values: impl IntoIterator<Item = f64>) -> Stat {
+    pub(crate) fn of(values: impl IntoIterator<Item = f64>) -> Stat {
         let v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
         let (min, max) = min_max(v.iter().copied());
         Stat { median: median(v.iter().copied()), min, max, n: v.len() }
     }
 
-    fn show(&self, f: fn(f64) -> String) -> String {
+    pub(crate) fn show(&self, f: fn(f64) -> String) -> String {
         if self.n == 0 {
             "–".into()
         } else if self.n == 1 || self.min == self.max {
@@ -367,7 +367,7 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
     }
 }
 
-fn thousands(x: f64) -> String {
+pub(crate) fn thousands(x: f64) -> String {
     let n = x.round() as i64;
     let s = n.abs().to_string();
     let mut out = String::new();

@@ -8,6 +8,7 @@
 
 mod check;
 mod purge;
+pub mod replay;
 mod setup;
 mod status;
 
@@ -23,6 +24,8 @@ use clap::Subcommand;
 pub use self::status::SlotStatus;
 
 /// The operator subcommands, flattened into the `walrelay` command line by `main.rs`.
+// Parsed once per process: `Replay`'s many options cost nothing worth boxing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Preflight: checks PostgreSQL, the outbox table, the publication, the slot and the broker;
@@ -79,6 +82,10 @@ pub enum AdminCommand {
         #[arg(long, value_parser = crate::duration::parse, default_value = "30s")]
         wait: Duration,
     },
+    /// Re-publishes retained outbox rows, selected by time or event id, through the same router
+    /// and envelope as the live relay (same event id, key and partition, plus a header
+    /// walrelay.replay); on a producer of its own, never touching the slot.
+    Replay(replay::Args),
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
     ImportDebezium {
@@ -119,6 +126,10 @@ pub fn run(command: AdminCommand) -> ExitCode {
             },
             AdminCommand::Purge { config, older_than, dry_run, wait } => match load(&config) {
                 Ok(c) => purge::run(&c, older_than, dry_run, wait).await,
+                Err(code) => code,
+            },
+            AdminCommand::Replay(args) => match load(args.config()) {
+                Ok(c) => replay::run(&c, args).await,
                 Err(code) => code,
             },
             AdminCommand::ImportDebezium { .. } => unreachable!("handled above"),

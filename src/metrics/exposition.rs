@@ -141,6 +141,12 @@ impl Collector for Exposition {
             "Outbox partitions dropped by [retention].",
             &m.purged_partitions,
         )?;
+        c(
+            &mut e,
+            "walrelay_replayed_events",
+            "Retained outbox rows `walrelay replay` re-published and the broker acknowledged.",
+            &m.replayed_events,
+        )?;
         gauge(
             &mut e,
             "walrelay_purge_last_success_seconds",

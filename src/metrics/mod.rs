@@ -62,6 +62,8 @@ pub struct Metrics {
     pub purged_partitions: AtomicU64,
     /// Unix time of the last purge that went through (0: none yet).
     pub purge_last_success: AtomicU64,
+    /// Events `walrelay replay` sent and the broker acknowledged.
+    pub replayed_events: AtomicU64,
     /// Commit time (µs since the Unix epoch) of the oldest transaction read and not yet
     /// confirmed; 0 when there is none. Kept across sessions: the next one replays it.
     pub oldest_unconfirmed_commit_micros: AtomicI64,

@@ -174,7 +174,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
 
 /// The database the events come from, as the envelopes name it: libpq's default is the user's
 /// name.
-fn database(config: &Config) -> String {
+pub(crate) fn database(config: &Config) -> String {
     let conn = &config.source.conn;
     conn.get_dbname().or(conn.get_user()).unwrap_or_default().to_owned()
 }

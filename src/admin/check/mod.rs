@@ -6,11 +6,12 @@
 //!
 //! `postgres.rs` checks the server, the role and the slot (failover included), `tables.rs` the
 //! outbox tables and the publication, `retention.rs` the `[retention]` settings against each
-//! table; all read through [`crate::source`], as `run` does. `kafka.rs` checks the broker as
+//! table, `replay.rs` the index `walrelay replay` would read each table by; all read through [`crate::source`], as `run` does. `kafka.rs` checks the broker as
 //! the configured principal, and the fixed topics.
 
 mod kafka;
 mod postgres;
+mod replay;
 mod retention;
 mod tables;
 

@@ -35,6 +35,7 @@ pub(super) async fn run(
                 }
                 columns(config, &table, r);
                 super::retention::run(config, control, &table, r).await?;
+                super::replay::run(config, control, &table, r).await?;
                 found.push(table);
             }
             TableLookup::Missing => {

@@ -1,0 +1,320 @@
+//! Replay: re-publishing retained outbox rows on demand (`walrelay replay`).
+//!
+//! The live relay never reads the outbox table (I4); a replay does, because the rows Kafka no
+//! longer holds (a deleted topic, an expired retention, a consumer that lost its state) are only
+//! there, kept by `[retention] keep`. A replay:
+//!
+//! * reads one consistent snapshot (one `REPEATABLE READ READ ONLY` transaction) in batches
+//!   ([`read`]), in commit order when the server records commit times
+//!   (`track_commit_timestamp`), otherwise by the table's timestamp column and then the event id;
+//! * turns each row into a record with the **same router and envelope** as the live relay, so
+//!   the event id (header `id`), key and partition are the ones consumers already saw, and adds a
+//!   header `walrelay.replay` with the replay's own id;
+//! * publishes on a producer of its own ([`send`]), at most `--rate` events/s, and never touches
+//!   the slot, so it runs beside the live relay.
+//!
+//! Logical-message events (the table-less outbox) are in no table: there is nothing to replay.
+
+mod read;
+mod send;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::config::{Config, RetentionConfig};
+use crate::envelope::{Envelope, Txn};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::router::{Record, Router};
+use crate::source::{self, catalog, Control};
+
+pub use self::read::{index_for, order as read_order, Order};
+
+/// The header every replayed record carries: the replay's own id (a UUIDv7).
+pub const REPLAY_HEADER: &str = "walrelay.replay";
+
+/// Rows read per batch: a round trip per 1,000 rows is noise, and a batch's memory is small.
+pub const BATCH_ROWS: usize = 1_000;
+
+/// One end of the time window: a duration before now (`6h`), or a time (RFC 3339).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeBound {
+    Ago(Duration),
+    At(String),
+}
+
+impl TimeBound {
+    /// `6h` / `30m` / `7d` is a duration; anything else is a time PostgreSQL parses.
+    pub fn parse(text: &str) -> std::result::Result<TimeBound, String> {
+        match crate::duration::parse(text) {
+            Ok(d) => Ok(TimeBound::Ago(d)),
+            Err(_) if text.trim().is_empty() => Err("empty: give a time or a duration".into()),
+            Err(_) => Ok(TimeBound::At(text.trim().to_string())),
+        }
+    }
+}
+
+/// Which rows a replay sends.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub since: Option<TimeBound>,
+    pub until: Option<TimeBound>,
+    /// Event ids (`table.field.event.id`); empty: select by time.
+    pub ids: Vec<String>,
+    /// Matched on `route.by.field`.
+    pub aggregate_type: Option<String>,
+    /// Matched on `table.field.event.key`.
+    pub aggregate_id: Option<String>,
+}
+
+/// What one replay does.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub selection: Selection,
+    /// The timestamp column; `None`: `[retention] column` (or its default).
+    pub column: Option<String>,
+    /// Everything to this topic instead of the routed one.
+    pub to_topic: Option<String>,
+    /// Events per second at most.
+    pub rate: Option<u32>,
+    /// Count per topic, send nothing.
+    pub dry_run: bool,
+}
+
+/// How far a replay got, after each batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
+    pub elapsed: Duration,
+}
+
+/// What a replay did (or, dry, would do).
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub replay_id: String,
+    pub dry_run: bool,
+    pub events: u64,
+    /// Events per topic.
+    pub topics: BTreeMap<String, u64>,
+    pub elapsed: Duration,
+}
+
+impl Summary {
+    /// Events per second over the whole replay.
+    pub fn rate(&self) -> f64 {
+        self.events as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A replay with its snapshot open and its rows counted, ready to [`Replay::run`].
+pub struct Replay<'c> {
+    config: &'c Config,
+    opts: Options,
+    control: Control,
+    tables: Vec<read::TableRead>,
+    /// The timestamp column.
+    column: String,
+    pub order: Order,
+    /// Rows the selection holds in the snapshot, over every table.
+    pub total: u64,
+    pub replay_id: String,
+}
+
+impl<'c> Replay<'c> {
+    /// Connects, opens the snapshot and counts the selection. Fails, before anything is sent,
+    /// on bad input: an unknown or non-time column, a window retention already purged, ids that
+    /// are not ids, a selection that matches nothing.
+    pub async fn open(config: &'c Config, opts: Options) -> Result<Replay<'c>> {
+        if config.outbox.tables.is_empty() {
+            return Err(Error::definite(
+                "nothing to replay: this relay's events are logical decoding messages (the table-less outbox), which are in no table; once the WAL is recycled PostgreSQL keeps no copy of them",
+                "to be able to replay events, write them to an outbox table kept by [retention] keep (docs/table-less-outbox.md, docs/operations.md)",
+            ));
+        }
+        let sel = &opts.selection;
+        if sel.ids.is_empty() && sel.since.is_none() && sel.until.is_none() {
+            return Err(Error::definite(
+                "no selection: replay needs a time window or event ids",
+                "pass --since 6h (and/or --until), --id UUID or --ids FILE",
+            ));
+        }
+        if !sel.ids.is_empty() && (sel.since.is_some() || sel.until.is_some()) {
+            return Err(Error::definite(
+                "--id / --ids and --since / --until select rows two ways at once",
+                "pass either event ids or a time window; narrow either with --aggregate-type and --aggregate-id",
+            ));
+        }
+        let column = opts.column.clone().unwrap_or_else(|| {
+            config
+                .retention
+                .as_ref()
+                .map_or(RetentionConfig::DEFAULT_COLUMN.to_string(), |r| r.column.clone())
+        });
+        let control = source::connect(&config.source).await?;
+        let tables = catalog::outbox_tables(&control, &config.outbox.tables).await?;
+        let order = read::order(&control).await?;
+        read::check_times(&control, sel).await?;
+        read::begin_snapshot(&control).await?;
+        let mut reads = Vec::with_capacity(tables.len());
+        let mut total = 0;
+        for table in tables {
+            let t = read::TableRead::new(&control, config, table, &column, sel, order).await?;
+            t.check_retained(&control, config.retention.as_ref(), sel).await?;
+            total += t.count(&control).await?;
+            reads.push(t);
+        }
+        if total == 0 {
+            return Err(Error::definite(
+                format!("no outbox rows match the selection ({})", describe(sel)),
+                "check the window and the ids (times are compared with the timestamp column, in UTC unless the time says otherwise); `--dry-run` shows what a selection holds",
+            ));
+        }
+        if !sel.ids.is_empty() && total < sel.ids.len() as u64 {
+            tracing::warn!(
+                asked = sel.ids.len(),
+                found = total,
+                "some event ids are not in the outbox table (purged, or never written); replaying those found"
+            );
+        }
+        let replay_id = uuid::Uuid::now_v7().to_string();
+        Ok(Replay { config, opts, control, tables: reads, column, order, total, replay_id })
+    }
+
+    /// The order rows go in, in words.
+    pub fn order_text(&self) -> String {
+        self.order.describe(&self.column, &self.config.router.field_event_id)
+    }
+
+    /// The index each table is read by, for the operator (`None`: no index, a full scan).
+    pub fn indexes(&self) -> Vec<(String, Option<String>)> {
+        self.tables.iter().map(|t| (t.table.name.to_string(), t.index.clone())).collect()
+    }
+
+    /// Sends the selection (or, dry, routes and counts it), calling `progress` after each batch.
+    pub async fn run(
+        mut self,
+        metrics: Arc<Metrics>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Summary> {
+        let started = Instant::now();
+        let mut router = Router::new(self.config.router.clone());
+        let mut envelope = Envelope::new(
+            self.config.envelope.clone(),
+            &self.config.router,
+            &crate::relay::database(self.config),
+        );
+        let mut sender = match self.opts.dry_run {
+            true => None,
+            false => Some(send::Sender::new(self.config, metrics, self.opts.rate)?),
+        };
+        let to_topic: Option<Arc<str>> = self.opts.to_topic.as_deref().map(Arc::from);
+        let header: (Arc<str>, Bytes) =
+            (Arc::from(REPLAY_HEADER), Bytes::from(self.replay_id.clone()));
+        let mut topics: BTreeMap<String, u64> = BTreeMap::new();
+        let mut done = 0u64;
+        for table in &mut self.tables {
+            let binding = table.binding().clone();
+            while let Some(rows) = table.next_batch(&self.control).await? {
+                for row in rows {
+                    let txn =
+                        Txn { commit_micros: row.commit_micros, xid: row.xid, ..Txn::default() };
+                    let mut record = envelope
+                        .route_row(&mut router, &binding, &row.tuple, &txn)
+                        .map_err(|e| unroutable(&router.raw(&binding, &row.tuple).event_id, e))?;
+                    place(&mut record, &to_topic, &header);
+                    if let Some(sender) = sender.as_mut() {
+                        sender.send(&record).await?;
+                    }
+                    *topics.entry(record.topic.to_string()).or_default() += 1;
+                    done += 1;
+                }
+                if let Some(sender) = sender.as_mut() {
+                    sender.serve()?;
+                }
+                progress(Progress { done, total: self.total, elapsed: started.elapsed() });
+            }
+        }
+        if let Some(sender) = sender.as_mut() {
+            sender.flush().await?;
+        }
+        // The snapshot was read-only: ending it changes nothing.
+        let _ = self.control.batch("COMMIT").await;
+        Ok(Summary {
+            replay_id: self.replay_id,
+            dry_run: self.opts.dry_run,
+            events: done,
+            topics,
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+/// `--to-topic`, and the replay's header after the router's.
+fn place(record: &mut Record, to_topic: &Option<Arc<str>>, header: &(Arc<str>, Bytes)) {
+    if let Some(topic) = to_topic {
+        record.topic = topic.clone();
+    }
+    record.headers.push(header.clone());
+}
+
+fn unroutable(event_id: &Option<String>, e: crate::router::RouteError) -> Error {
+    let id = event_id.as_deref().unwrap_or("(no id)");
+    Error::definite(
+        format!("replay stopped at event {id}, which cannot be routed: {e}"),
+        "fix the row (the live relay dead-lettered or stopped on it too), or narrow the selection to leave it out; `--dry-run` finds such rows without sending anything",
+    )
+}
+
+/// The selection in words, for messages.
+pub fn describe(sel: &Selection) -> String {
+    let bound = |b: &TimeBound| match b {
+        TimeBound::Ago(d) => format!("{} ago", crate::duration::format(*d)),
+        TimeBound::At(t) => t.clone(),
+    };
+    let mut parts = Vec::new();
+    if !sel.ids.is_empty() {
+        parts.push(format!("{} event id(s)", sel.ids.len()));
+    }
+    if let Some(s) = &sel.since {
+        parts.push(format!("since {}", bound(s)));
+    }
+    if let Some(u) = &sel.until {
+        parts.push(format!("until {}", bound(u)));
+    }
+    if let Some(t) = &sel.aggregate_type {
+        parts.push(format!("aggregate type {t}"));
+    }
+    if let Some(a) = &sel.aggregate_id {
+        parts.push(format!("aggregate id {a}"));
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_time_bound_is_a_duration_or_a_time() {
+        assert_eq!(TimeBound::parse("6h"), Ok(TimeBound::Ago(Duration::from_secs(6 * 3600))));
+        assert_eq!(
+            TimeBound::parse("2026-12-01T10:00:00Z"),
+            Ok(TimeBound::At("2026-12-01T10:00:00Z".into()))
+        );
+        assert!(TimeBound::parse(" ").is_err());
+    }
+
+    #[test]
+    fn replay_describe_names_every_part_of_the_selection() {
+        let sel = Selection {
+            since: Some(TimeBound::Ago(Duration::from_secs(3600))),
+            aggregate_type: Some("Order".into()),
+            ..Selection::default()
+        };
+        assert_eq!(describe(&sel), "since 1h ago, aggregate type Order");
+    }
+}

@@ -1,0 +1,421 @@
+//! Reading a replay's rows: one `REPEATABLE READ` snapshot, the selection as SQL, and batches in
+//! replay order.
+//!
+//! Two orders, and a way of paging each:
+//!
+//! * **timestamp column, then event id** — keyset pages: each batch is
+//!   `WHERE (col, id) > (last col, last id) ORDER BY col, id LIMIT n`, which an index on the
+//!   column (ideally `(col, id)`) answers by descending once per batch, however far in;
+//! * **commit order** (`track_commit_timestamp = on`) — `pg_xact_commit_timestamp(xmin)` is in no
+//!   index, so keyset pages would sort the whole selection again for every batch. Instead one
+//!   cursor sorts it once (the selection itself is still found by the index) and each batch is a
+//!   `FETCH` from it. A table with no index to page by is read the same way: one scan and one
+//!   sort, not one per batch. Rows that committed in the same microsecond, and rows older than the
+//!   setting (their commit time is unknown: they go first), follow the column and the id.
+//!
+//! Values are selected as `::text` in the table's column order, with the session settings the
+//! walsender is pinned to, so the router sees the same text pgoutput sends the live relay.
+//! Selection values are SQL literals (quoted below, `standard_conforming_strings` on) rather than
+//! parameters because `DECLARE … CURSOR` takes none.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{Selection, TimeBound, BATCH_ROWS};
+use crate::config::{Config, RetentionConfig};
+use crate::error::{Error, Result};
+use crate::pgoutput::{Column, Relation, Tuple, Value};
+use crate::retention::{self, AgeColumn};
+use crate::router::{Binding, Router};
+use crate::source::catalog::{CatalogColumn, OutboxTable};
+use crate::source::error::{classify_pg, pg_class, Class};
+use crate::source::Control;
+
+/// How long one replay statement may run (a count, the cursor's sort, a batch).
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The order a replay sends rows in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Commit order, from `pg_xact_commit_timestamp` (`track_commit_timestamp = on`).
+    Commit,
+    /// The timestamp column, then the event id.
+    Column,
+}
+
+impl Order {
+    /// The order in words, naming `column` and `id`.
+    pub fn describe(&self, column: &str, id: &str) -> String {
+        match self {
+            Order::Commit => format!("commit order (track_commit_timestamp is on; ties and rows older than the setting by {column}, then {id})"),
+            Order::Column => format!("by {column}, then {id} (track_commit_timestamp is off, so commit order is unknown; rows of one transaction share {column} and go in {id} order)"),
+        }
+    }
+}
+
+/// One selected row: its values as pgoutput would send them, and what the envelope takes from
+/// its transaction.
+pub(super) struct Row {
+    pub tuple: Tuple,
+    pub commit_micros: i64,
+    pub xid: u32,
+}
+
+/// The order a replay goes in on this server.
+pub async fn order(control: &Control) -> Result<Order> {
+    let on: bool = control
+        .query_one(
+            "cannot read track_commit_timestamp",
+            "SELECT current_setting('track_commit_timestamp') = 'on'",
+            &[],
+        )
+        .await?
+        .get(0);
+    Ok(if on { Order::Commit } else { Order::Column })
+}
+
+/// Opens the replay's one snapshot, with the walsender's text settings.
+pub(super) async fn begin_snapshot(control: &Control) -> Result<()> {
+    let sql = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+               SET LOCAL DateStyle = ISO; SET LOCAL TimeZone = 'UTC'; \
+               SET LOCAL IntervalStyle = postgres; SET LOCAL extra_float_digits = 3; \
+               SET LOCAL bytea_output = hex; SET LOCAL standard_conforming_strings = on";
+    control.batch(sql).await?.map_err(|e| classify_pg("cannot open the replay's snapshot", e))
+}
+
+/// The index an ordered read of `column` of table `oid` would use: a valid btree index whose
+/// first column it is (one that goes on with a second column preferred), as `name (columns)`.
+pub async fn index_for(control: &Control, oid: u32, column: &str) -> Result<Option<String>> {
+    let row = control
+        .query_opt(
+            "cannot read the outbox table's indexes",
+            "SELECT ic.relname::text || ' (' || (SELECT string_agg(a.attname::text, ', ' ORDER BY k.n) \
+               FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n) \
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) || ')' \
+             FROM pg_catalog.pg_index i \
+             JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid \
+             JOIN pg_catalog.pg_am am ON am.oid = ic.relam AND am.amname = 'btree' \
+             JOIN pg_catalog.pg_attribute f ON f.attrelid = i.indrelid AND f.attnum = i.indkey[0] \
+             WHERE i.indrelid = $1 AND f.attname = $2 AND i.indisvalid AND i.indpred IS NULL \
+             ORDER BY i.indnatts >= 2 DESC, i.indisprimary DESC, ic.relname LIMIT 1",
+            &[&oid, &column],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// One outbox table's part of a replay.
+pub(super) struct TableRead {
+    pub table: OutboxTable,
+    /// The index the read goes by, as `name (columns)`; `None`: a full scan.
+    pub index: Option<String>,
+    column: AgeColumn,
+    id: CatalogColumn,
+    binding: Binding,
+    /// `FROM … WHERE …` of the selection.
+    from: String,
+    select: String,
+    order: super::Order,
+    /// The cursor, once open; the last key read (col, id), as text, for keyset pages.
+    cursor: Option<String>,
+    last: Option<(String, String)>,
+    finished: bool,
+}
+
+impl TableRead {
+    pub async fn new(
+        control: &Control,
+        config: &Config,
+        table: OutboxTable,
+        column: &str,
+        sel: &Selection,
+        order: super::Order,
+    ) -> Result<TableRead> {
+        let column = retention::plan(control, &table, column).await?.column;
+        let relation = relation(&table);
+        let not_null: Vec<bool> = table.columns.iter().map(|c| c.not_null).collect();
+        let binding =
+            Router::new(config.router.clone()).bind(&relation, &not_null).map_err(|e| {
+                Error::definite(
+                    format!("outbox table {} cannot be routed: {e}", table.name),
+                    "fix [router] or the table, as `walrelay check` says",
+                )
+            })?;
+        let router = &config.router;
+        let find = |name: &str| table.columns.iter().find(|c| c.name == name).cloned();
+        let id = find(&router.field_event_id).expect("bound above");
+        if id.type_oid == 2950 {
+            if let Some(bad) = sel.ids.iter().find(|i| uuid::Uuid::parse_str(i).is_err()) {
+                return Err(Error::definite(
+                    format!("{bad:?} is not a UUID, which event ids of {} are", table.name),
+                    "give event ids as the `id` header shows them, e.g. 0190a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d, one per line in --ids FILE",
+                ));
+            }
+        }
+        let (c, i) = (quote(&column.name), quote(&id.name));
+        let ty = column.sql_type;
+        let mut conditions = Vec::new();
+        if let Some(since) = &sel.since {
+            conditions.push(format!("t.{c} >= ({})::{ty}", bound_sql(since)));
+        }
+        if let Some(until) = &sel.until {
+            conditions.push(format!("t.{c} < ({})::{ty}", bound_sql(until)));
+        }
+        if !sel.ids.is_empty() {
+            let list: Vec<String> = sel.ids.iter().map(|v| literal(v)).collect();
+            conditions.push(format!(
+                "t.{i} = ANY (ARRAY[{}]::text[]::{}[])",
+                list.join(","),
+                id.type_name
+            ));
+        }
+        if let Some(t) = &sel.aggregate_type {
+            conditions.push(format!("t.{}::text = {}", quote(&router.route_by_field), literal(t)));
+        }
+        if let Some(a) = &sel.aggregate_id {
+            conditions.push(format!("t.{}::text = {}", quote(&router.field_event_key), literal(a)));
+        }
+        let from = format!("FROM {} t WHERE {}", table.name.quoted(), conditions.join(" AND "));
+        let values: Vec<String> =
+            table.columns.iter().map(|col| format!("t.{}::text", quote(&col.name))).collect();
+        let column_micros = format!("extract(epoch FROM t.{c}::timestamptz) * 1000000");
+        let micros = match order {
+            super::Order::Commit => format!(
+                "coalesce(extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(t.xmin)) * 1000000, {column_micros})"
+            ),
+            super::Order::Column => column_micros,
+        };
+        let select = format!(
+            "SELECT {}, ({micros})::int8, t.xmin::text::int8, t.{c}::text, t.{i}::text",
+            values.join(", ")
+        );
+        let key = if sel.ids.is_empty() { &column.name } else { &id.name };
+        let index = index_for(control, table.oid, key).await?;
+        Ok(TableRead {
+            table,
+            index,
+            column,
+            id,
+            binding,
+            from,
+            select,
+            order,
+            cursor: None,
+            last: None,
+            finished: false,
+        })
+    }
+
+    /// The router's fields resolved against this table's columns.
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// Rows the selection holds in this table.
+    pub async fn count(&self, control: &Control) -> Result<u64> {
+        let sql = format!("SELECT count(*) {}", self.from);
+        let rows = statement(control, &self.what(), &sql).await?;
+        Ok(rows[0].get::<_, i64>(0) as u64)
+    }
+
+    /// A window that starts before what `[retention] keep` keeps was purged: the replay would
+    /// silently miss its start, so it stops here and says where the retained rows begin.
+    pub async fn check_retained(
+        &self,
+        control: &Control,
+        retention: Option<&RetentionConfig>,
+        sel: &Selection,
+    ) -> Result<()> {
+        let (Some(retention), Some(since)) = (retention, &sel.since) else {
+            return Ok(());
+        };
+        let c = quote(&self.column.name);
+        let sql = format!(
+            "SELECT ({since}) < now() - interval '{keep} seconds', \
+             (SELECT min(t.{c})::text FROM {table} t), (now() - interval '{keep} seconds')::text",
+            since = bound_sql(since),
+            keep = retention.keep.as_secs(),
+            table = self.table.name.quoted(),
+        );
+        let row = &statement(control, &self.what(), &sql).await?[0];
+        if !row.get::<_, bool>(0) {
+            return Ok(());
+        }
+        let oldest: Option<String> = row.get(1);
+        let cutoff: String = row.get(2);
+        let oldest = oldest.map_or("the table is empty".to_string(), |o| {
+            format!("the oldest row left in {} was written {o}", self.table.name)
+        });
+        Err(Error::definite(
+            format!(
+                "--since reaches before what [retention] keeps: rows of {} older than {} ({cutoff}) are purged, so the replay would silently miss the start of the window; {oldest}",
+                self.table.name,
+                crate::duration::format(retention.keep),
+            ),
+            "start the window at the oldest retained row or later, or restore the rows from a backup first",
+        ))
+    }
+
+    /// The next batch in replay order; `None` once the selection is read.
+    pub async fn next_batch(&mut self, control: &Control) -> Result<Option<Vec<Row>>> {
+        if self.finished {
+            return Ok(None);
+        }
+        let (c, i) = (quote(&self.column.name), quote(&self.id.name));
+        // A cursor for commit order, and for a table without an index to page by: one sort of
+        // the selection instead of one per batch.
+        let by_cursor = self.order == super::Order::Commit || self.index.is_none();
+        let order_by = match self.order {
+            super::Order::Commit => {
+                format!("pg_catalog.pg_xact_commit_timestamp(t.xmin) NULLS FIRST, t.{c}, t.{i}")
+            }
+            super::Order::Column => format!("t.{c}, t.{i}"),
+        };
+        let sql = if by_cursor {
+            if self.cursor.is_none() {
+                let name = format!("walrelay_replay_{}", self.table.oid);
+                let declare = format!(
+                    "DECLARE {name} NO SCROLL CURSOR FOR {} {} ORDER BY {order_by}",
+                    self.select, self.from
+                );
+                statement(control, &self.what(), &declare).await?;
+                self.cursor = Some(name);
+            }
+            format!("FETCH {BATCH_ROWS} FROM {}", self.cursor.as_deref().unwrap_or_default())
+        } else {
+            let after = match &self.last {
+                Some((col, id)) => format!(
+                    " AND (t.{c}, t.{i}) > ({}::{}, {}::{})",
+                    literal(col),
+                    self.column.sql_type,
+                    literal(id),
+                    self.id.type_name
+                ),
+                None => String::new(),
+            };
+            format!("{} {}{after} ORDER BY {order_by} LIMIT {BATCH_ROWS}", self.select, self.from)
+        };
+        let rows = statement(control, &self.what(), &sql).await?;
+        if rows.len() < BATCH_ROWS {
+            self.finished = true;
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let n = self.table.columns.len();
+        let last = &rows[rows.len() - 1];
+        self.last = Some((last.get(n + 2), last.get(n + 3)));
+        let read = rows
+            .iter()
+            .map(|r| Row {
+                tuple: Tuple(
+                    (0..n)
+                        .map(|k| match r.get::<_, Option<String>>(k) {
+                            Some(text) => Value::Text(Bytes::from(text)),
+                            None => Value::Null,
+                        })
+                        .collect(),
+                ),
+                commit_micros: r.get::<_, Option<i64>>(n).unwrap_or(0),
+                xid: r.get::<_, i64>(n + 1) as u32,
+            })
+            .collect();
+        Ok(Some(read))
+    }
+
+    fn what(&self) -> String {
+        format!("cannot read outbox table {} for the replay", self.table.name)
+    }
+}
+
+/// The outbox table as a Relation message would describe it, for the router.
+fn relation(table: &OutboxTable) -> Relation {
+    Relation {
+        id: table.oid,
+        namespace: table.name.schema.clone(),
+        name: table.name.name.clone(),
+        replica_identity: b'd',
+        columns: table
+            .columns
+            .iter()
+            .map(|c| Column {
+                flags: 0,
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+            })
+            .collect(),
+    }
+}
+
+/// A window bound as SQL: now() is the snapshot's start, so `6h` means the same all along.
+fn bound_sql(bound: &TimeBound) -> String {
+    match bound {
+        TimeBound::Ago(d) => format!("now() - interval '{} seconds'", d.as_secs()),
+        TimeBound::At(t) => format!("{}::timestamptz", literal(t)),
+    }
+}
+
+/// Checks that every time of the selection is one PostgreSQL reads, before anything else.
+pub(super) async fn check_times(control: &Control, sel: &Selection) -> Result<()> {
+    for (flag, bound) in [("--since", &sel.since), ("--until", &sel.until)] {
+        let Some(TimeBound::At(text)) = bound else { continue };
+        let sql = format!("SELECT {}::timestamptz", literal(text));
+        if let Err(e) = control.client().simple_query(&sql).await {
+            return Err(Error::definite_with(
+                format!("{flag} {text:?} is neither a duration nor a time"),
+                "give a duration before now (30m, 6h, 7d) or an RFC 3339 time (2026-12-01T10:00:00Z)",
+                e,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A replay statement, with replay's own deadline (the cursor's sort may take a while).
+async fn statement(control: &Control, what: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>> {
+    let deadline = STATEMENT_TIMEOUT;
+    match tokio::time::timeout(deadline, control.client().query(sql, &[])).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(e)) if pg_class(&e) == Class::Denied => Err(Error::definite_with(
+            what,
+            "the role needs SELECT on the outbox tables to replay them (GRANT SELECT ON … TO …)",
+            e,
+        )),
+        Ok(Err(e)) => Err(classify_pg(what, e)),
+        Err(_) => {
+            Err(Error::transient_msg(format!("{what}: no answer within {} s", deadline.as_secs())))
+        }
+    }
+}
+
+/// `"name"`, quoted for SQL.
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `'text'`, a string literal (with `standard_conforming_strings` on, only quotes need doubling).
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_literal_doubles_quotes_and_keeps_backslashes() {
+        assert_eq!(literal("it's"), "'it''s'");
+        assert_eq!(literal(r"a\b"), r"'a\b'");
+    }
+
+    #[test]
+    fn replay_bound_is_relative_to_the_snapshot() {
+        assert_eq!(
+            bound_sql(&TimeBound::Ago(Duration::from_secs(90))),
+            "now() - interval '90 seconds'"
+        );
+        assert_eq!(bound_sql(&TimeBound::At("2026-01-01".into())), "'2026-01-01'::timestamptz");
+    }
+}

@@ -1,0 +1,144 @@
+//! A replay's producer: the relay's [`Publisher`] (so the `[kafka]` properties — idempotence,
+//! `acks=all`, `murmur2_random` — and thus keys' partitions are the live relay's), a producer of
+//! its own, paced to `--rate`.
+//!
+//! A replay confirms nothing anywhere: it only counts acknowledgements, and any failed delivery
+//! stops it. Running it again is safe, since every record carries its event id.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::publish::{Publisher, Report, SendError};
+use crate::router::Record;
+
+/// Pacing sleeps only once this far ahead: shorter sleeps cost more than they smooth.
+const PACE_SLACK: Duration = Duration::from_millis(5);
+
+/// How long the end of a replay waits for the last acknowledgements, beyond
+/// `message.timeout.ms` (librdkafka reports every record by then).
+const FLUSH_SLACK: Duration = Duration::from_secs(10);
+
+const RETRY_HINT: &str = "fix the cause, then run the same replay again: consumers that deduplicate by the `id` header discard what this one already sent";
+
+pub(super) struct Sender {
+    publisher: Publisher,
+    reports: mpsc::UnboundedReceiver<Report>,
+    metrics: Arc<Metrics>,
+    sent: u64,
+    delivered: u64,
+    /// `--rate`: the first send's time and the events per second.
+    pace: Option<(Instant, f64)>,
+    flush_timeout: Duration,
+}
+
+impl Sender {
+    pub fn new(config: &Config, metrics: Arc<Metrics>, rate: Option<u32>) -> Result<Sender> {
+        let (publisher, reports) = Publisher::new(&config.kafka, 0, metrics.clone(), None)?;
+        let timeout_ms = config
+            .kafka
+            .properties
+            .get("message.timeout.ms")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(300_000);
+        Ok(Sender {
+            publisher,
+            reports,
+            metrics,
+            sent: 0,
+            delivered: 0,
+            pace: rate.map(|r| (Instant::now(), f64::from(r.max(1)))),
+            flush_timeout: Duration::from_millis(timeout_ms) + FLUSH_SLACK,
+        })
+    }
+
+    /// Hands `record` to librdkafka, after waiting for `--rate` and for room in its queue.
+    pub async fn send(&mut self, record: &Record) -> Result<()> {
+        if let Some((start, rate)) = self.pace {
+            let due = start + Duration::from_secs_f64(self.sent as f64 / rate);
+            if due > Instant::now() + PACE_SLACK {
+                tokio::time::sleep_until(due.into()).await;
+                self.serve()?;
+            }
+        }
+        loop {
+            match self.publisher.send(record, self.sent) {
+                Ok(()) => {
+                    self.sent += 1;
+                    return Ok(());
+                }
+                Err(SendError::QueueFull) => {
+                    let _ = tokio::time::timeout(
+                        Duration::from_millis(100),
+                        self.publisher.reports_ready(),
+                    )
+                    .await;
+                    self.serve()?;
+                }
+                Err(SendError::Rejected(e)) => {
+                    return Err(self.stopped(&format!(
+                        "event {} to {} was refused by librdkafka: {e}",
+                        record.event_id, record.topic
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Takes in delivery reports; the first failure ends the replay.
+    pub fn serve(&mut self) -> Result<()> {
+        self.publisher.serve_reports();
+        while let Ok(report) = self.reports.try_recv() {
+            match report {
+                Report::Delivered { .. } => {
+                    self.delivered += 1;
+                    self.metrics.replayed_events.fetch_add(1, Relaxed);
+                }
+                Report::Failed { error, .. } => {
+                    return Err(self.stopped(&format!("a record was not delivered: {error}")))
+                }
+                Report::Rejected { error, record, .. } => {
+                    let id = record.event_id.as_deref().unwrap_or("(no id)");
+                    return Err(self.stopped(&format!(
+                        "event {id} to {} was refused by the broker: {error}",
+                        record.topic
+                    )));
+                }
+                Report::Fatal(why) => {
+                    return Err(self.stopped(&format!("the producer failed: {why}")))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the broker acknowledged everything sent.
+    pub async fn flush(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.flush_timeout;
+        while self.delivered < self.sent {
+            if Instant::now() >= deadline {
+                return Err(self.stopped("the broker did not acknowledge the last records in time"));
+            }
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), self.publisher.reports_ready())
+                    .await;
+            self.serve()?;
+        }
+        Ok(())
+    }
+
+    fn stopped(&self, why: &str) -> Error {
+        Error::definite(
+            format!(
+                "replay stopped after {} of {} events sent were acknowledged: {why}",
+                self.delivered, self.sent
+            ),
+            RETRY_HINT,
+        )
+    }
+}
