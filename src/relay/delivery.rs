@@ -115,9 +115,10 @@ impl Delivery {
     /// Exactly-once, once the slot is ours: fences earlier producers of the transactional id,
     /// aborts what they left open, and reads where the last committed Kafka transaction ended.
     /// Nothing to do at-least-once.
-    pub async fn start(&mut self, kafka: &crate::config::KafkaConfig, topic: &str) -> Result<()> {
+    pub async fn start(&mut self, kafka: &crate::config::KafkaConfig) -> Result<()> {
         let Some(txns) = &mut self.transactions else { return Ok(()) };
         self.publisher.init_transactions(TXN_CALL_TIMEOUT).await?;
+        let topic = txns.progress_topic();
         let committed =
             exactly_once::read_progress(kafka, topic, txns.transactional_id(), true).await?;
         tracing::info!(

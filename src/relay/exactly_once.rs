@@ -15,7 +15,7 @@
 //! ahead of the events.
 //!
 //! This file holds the policy (when to begin, skip and commit) and the progress topic's I/O;
-//! `delivery.rs` drives it, `publish.rs` makes librdkafka's transactional calls.
+//! `delivery.rs` drives it, `publish/transactions.rs` makes librdkafka's transactional calls.
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +76,10 @@ impl Transactions {
 
     pub fn transactional_id(&self) -> &str {
         &self.config.transactional_id
+    }
+
+    pub fn progress_topic(&self) -> &str {
+        &self.config.progress_topic
     }
 
     /// Sets what the progress topic holds, read at start.

@@ -231,7 +231,7 @@ impl<'c> Session<'c> {
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
         // Exactly-once: only now that the slot is ours, so a stand-by never fences the relay
         // that streams.
-        delivery.start(&config.kafka, &config.delivery.progress_topic).await?;
+        delivery.start(&config.kafka).await?;
         let control = prepared.control;
         // Read once the slot is ours, so Debezium has stopped streaming. It writes its final
         // offsets as it stops; read a moment before that write, they are older and skip less.

@@ -29,6 +29,8 @@ use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
 use crate::router::Record;
 
+mod transactions;
+
 /// What librdkafka tells the relay loop.
 #[derive(Debug)]
 pub enum Report {
@@ -398,50 +400,6 @@ impl Publisher {
         }
     }
 
-    /// Fences every earlier producer of this `transactional.id` and aborts what it left open.
-    pub async fn init_transactions(&self, timeout: Duration) -> Result<()> {
-        self.blocking(move |p| p.init_transactions(timeout))
-            .await
-            .map_err(|e| transaction_error("initialise the Kafka transactions", e))
-    }
-
-    /// Starts a Kafka transaction (local to librdkafka: no request).
-    pub fn begin_transaction(&self) -> Result<()> {
-        self.producer
-            .begin_transaction()
-            .map_err(|e| transaction_error("begin a Kafka transaction", e))
-    }
-
-    /// Commits the open transaction: librdkafka flushes its records first.
-    pub async fn commit_transaction(&self, timeout: Duration) -> Result<()> {
-        self.blocking(move |p| p.commit_transaction(timeout))
-            .await
-            .map_err(|e| transaction_error("commit a Kafka transaction", e))
-    }
-
-    /// Aborts the open transaction; its records stay invisible to `read_committed` consumers.
-    pub async fn abort_transaction(&self, timeout: Duration) -> Result<()> {
-        self.blocking(move |p| p.abort_transaction(timeout))
-            .await
-            .map_err(|e| transaction_error("abort a Kafka transaction", e))
-    }
-
-    /// Runs one of librdkafka's blocking transactional calls off the relay's thread, which
-    /// must keep answering PostgreSQL meanwhile. Delivery reports a commit flushes are served
-    /// by that call, on that thread, into the same channel.
-    async fn blocking(
-        &self,
-        call: impl FnOnce(&BaseProducer<RelayContext>) -> rdkafka::error::KafkaResult<()>
-            + Send
-            + 'static,
-    ) -> std::result::Result<(), KafkaError> {
-        let producer = Arc::clone(&self.producer);
-        let result = tokio::task::spawn_blocking(move || call(&producer)).await;
-        // Served on the other thread: whatever it left on the queue is the loop's again.
-        self.queue.ready.notify_one();
-        result.unwrap_or(Err(KafkaError::Canceled))
-    }
-
     /// The partitions of `topic` with fewer in-sync replicas than replicas (under-replicated),
     /// as the cluster's metadata says now: `partition 0 has 1 in-sync replica(s) of 3`; empty
     /// when there are none or no metadata came within 2 s. librdkafka retries a record the
@@ -495,28 +453,6 @@ impl Publisher {
             Err((e, _)) => Err(SendError::Rejected(e)),
         }
     }
-}
-
-/// A transactional call's failure, by what happens next: fenced (another relay took over: stand
-/// by), or anything else (end the session; the next one aborts what is open and resumes from
-/// the last committed position).
-fn transaction_error(what: &str, error: KafkaError) -> Error {
-    let fenced = matches!(
-        error.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::Fenced
-                | RDKafkaErrorCode::ProducerFenced
-                | RDKafkaErrorCode::InvalidProducerEpoch
-        )
-    );
-    if fenced {
-        return Error::Busy {
-            what: format!(
-                "this relay's Kafka producer was fenced while trying to {what}: another walrelay with the same [delivery] transactional_id initialised its transactions (it took the slot), or the broker aborted this relay's transaction after transaction.timeout.ms, which Kafka reports the same way (KIP-588); standing down, then resuming from the last committed position if the slot is free ({error})"
-            ),
-        };
-    }
-    Error::transient(format!("could not {what}"), error)
 }
 
 #[cfg(test)]
