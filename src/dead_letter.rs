@@ -53,6 +53,7 @@ pub fn record(cfg: &DeadLetterConfig, letter: Letter<'_>) -> Record {
         partition: None,
         timestamp_ms: None,
         event_id: letter.event_id.unwrap_or_default(),
+        trace: None,
     }
 }
 

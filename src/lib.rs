@@ -26,3 +26,4 @@ pub mod retention;
 pub mod router;
 pub mod source;
 pub mod tls;
+pub mod trace;

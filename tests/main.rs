@@ -33,3 +33,4 @@ mod security;
 mod slot_creation;
 mod tables;
 mod takeover;
+mod trace_context;

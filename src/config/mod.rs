@@ -2,8 +2,8 @@
 //! start-up.
 //!
 //! walrelay's own sections (`[source]`, `[outbox]`, `[limits]`, `[http]`, `[dead_letter]`,
-//! `[retention]`, `[debezium_offsets]`) deserialize with serde into `deny_unknown_fields`
-//! structs ([`section`]); the pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay
+//! `[retention]`, `[debezium_offsets]`, `[tracing]`) deserialize with serde into
+//! `deny_unknown_fields` structs ([`section`]); the pass-through sections (`[router]`, `[debezium]`, `[kafka]`) stay
 //! open maps that their owners check (the router, the message selection, librdkafka). No error
 //! message prints a secret: see [`secret`].
 
@@ -28,6 +28,7 @@ mod section;
 mod source;
 #[cfg(test)]
 mod tests;
+mod tracing;
 
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
@@ -39,6 +40,7 @@ pub use outbox::{OutboxConfig, TableName};
 pub use retention::{DeadLetterConfig, RetentionConfig};
 pub use secret::redact_url;
 pub use source::SourceConfig;
+pub use tracing::TracingConfig;
 
 /// Flattened `dotted.key -> value text` options of one section.
 pub type Options = BTreeMap<String, String>;
@@ -62,6 +64,8 @@ pub struct Config {
     pub retention: Option<RetentionConfig>,
     /// Where the Debezium connector whose slot this is kept its offsets.
     pub debezium_offsets: Option<DebeziumOffsetsConfig>,
+    /// `[tracing]`: where the relay's spans go; `None`: no spans (context still propagates).
+    pub tracing: Option<TracingConfig>,
 }
 
 /// The sections of the file, in the order they are documented.
@@ -77,6 +81,7 @@ const SECTIONS: &[&str] = &[
     "http",
     "dead_letter",
     "retention",
+    "tracing",
     "debezium_offsets",
 ];
 
@@ -148,7 +153,8 @@ impl Config {
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
         let (retention, debezium_offsets) = (take("retention"), take("debezium_offsets"));
-        let (envelope, delivery) = (take("envelope"), take("delivery"));
+        let (envelope, delivery, tracing) = (take("envelope"), take("delivery"), take("tracing"));
+        let tracing = tracing.map(|t| tracing::parse(&t)).transpose()?.flatten();
         let kafka = kafka::parse(kafka.unwrap_or_default())?;
         let source = source::parse(&source.unwrap_or_default())?;
         let delivery = delivery::parse(&delivery.unwrap_or_default(), &source.slot, &kafka)?;
@@ -157,8 +163,10 @@ impl Config {
         let debezium_offsets = debezium_offsets
             .map(|o| debezium_offsets::parse(&o, debezium.get("topic.prefix")))
             .transpose()?;
-        let (router, envelope) =
+        let (mut router, envelope) =
             crate::envelope::parse(envelope.as_ref(), &router.unwrap_or_default(), &debezium)?;
+        // The relay's span id goes into the header only when that span is exported.
+        router.relay_spans = tracing.is_some();
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
         if outbox.tables.is_empty() && messages.is_none() {
             return Err(invalid(
@@ -194,6 +202,7 @@ impl Config {
             http: http.map(|h| limits::parse_http(&h)).transpose()?,
             retention: retention.map(|r| retention::parse_retention(&r)).transpose()?,
             debezium_offsets,
+            tracing,
         })
     }
 }
@@ -210,6 +219,7 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),
         ("retention", section::keys_of::<retention::RawRetention>()),
         ("debezium_offsets", section::keys_of::<debezium_offsets::Raw>()),
+        ("tracing", section::keys_of::<tracing::Raw>()),
     ]
 }
 

@@ -36,6 +36,7 @@ pub use self::config::{parse, EnvelopeConfig, Format, DEFAULT_SOURCE};
 use crate::lsn::Lsn;
 use crate::pgoutput::Tuple;
 use crate::router::{Binding, EventFields, PayloadKind, Record, RouteError, Router, RouterConfig};
+use crate::trace::Trace;
 
 /// The transaction an event was committed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,11 +126,16 @@ impl Envelope {
     /// The record of the configured format for an event the router routed to `record`.
     pub fn wrap(
         &mut self,
-        record: Record,
+        mut record: Record,
         fields: EventFields,
         txn: &Txn,
         origin: Origin<'_>,
     ) -> Result<Record, RouteError> {
+        let mut fields = fields;
+        if let Some(trace) = record.trace.take() {
+            carry_trace(&trace, &mut record, &mut fields, self.cfg.format);
+            record.trace = Some(trace);
+        }
         // A tombstone stays a tombstone: a structured CloudEvent always has a value, which log
         // compaction would keep, so both structured modes send binary mode's event without data.
         let format = match self.cfg.format {
@@ -220,6 +226,31 @@ impl Envelope {
             self.time = (micros, Bytes::from(cloudevents::rfc3339(micros)));
         }
         self.time.1.clone()
+    }
+}
+
+/// The record's trace context, where the format carries it: the CloudEvents distributed
+/// tracing extension (`traceparent`, `tracestate` attributes: `ce_traceparent` headers in binary
+/// mode, members of the event otherwise), or W3C headers beside `walrelay.v1.Event`, which has
+/// no field for it. A `traceparent` placement, if any, keeps its value.
+fn carry_trace(trace: &Trace, record: &mut Record, fields: &mut EventFields, format: Format) {
+    let mut pairs = vec![("traceparent", Bytes::from(trace.traceparent()))];
+    if let Some(state) = &trace.state {
+        pairs.push(("tracestate", Bytes::from(state.clone())));
+    }
+    let placed = |name: &str, fields: &EventFields, record: &Record| {
+        fields.additional.iter().any(|(a, _)| &**a == name)
+            || record.headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(name))
+    };
+    if placed("traceparent", fields, record) {
+        return;
+    }
+    for (name, value) in pairs {
+        match format {
+            Format::Debezium => {}
+            Format::Protobuf => record.headers.push((Arc::from(name), value)),
+            _ => fields.additional.push((Arc::from(name), value)),
+        }
     }
 }
 

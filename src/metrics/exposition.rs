@@ -60,6 +60,14 @@ impl Collector for Exposition {
             "Rows and records sent to the dead-letter topic.",
             &m.dead_lettered,
         )?;
+        c(&mut e, "walrelay_trace_context_invalid", "Outbox rows whose span context (tracing.span.context.field) could not be read; they were relayed without trace headers.", &m.trace_context_invalid)?;
+        c(
+            &mut e,
+            "walrelay_spans_exported",
+            "Relay spans the OTLP receiver ([tracing] otlp_endpoint) accepted.",
+            &m.spans_exported,
+        )?;
+        c(&mut e, "walrelay_spans_dropped", "Relay spans not exported: the export queue was full, or the receiver refused them or could not be reached.", &m.spans_dropped)?;
         c(&mut e, "walrelay_messages_refused", "Non-transactional logical decoding messages refused (logged; dead-lettered when [dead_letter] is configured): PostgreSQL sends them even when their transaction rolls back.", &m.messages_refused)?;
         gauge(
             &mut e,

@@ -33,6 +33,12 @@ pub struct Metrics {
     pub dead_lettered: AtomicU64,
     /// Non-transactional logical messages refused (`[outbox] non_transactional_messages`).
     pub messages_refused: AtomicU64,
+    /// Span contexts (`tracing.span.context.field`) that could not be read: relayed without.
+    pub trace_context_invalid: AtomicU64,
+    /// Relay spans sent to `[tracing] otlp_endpoint`, and those dropped: the export queue was
+    /// full, or the receiver refused or could not be reached.
+    pub spans_exported: AtomicU64,
+    pub spans_dropped: AtomicU64,
     pub inflight_records: AtomicU64,
     pub inflight_bytes: AtomicU64,
     pub confirmed_lsn: AtomicU64,

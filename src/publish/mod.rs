@@ -497,6 +497,7 @@ mod tests {
             partition: None,
             timestamp_ms: None,
             event_id: n.to_string(),
+            trace: None,
         }
     }
 

@@ -187,6 +187,7 @@ impl Transactions {
             partition: Some(0),
             timestamp_ms: None,
             event_id: String::new(),
+            trace: None,
         };
         Some((record, lsn))
     }

@@ -93,7 +93,7 @@ fn backoff() -> backon::ExponentialBackoff {
 /// jittered exponential backoff.
 pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) -> Result<Outcome> {
     Publisher::validate(&config.kafka)?;
-    let mut router = Router::new(config.router.clone());
+    let mut router = Router::new(config.router.clone()).with_metrics(metrics.clone());
     let mut delays = backoff();
     // Once this process has streamed, the publication and slot must not vanish: recreating
     // them would hide the events in between.

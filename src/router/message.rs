@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::binding::{Col, Expect, Shape};
 use super::column::Cv;
 use super::convert::{Prim, Schema};
 use super::expand::Infer;
 use super::json::{self, Node, Num};
 use super::options::{EmptyArrayBehavior, NullBehavior};
-use super::{Col, Expect, RouteError, Shape};
+use super::RouteError;
 
 /// A message's content as Connect sees it after `DecodeLogicalDecodingMessageContent`: its
 /// top-level members (null ones only under `fields.null.include`; empty arrays never), in the

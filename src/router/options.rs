@@ -37,6 +37,9 @@ pub(crate) const ROUTER_KEYS: &[&str] = &[
     "table.expand.json.payload",
     "table.json.payload.null.behavior",
     "table.json.payload.empty.array.behavior",
+    "tracing.span.context.field",
+    "tracing.operation.name",
+    "tracing.with.context.field.only",
 ];
 
 /// Every key `[debezium]` accepts.
@@ -156,11 +159,23 @@ pub struct RouterConfig {
     pub(crate) event_envelope: bool,
     /// The event type field (`table.field.event.type`) must exist: CloudEvents require `type`.
     pub(crate) event_type_required: bool,
+    /// `tracing.span.context.field`: the column holding the writer's span context.
+    pub(crate) trace_field: String,
+    /// `tracing.operation.name`: the relay span's name.
+    pub trace_operation: String,
+    /// `tracing.with.context.field.only`: rows without a context carry no trace. Absent, it is
+    /// true, as inside Debezium's Event Router (`EventRouterDelegate.configure` sets it when
+    /// the key is missing, whatever the ConfigDef default of false says); false starts a new
+    /// trace for each row without one.
+    pub(crate) trace_context_only: bool,
+    /// Set from `[tracing]`: the relay's spans are exported, so each traced record gets a span
+    /// id of its own, which its `traceparent` names.
+    pub relay_spans: bool,
 }
 
 impl RouterConfig {
-    /// Parses both sections. Unknown keys, `tracing.*` keys and invalid values are errors that
-    /// name the key and say how to fix it.
+    /// Parses both sections. Unknown keys and invalid values are errors that name the key and
+    /// say how to fix it.
     pub fn parse(router: &Options, debezium: &Options) -> Result<RouterConfig, ConfigError> {
         RouterConfig::parse_for(router, debezium, false)
     }
@@ -245,6 +260,10 @@ impl RouterConfig {
             },
             event_envelope,
             event_type_required: false,
+            trace_field: r.column("tracing.span.context.field", "tracingspancontext")?,
+            trace_operation: r.column("tracing.operation.name", "debezium-read")?,
+            trace_context_only: r.boolean("tracing.with.context.field.only", true)?,
+            relay_spans: false,
         };
         cfg.check_combinations(router, debezium)?;
         Ok(cfg)
@@ -330,8 +349,8 @@ impl RouterConfig {
     }
 }
 
-/// Rejects unknown keys with a hint: tracing keys, the `transforms.outbox.` prefix, a key that
-/// belongs in the other section, or the closest known key.
+/// Rejects unknown keys with a hint: the `transforms.outbox.` prefix, a key that belongs in the
+/// other section, or the closest known key.
 fn check_keys(
     section: &'static str,
     opts: &Options,
@@ -343,10 +362,7 @@ fn check_keys(
         if known.contains(&key.as_str()) {
             continue;
         }
-        let hint = if key.starts_with("tracing.") {
-            "walrelay does not support Debezium's OpenTelemetry tracing options; remove the key"
-                .to_owned()
-        } else if let Some(rest) = key.strip_prefix("transforms.outbox.") {
+        let hint = if let Some(rest) = key.strip_prefix("transforms.outbox.") {
             format!("write the option without the `transforms.outbox.` prefix: `{rest}`")
         } else if other.contains(&key.as_str()) {
             format!("`{key}` belongs in the [{other_name}] section; move it there")

@@ -1,6 +1,7 @@
 //! Unit tests: `[router]`/`[debezium]` option parsing and topic routing.
 
 use super::golden_tests::{fixture_rows, opts, outbox_relation, router_for, NOT_NULL};
+use super::options::PlacementKind;
 use super::route_tests::{parse, route_one, table_with, ID};
 use super::*;
 use crate::config::ConfigError;
@@ -66,17 +67,29 @@ fn options_unknown_key_error_names_the_key_and_suggests_the_closest() {
 }
 
 #[test]
-fn options_tracing_keys_are_rejected_with_a_remove_hint() {
-    for key in
-        ["tracing.span.context.field", "tracing.operation.name", "tracing.with.context.field.only"]
-    {
-        let err = parse(&[(key, "x")], &[]).unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            msg.contains(key) && msg.contains("tracing") && msg.contains("remove the key"),
-            "{msg}"
-        );
-    }
+fn options_tracing_keys_take_debezium_names_and_defaults() {
+    let cfg = parse(&[], &[]).unwrap();
+    assert_eq!(cfg.trace_field, "tracingspancontext");
+    assert_eq!(cfg.trace_operation, "debezium-read");
+    // Absent, the Event Router traces only rows with a context (EventRouterDelegate.configure).
+    assert!(cfg.trace_context_only);
+    assert!(!cfg.relay_spans);
+    let cfg = parse(
+        &[
+            ("tracing.span.context.field", "span_ctx"),
+            ("tracing.operation.name", "outbox-relay"),
+            ("tracing.with.context.field.only", "false"),
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        (cfg.trace_field.as_str(), cfg.trace_operation.as_str()),
+        ("span_ctx", "outbox-relay")
+    );
+    assert!(!cfg.trace_context_only);
+    let err = parse(&[("tracing.with.context.field.only", "maybe")], &[]).unwrap_err();
+    assert!(err.to_string().contains("tracing.with.context.field.only"), "{err}");
 }
 
 #[test]

@@ -1,0 +1,1 @@
+//! OTLP/HTTP export of the relay spans (filled in with the exporter).
