@@ -8,6 +8,7 @@ mod harness_smoke;
 
 mod admin;
 mod broker_faults;
+mod check_offsets;
 mod cli;
 mod connections;
 mod database;

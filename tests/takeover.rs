@@ -102,13 +102,13 @@ fn offset_value(tx: &Tx, last: u64, lsn_commit: u64) -> String {
     )
 }
 
-fn offset_key(connector: &str, server: &str) -> String {
+pub(crate) fn offset_key(connector: &str, server: &str) -> String {
     format!(r#"["{connector}",{{"server":"{server}"}}]"#)
 }
 
 /// Kafka's FileOffsetBackingStore file for one entry, as `ObjectOutputStream` writes a
 /// `HashMap<byte[],byte[]>` of one entry (byte for byte as in the recorded files).
-fn offset_file(key: &str, value: &str) -> Vec<u8> {
+pub(crate) fn offset_file(key: &str, value: &str) -> Vec<u8> {
     let mut out = vec![0xAC, 0xED, 0x00, 0x05, 0x73, 0x72, 0x00, 0x11];
     out.extend_from_slice(b"java.util.HashMap");
     out.extend_from_slice(&[0x05, 0x07, 0xDA, 0xC1, 0xC3, 0x16, 0x60, 0xD1, 0x03, 0x00, 0x02]);

@@ -24,7 +24,12 @@ use crate::config::{Config, ConfigError, ENV_PREFIX};
 
 pub mod offsets;
 mod parse;
+mod render;
 mod security;
+mod transforms;
+mod unhonoured;
+
+use unhonoured::java_producer_hint;
 #[cfg(test)]
 mod tests;
 
@@ -148,6 +153,8 @@ struct Builder {
     router: BTreeMap<String, String>,
     debezium: BTreeMap<String, String>,
     kafka: BTreeMap<String, String>,
+    /// `[envelope]`: only when Debezium's CloudEvents converter maps to a format.
+    envelope: BTreeMap<String, String>,
     /// `[delivery]`: only when the connector ran exactly-once (KIP-618).
     delivery: BTreeMap<String, String>,
     /// Extra `# …` lines per section (by name) for keys left out.
@@ -173,6 +180,7 @@ impl Builder {
             outbox_tables: vec!["public.outbox".into()],
             router: BTreeMap::new(),
             debezium: BTreeMap::new(),
+            envelope: BTreeMap::new(),
             kafka: BTreeMap::new(),
             delivery: BTreeMap::new(),
             dropped: BTreeMap::new(),
@@ -195,6 +203,7 @@ impl Builder {
         self.convert_source();
         self.convert_outbox();
         self.convert_router();
+        self.convert_cloudevents();
         self.convert_debezium();
         self.convert_kafka();
         self.convert_delivery();
@@ -325,115 +334,6 @@ impl Builder {
         self.outbox_tables = tables;
     }
 
-    /// Whether the connector captures logical decoding messages by a prefix list.
-    fn messages(&self) -> bool {
-        self.get("message.prefix.include.list").is_some()
-            || self.get("message.prefix.exclude.list").is_some()
-    }
-
-    /// The prefix lists (Debezium's names, same section as walrelay reads them), and what
-    /// walrelay does differently with messages.
-    fn convert_messages(&mut self, decoder: Option<String>) {
-        if !self.messages() {
-            if let Some(name) = decoder {
-                self.warn(format!(
-                    "transform `{name}` decodes logical messages, but neither message.prefix.include.list nor message.prefix.exclude.list is set: walrelay relays no message without one (Debezium captures every prefix); set one in [debezium]"
-                ));
-            }
-            return;
-        }
-        for key in ["message.prefix.include.list", "message.prefix.exclude.list"] {
-            if let Some(v) = self.get(key).map(str::to_string) {
-                self.debezium.insert(key.into(), v);
-            }
-        }
-        if decoder.is_none() {
-            self.warn(format!(
-                "message.prefix.* is set but `transforms` has no {DECODE_MESSAGE}: Debezium sends raw message events (topic <topic.prefix>.message); walrelay routes each selected message's JSON content as an outbox event, as with that transform before the EventRouter"
-            ));
-        }
-        self.warn("Debezium relays non-transactional logical messages (pg_logical_emit_message(false, …)), even when their transaction rolls back; walrelay refuses them unless [outbox] non_transactional_messages = \"relay\"");
-    }
-
-    fn convert_router(&mut self) {
-        let names: Vec<String> = self
-            .get("transforms")
-            .map(|t| t.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
-            .unwrap_or_default();
-        let mut router_name: Option<String> = None;
-        let mut decoder_name: Option<String> = None;
-        for name in &names {
-            let ty = self.get(&format!("transforms.{name}.type")).unwrap_or("").to_string();
-            if ty == DECODE_MESSAGE && decoder_name.is_none() {
-                decoder_name = Some(name.clone());
-                self.convert_decoder(name);
-            } else if ty == EVENT_ROUTER && router_name.is_none() {
-                router_name = Some(name.clone());
-            } else if ty == EVENT_ROUTER {
-                self.warn(format!(
-                    "transform `{name}` is a second EventRouter; walrelay applies only the first (`{}`)",
-                    router_name.as_deref().unwrap_or("")
-                ));
-            } else {
-                self.warn(format!(
-                    "transform `{name}` ({ty}) is not applied by walrelay: records leave exactly as the EventRouter makes them"
-                ));
-            }
-        }
-        self.convert_messages(decoder_name);
-        let Some(name) = router_name else {
-            self.warn(format!(
-                "no {EVENT_ROUTER} transform in `transforms`: [router] is left empty (Debezium's defaults)"
-            ));
-            return;
-        };
-        let prefix = format!("transforms.{name}.");
-        let options: Vec<(String, String)> = self
-            .options
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_string(), v.clone())))
-            .collect();
-        for (key, value) in options {
-            if key == "type" {
-                continue;
-            }
-            if key == "predicate" || key == "negate" {
-                self.warn(format!(
-                    "{prefix}{key} is not needed: walrelay routes only the outbox table's INSERTs"
-                ));
-            } else if key.starts_with("tracing.") {
-                self.warn(format!(
-                    "{prefix}{key}: walrelay does not support Debezium's OpenTelemetry tracing; left out"
-                ));
-            } else {
-                self.router.insert(key, value);
-            }
-        }
-    }
-
-    /// `DecodeLogicalDecodingMessageContent`'s options: `fields.null.include` goes to
-    /// [debezium]; walrelay decodes every selected message as that transform does.
-    fn convert_decoder(&mut self, name: &str) {
-        let prefix = format!("transforms.{name}.");
-        let options: Vec<(String, String)> = self
-            .options
-            .iter()
-            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|rest| (rest.to_string(), v.clone())))
-            .collect();
-        for (key, value) in options {
-            match key.as_str() {
-                "type" => {}
-                "fields.null.include" => {
-                    self.debezium.insert(key, value);
-                }
-                "predicate" | "negate" => self.warn(format!(
-                    "{prefix}{key} is not needed: walrelay decodes only the messages its prefix list selects"
-                )),
-                _ => self.warn(format!("{prefix}{key} is not an option walrelay knows for {DECODE_MESSAGE}; left out")),
-            }
-        }
-    }
-
     fn convert_debezium(&mut self) {
         match self.get("topic.prefix").or_else(|| self.get("database.server.name")) {
             Some(p) => {
@@ -516,25 +416,6 @@ impl Builder {
         self.kafka = props;
     }
 
-    /// Every option not carried over above gets a warning.
-    fn warn_unhonoured(&mut self) {
-        let options = self.options.clone();
-        for (key, value) in &options {
-            if let Some(text) = unhonoured(key, value.trim()) {
-                self.warn(text);
-            }
-        }
-        if self.get("publication.autocreate.mode").is_none() {
-            let publication = self.get("publication.name").unwrap_or("dbz_publication").to_string();
-            self.warn(format!(
-                "publication.autocreate.mode is not set: Debezium's default all_tables made {publication} publish every table and operation; walrelay uses it as is (it relays only the outbox INSERTs and confirms past the rest) — `walrelay check` shows what it publishes"
-            ));
-        }
-        if self.get("plugin.name").is_none() && !self.server {
-            self.warn("plugin.name is not set: Debezium's default is decoderbufs, and walrelay can only take over a pgoutput slot, so [source] slot names a new one (<slot.name>_walrelay; if the connector's slot is pgoutput after all, `walrelay check` shows it, set slot to it)");
-        }
-    }
-
     /// Loads the generated file; options walrelay or librdkafka refuse are left out with a
     /// warning, until it loads (or fails for a reason no option removal can fix).
     fn validate(&mut self) {
@@ -612,205 +493,6 @@ impl Builder {
         self.dropped.entry(name).or_default().push(format!("{key} = {shown} (left out: {reason})"));
         self.warnings.push(format!("[{name}] {key} = {shown} left out: {reason}"));
     }
-
-    /// The TOML text. `for_validation` fills a missing bootstrap.servers with a placeholder.
-    fn render(&self, name: Option<&str>, source: &str, for_validation: bool) -> String {
-        let mut t = String::new();
-        if !for_validation {
-            t += &format!(
-                "# walrelay.toml generated by `walrelay import-debezium {source}`{}.\n",
-                name.map(|n| format!(" from connector {n}")).unwrap_or_default()
-            );
-            t += "# Review it, then run `walrelay check --config walrelay.toml`.\n";
-        }
-        t += "\n[source]\n";
-        if !for_validation {
-            for note in &self.source_notes {
-                t += &format!("# {note}\n");
-            }
-        }
-        for (k, v) in &self.source {
-            t += &format!("{} = {}\n", toml_key(k), toml_string(v));
-        }
-        t += "\n[outbox]\n";
-        match &self.outbox_tables[..] {
-            [one] => t += &format!("table = {}\n", toml_string(one)),
-            many => {
-                let items: Vec<String> = many.iter().map(|m| toml_string(m)).collect();
-                t += &format!("tables = [{}]\n", items.join(", "));
-            }
-        }
-        let delivery = (!self.delivery.is_empty()).then_some(("delivery", &self.delivery));
-        for (section, map) in
-            [("router", &self.router), ("debezium", &self.debezium), ("kafka", &self.kafka)]
-                .into_iter()
-                .chain(delivery)
-        {
-            t += &format!("\n[{section}]\n");
-            if section == "router" && !for_validation {
-                t +=
-                    "# The EventRouter transform's options by Debezium's names, prefix stripped.\n";
-            }
-            for (k, v) in map {
-                t += &format!("{} = {}\n", toml_key(k), toml_value(k, v));
-            }
-            if section == "kafka"
-                && !map.contains_key("bootstrap.servers")
-                && !map.contains_key("metadata.broker.list")
-            {
-                if for_validation {
-                    t += &format!(
-                        "\"bootstrap.servers\" = {}\n",
-                        toml_string(BOOTSTRAP_PLACEHOLDER)
-                    );
-                } else {
-                    t += "# Required; not in the connector config (the Connect worker's bootstrap.servers):\n";
-                    t += "# \"bootstrap.servers\" = \"kafka:9092\"\n";
-                }
-            }
-            if !for_validation {
-                for line in self.dropped.get(section).into_iter().flatten() {
-                    t += &format!("# {line}\n");
-                }
-            }
-        }
-        if !for_validation {
-            t += "\n# Where Debezium keeps its offsets: the first run skips what Debezium already delivered\n";
-            t += "# (docs/migrating-from-debezium.md). Remove the section once walrelay has taken over.\n";
-            let comment = if self.offsets_template {
-                t += "# Kafka Connect: the worker's offset.storage.topic (not in the connector config) and the\n";
-                t += "# connector's name; the offsets are read with the [kafka] settings.\n";
-                "# "
-            } else {
-                ""
-            };
-            t += &format!("{comment}[debezium_offsets]\n");
-            for (k, v) in &self.offsets {
-                t += &format!("{comment}{k} = {}\n", toml_string(v));
-            }
-        }
-        t
-    }
-}
-
-/// The warning for a connector option walrelay does not honour; `None` for options it carries
-/// over (or that change nothing for an outbox relay).
-fn unhonoured(key: &str, value: &str) -> Option<String> {
-    const CARRIED: &[&str] = &[
-        "name",
-        "tasks.max",
-        "database.hostname",
-        "database.port",
-        "database.user",
-        "database.password",
-        "database.dbname",
-        "database.sslmode",
-        "database.sslrootcert",
-        "database.sslcert",
-        "database.sslkey",
-        "database.sslpassword",
-        "database.sslfactory",
-        "database.server.name",
-        "slot.name",
-        "publication.name",
-        "table.include.list",
-        "table.whitelist",
-        "schema.include.list",
-        "schema.whitelist",
-        "topic.prefix",
-        "extended.headers.enabled",
-        // Where Debezium's offsets are: [debezium_offsets].
-        "offset.storage",
-        "offset.storage.file.filename",
-        "offset.storage.topic",
-        "transforms",
-        "bootstrap.servers",
-        // Kafka Connect's exactly-once source support: [delivery].
-        "exactly.once.support",
-        "exactly.once.source.support",
-        "transaction.boundary",
-        // Only INSERTs of the outbox become records: these change nothing.
-        "skipped.operations",
-        "tombstones.on.delete",
-    ];
-    if CARRIED.contains(&key)
-        || key.starts_with("transforms.")
-        || key.starts_with("producer.")
-        || ["key", "value", "header"].iter().any(|w| {
-            key == format!("{w}.converter") || key == format!("{w}.converter.schemas.enable")
-        })
-    {
-        return None;
-    }
-    let text = match key {
-        "connector.class" if value.ends_with("PostgresConnector") => return None,
-        "connector.class" => format!(
-            "connector.class = {value}: walrelay replaces Debezium's PostgreSQL connector only"
-        ),
-        "plugin.name" if value == "pgoutput" => return None,
-        "plugin.name" => format!(
-            "plugin.name = {value}: walrelay streams with pgoutput, so it can't take over this connector's slot; [source] slot names a new one (<slot.name>_walrelay; events between the two slots' positions are skipped or duplicated)"
-        ),
-        "snapshot.mode" if value == "no_data" || value == "never" => return None,
-        "snapshot.mode" => format!(
-            "snapshot.mode = {value}: walrelay never snapshots — it relays rows inserted after its slot's position, never the table's existing rows (like snapshot.mode = no_data)"
-        ),
-        "publication.autocreate.mode" if value == "filtered" || value == "disabled" => return None,
-        "publication.autocreate.mode" if value == "all_tables" => "publication.autocreate.mode = all_tables: walrelay uses the existing all-tables publication as is (it relays only the outbox INSERTs and confirms past the rest); when the publication is missing it creates one FOR TABLE <outbox> WITH (publish = 'insert') instead".to_string(),
-        "publication.autocreate.mode" => format!(
-            "publication.autocreate.mode = {value}: walrelay creates a missing publication FOR TABLE <outbox> WITH (publish = 'insert')"
-        ),
-        "slot.drop.on.stop" if value == "false" => return None,
-        "slot.drop.on.stop" => "slot.drop.on.stop: walrelay never drops its slot on stop (`walrelay teardown --yes` does)".into(),
-        "slot.failover" if value == "false" => return None,
-        "slot.failover" => "slot.failover: walrelay creates a plain slot; create a PostgreSQL 17 failover slot yourself (pg_create_logical_replication_slot(…, failover => true)) before starting it".into(),
-        "time.precision.mode" if value == "adaptive" => return None,
-        "time.precision.mode" => format!(
-            "time.precision.mode = {value}: walrelay converts timestamps as Debezium's default `adaptive` does"
-        ),
-        "provide.transaction.metadata" if value == "false" => return None,
-        "provide.transaction.metadata" => "provide.transaction.metadata: walrelay writes no transaction topic or transaction block".into(),
-        "status.update.interval.ms" => format!(
-            "status.update.interval.ms = {value}: not copied; walrelay reports progress every [source] status_interval_ms (default 1000)"
-        ),
-        "lsn.flush.mode" | "flush.lsn.source" => format!(
-            "{key}: walrelay confirms the slot itself, after Kafka acknowledged, and confirms idle progress from keepalives"
-        ),
-        _ if key.starts_with("heartbeat.") => format!(
-            "{key}: walrelay writes no heartbeat topic and runs no heartbeat query; it confirms idle progress from the server's keepalives instead"
-        ),
-        _ if key.starts_with("tracing.") => format!("{key}: walrelay does not support Debezium's OpenTelemetry tracing"),
-        _ if key.starts_with("errors.") => format!(
-            "{key}: walrelay has no errors.tolerance; a row it can't route stops it, or goes to the [dead_letter] topic when one is configured"
-        ),
-        _ if key.starts_with("signal.") || key.starts_with("incremental.snapshot") || key.starts_with("snapshot.") => {
-            format!("{key}: walrelay has no snapshots or signals")
-        }
-        _ if key.starts_with("topic.creation.") => format!(
-            "{key}: walrelay creates no topics; create them beforehand (or let the broker auto-create them)"
-        ),
-        _ if key.contains(".converter.") => format!(
-            "{key}: walrelay's converters take no options beyond schemas.enable"
-        ),
-        "message.prefix.include.list" | "message.prefix.exclude.list" => return None,
-        "publish.via.partition.root" => "publish.via.partition.root: create the publication yourself WITH (publish_via_partition_root = true) for a partitioned outbox".into(),
-        _ => format!("{key} is not used by walrelay (no equivalent)"),
-    };
-    Some(text)
-}
-
-/// Where a Java producer property has a librdkafka counterpart under another name.
-fn java_producer_hint(key: &str) -> Option<&'static str> {
-    Some(match key {
-        "max.request.size" => "librdkafka's counterpart is message.max.bytes",
-        "buffer.memory" => "librdkafka's counterpart is queue.buffering.max.kbytes",
-        "sasl.jaas.config" => "set sasl.username and sasl.password instead",
-        k if k.starts_with("ssl.truststore.") => "set ssl.ca.location (a PEM file) instead",
-        "key.serializer" | "value.serializer" => "walrelay writes the converters' bytes itself",
-        "partitioner.class" => "walrelay always uses murmur2_random, the Java client's partitioner",
-        "max.block.ms" | "interceptor.classes" | "client.dns.lookup" => "no librdkafka counterpart",
-        _ => return None,
-    })
 }
 
 /// The `WALRELAY_*` variable that sets `[kafka] key` (see `config::env`).

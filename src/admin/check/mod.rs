@@ -4,12 +4,14 @@
 //! A missing publication or slot is not a failure — `walrelay run` creates them — but the role
 //! must then be allowed to create them, which is checked instead.
 //!
-//! `postgres.rs` checks the server, the role and the slot (failover included), `tables.rs` the
+//! `postgres.rs` checks the server, the role and the slot (failover included), then
+//! `offsets.rs` Debezium's offsets against the slot (with `[debezium_offsets]`), `tables.rs` the
 //! outbox tables and the publication, `retention.rs` the `[retention]` settings against each
 //! table, `replay.rs` the index `walrelay replay` would read each table by; all read through [`crate::source`], as `run` does. `kafka.rs` checks the broker as
 //! the configured principal, and the fixed topics.
 
 mod kafka;
+mod offsets;
 mod postgres;
 mod replay;
 mod retention;

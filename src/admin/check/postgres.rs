@@ -3,7 +3,7 @@
 
 use tokio_postgres::config::Host;
 
-use super::{tables, Report};
+use super::{offsets, tables, Report};
 use crate::admin::{connect, describe_source, human_bytes};
 use crate::config::{Config, SourceConfig};
 use crate::error::Result;
@@ -130,6 +130,7 @@ async fn checks(config: &Config, control: &Control, r: &mut Report) -> Result<()
         creation_blockers(control, &src.slot, r).await?;
     }
     failover(config, control, slot.as_ref(), r).await?;
+    offsets::run(config, slot.as_ref(), r).await;
     Ok(())
 }
 
