@@ -34,6 +34,8 @@ pub struct Sent {
     pub table: std::sync::Arc<str>,
     /// The transaction's commit time, microseconds since the Unix epoch.
     pub commit_micros: i64,
+    /// The relay's span for the record, finished when it is acknowledged (`[tracing]`).
+    pub span: Option<Box<crate::trace::export::Pending>>,
 }
 
 #[derive(Debug, Default)]

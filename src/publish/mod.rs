@@ -36,19 +36,15 @@ mod transactions;
 pub enum Report {
     Delivered {
         seq: Seq,
+        /// Where the broker stored the record, for the relay's span.
+        partition: i32,
+        offset: i64,
     },
     /// A failure retrying may cure (timeout, broker gone): replay from the confirmed position.
-    Failed {
-        seq: Seq,
-        error: KafkaError,
-    },
+    Failed { seq: Seq, error: KafkaError },
     /// The broker or librdkafka refuses this record for good (too large, unknown partition…);
     /// replaying would fail again. Carries what a dead letter needs.
-    Rejected {
-        seq: Seq,
-        error: KafkaError,
-        record: Box<Rejected>,
-    },
+    Rejected { seq: Seq, error: KafkaError, record: Box<Rejected> },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
 }
@@ -205,9 +201,9 @@ impl ProducerContext for RelayContext {
     fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
         let seq = seq as Seq;
         let report = match result {
-            Ok(_) => {
+            Ok(m) => {
                 self.acked.store(true, Relaxed);
-                Report::Delivered { seq }
+                Report::Delivered { seq, partition: m.partition(), offset: m.offset() }
             }
             Err((error, m)) if is_permanent(error) => {
                 let event_id = m.headers().and_then(|h| {
@@ -516,7 +512,7 @@ mod tests {
             publisher.serve_reports();
             while let Ok(report) = rx.try_recv() {
                 match report {
-                    Report::Delivered { seq } => seqs.push(seq),
+                    Report::Delivered { seq, .. } => seqs.push(seq),
                     other => panic!("unexpected report {other:?}"),
                 }
             }

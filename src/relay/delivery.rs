@@ -22,6 +22,7 @@ use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::publish::{self, Publisher, Rejected, Report, SendError};
 use crate::router::Record;
+use crate::trace::export::{Exporter, Pending};
 
 /// A row (or logical message) that could not become its record, for
 /// [`Delivery::undeliverable`] and [`Delivery::refuse`].
@@ -51,6 +52,8 @@ pub fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
 
 pub struct Delivery {
     publisher: Publisher,
+    /// `[tracing]`: where each record's span goes once the broker acknowledged it.
+    exporter: Option<Exporter>,
     reports: mpsc::UnboundedReceiver<Report>,
     frontier: Frontier,
     limits: Limits,
@@ -108,6 +111,7 @@ impl Delivery {
             transactions,
             principal: publish::principal(&config.kafka),
             refused: 0,
+            exporter: Exporter::for_config(config, metrics),
             metrics: metrics.clone(),
         })
     }
@@ -209,10 +213,12 @@ impl Delivery {
         let bytes = record.key.as_ref().map_or(0, |k| k.len())
             + record.value.as_ref().map_or(0, |v| v.len())
             + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let span = Pending::of(record.trace.as_ref(), &record.event_id, lsn, self.commit_micros);
         let sent = Sent {
             topic: record.topic.clone(),
             table: table.clone(),
             commit_micros: self.commit_micros,
+            span,
         };
         self.read_records += 1;
         let seq = self.frontier.sent(bytes, lsn, sent);
@@ -348,14 +354,17 @@ impl Delivery {
     fn on_report(&mut self, report: Option<Report>) -> Result<()> {
         match report {
             // The commit of its transaction is what counts; a failure fails the commit too.
-            Some(Report::Delivered { seq: PROGRESS_SEQ }) => Ok(()),
+            Some(Report::Delivered { seq: PROGRESS_SEQ, .. }) => Ok(()),
             Some(Report::Failed { seq: PROGRESS_SEQ, error })
             | Some(Report::Rejected { seq: PROGRESS_SEQ, error, .. }) => Err(Error::transient(
                 "kafka did not take the progress record of the open transaction",
                 error,
             )),
-            Some(Report::Delivered { seq }) => {
-                if let Some(sent) = self.frontier.ack(seq) {
+            Some(Report::Delivered { seq, partition, offset }) => {
+                if let Some(mut sent) = self.frontier.ack(seq) {
+                    if let (Some(span), Some(exporter)) = (sent.span.take(), &self.exporter) {
+                        exporter.acked(*span, &sent.topic, partition, offset, unix_micros());
+                    }
                     self.acked.push(sent);
                 }
                 Ok(())
