@@ -20,6 +20,7 @@ mod fresh;
 mod kafka;
 mod latency;
 mod measure;
+mod otlp_sink;
 mod polling;
 mod probe;
 mod replay;
@@ -111,8 +112,9 @@ struct Opts {
     /// partitioned, two-tables, messages, and the envelope formats debezium (the default format,
     /// drained like the others for a like-for-like baseline), cloudevents-binary,
     /// cloudevents-structured, cloudevents-protobuf, protobuf; exactly-once: the plain table
-    /// with `[delivery] guarantee = "exactly-once"`, drained and at the steady rates; "none"
-    /// skips).
+    /// with `[delivery] guarantee = "exactly-once"`, drained and at the steady rates;
+    /// tracing-off, tracing, tracing-export: a span context column, ignored, propagated, and
+    /// propagated with OTLP span export; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages,exactly-once")]
     shapes: String,
     /// Don't build the release walrelay binary first.
@@ -430,7 +432,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     eprintln!(
                         "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
                          cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
-                         protobuf, exactly-once)"
+                         protobuf, exactly-once, tracing-off, tracing, tracing-export)"
                     );
                     continue;
                 };

@@ -17,7 +17,13 @@
 //!   topic, key and `id` header, which every format keeps;
 //! * `exactly-once` — the plain table with `[delivery] guarantee = "exactly-once"`: Kafka
 //!   transactions of whole PostgreSQL transactions plus the progress record, read back with
-//!   `read_committed`.
+//!   `read_committed`;
+//! * `tracing-off`, `tracing`, `tracing-export` — the plain table with a span context column
+//!   whose every row holds the same Properties text (`traceparent=…`, `tracestate=…`, as
+//!   Debezium's writers store it), so the WAL is the same in all three: `tracing-off` names the
+//!   column `tracing_unused` (walrelay reads no context), `tracing` names it
+//!   `tracingspancontext` (parsed, `traceparent`/`tracestate` headers), `tracing-export` adds
+//!   `[tracing] otlp_endpoint` to an OTLP/HTTP receiver in the bench (a relay span per event).
 
 use crate::support::{services, unique, TestDb};
 use crate::systems::{walrelay_drain, Ctx, Drain};
@@ -34,6 +40,9 @@ pub enum Shape {
     CloudEventsProtobuf,
     Protobuf,
     ExactlyOnce,
+    TracingOff,
+    Tracing,
+    TracingExport,
 }
 
 impl Shape {
@@ -48,6 +57,9 @@ impl Shape {
             "cloudevents-protobuf" => Some(Shape::CloudEventsProtobuf),
             "protobuf" => Some(Shape::Protobuf),
             "exactly-once" => Some(Shape::ExactlyOnce),
+            "tracing-off" => Some(Shape::TracingOff),
+            "tracing" => Some(Shape::Tracing),
+            "tracing-export" => Some(Shape::TracingExport),
             _ => None,
         }
     }
@@ -64,6 +76,9 @@ impl Shape {
             Shape::CloudEventsProtobuf => "walrelay, envelope cloudevents-protobuf",
             Shape::Protobuf => "walrelay, envelope protobuf",
             Shape::ExactlyOnce => "walrelay, exactly-once",
+            Shape::TracingOff => "walrelay, context column, tracing off",
+            Shape::Tracing => "walrelay, tracing (propagation)",
+            Shape::TracingExport => "walrelay, tracing + OTLP span export",
         }
     }
 
@@ -80,7 +95,10 @@ impl Shape {
             | Shape::CloudEventsStructured
             | Shape::CloudEventsProtobuf
             | Shape::Protobuf
-            | Shape::ExactlyOnce => &["outbox"],
+            | Shape::ExactlyOnce
+            | Shape::TracingOff
+            | Shape::Tracing
+            | Shape::TracingExport => &["outbox"],
             Shape::TwoTables => &["outbox", "billing.outbox"],
             Shape::Messages => &[],
         }
@@ -109,9 +127,18 @@ impl Shape {
                 "[outbox]\ntable = \"public.outbox\"\n\n[envelope]\nformat = \"protobuf\"\n"
             }
             Shape::ExactlyOnce => crate::systems::EXACTLY_ONCE_OUTBOX,
+            Shape::TracingOff | Shape::Tracing | Shape::TracingExport => {
+                "[outbox]\ntable = \"public.outbox\"\n"
+            }
         }
     }
 }
+
+/// The tracing shapes' span context, as `Properties.store` writes it (a date comment first).
+const SPAN_CONTEXT: &str = "#Tue Dec 02 09:00:00 UTC 2026
+tracestate=vendor\\=opaque
+traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+";
 
 const PARTITIONED_OUTBOX: &str = "CREATE TABLE outbox (
   id uuid NOT NULL,
@@ -144,6 +171,15 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::CloudEventsProtobuf
         | Shape::Protobuf
         | Shape::ExactlyOnce => db.create_outbox("outbox").await,
+        Shape::TracingOff | Shape::Tracing | Shape::TracingExport => {
+            db.create_outbox("outbox").await;
+            let column =
+                if shape == Shape::TracingOff { "tracing_unused" } else { "tracingspancontext" };
+            db.execute(&format!(
+                "ALTER TABLE outbox ADD COLUMN {column} text NOT NULL DEFAULT '{SPAN_CONTEXT}'"
+            ))
+            .await;
+        }
     }
     let publication = unique("bench_shape_pub");
     let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));
@@ -175,9 +211,18 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
     eprintln!("[bench] {}: loaded {} events in {:.1} s", shape.system(), load.events, load.seconds);
     let mut ceiling = crate::systems::ceiling(ctx, &db, &ceiling_slot, &publication, &load).await;
     ceiling.system = shape.ceiling_system();
-    let d =
-        walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), shape.outbox_toml())
-            .await;
+    let mut outbox = shape.outbox_toml().to_owned();
+    let mut sink = None;
+    if shape == Shape::TracingExport {
+        let (port, received) = crate::otlp_sink::start().await;
+        outbox += &format!("\n[tracing]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n");
+        sink = Some(received);
+    }
+    let d = walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), &outbox).await;
+    if let Some(received) = sink {
+        let bytes = received.load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("[bench] {}: the OTLP receiver got {bytes} bytes of spans", shape.system());
+    }
     workload::drop_db(&db).await;
     (load, vec![ceiling, d])
 }

@@ -321,3 +321,30 @@ fn delivery_refuses_an_unknown_guarantee_a_transactional_id_in_kafka_and_a_batch
     let e = err("\n\"transaction.timeout.ms\" = 1000\n[delivery]\ntransaction_max_ms = 600\n");
     assert!(e.contains("transaction_max_ms") && e.contains("1000 ms"), "{e}");
 }
+
+#[test]
+fn tracing_section_takes_an_http_otlp_endpoint_and_turns_relay_spans_on() {
+    let c = Config::parse(MINIMAL).unwrap();
+    assert!(c.tracing.is_none() && !c.router.relay_spans);
+    for (given, used) in [
+        ("http://127.0.0.1:4318", "http://127.0.0.1:4318/v1/traces"),
+        ("http://collector:4318/", "http://collector:4318/v1/traces"),
+        ("http://collector:4318/custom/path", "http://collector:4318/custom/path"),
+    ] {
+        let c =
+            Config::parse(&format!("{MINIMAL}\n[tracing]\notlp_endpoint = \"{given}\"\n")).unwrap();
+        let t = c.tracing.expect("[tracing]");
+        assert_eq!((t.otlp_endpoint.as_str(), t.queue_spans), (used, 8192));
+        assert_eq!(t.service_name, "walrelay");
+        assert!(c.router.relay_spans);
+    }
+    for (section, needle) in [
+        ("otlp_endpoint = \"https://collector:4318\"", "https is not supported"),
+        ("otlp_endpoint = \"http:///v1/traces\"", "has no host"),
+        ("otlp_endpoint = \"http://c\"\nqueue_spans = 0", "queue_spans"),
+        ("otlp_endpont = \"http://c\"", "otlp_endpont"),
+    ] {
+        let err = Config::parse(&format!("{MINIMAL}\n[tracing]\n{section}\n")).unwrap_err();
+        assert!(err.to_string().contains(needle), "{section}: {err}");
+    }
+}

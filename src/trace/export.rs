@@ -389,3 +389,6 @@ mod otlp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
