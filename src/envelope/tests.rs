@@ -344,3 +344,27 @@ fn commit_times_are_rfc3339_in_utc() {
     assert_eq!(cloudevents::rfc3339(-1), "1969-12-31T23:59:59.999999Z");
     assert_eq!(cloudevents::rfc3339(4_102_444_799_999_999), "2099-12-31T23:59:59.999999Z");
 }
+
+#[test]
+fn each_format_carries_the_trace_where_its_binding_puts_it() {
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    // The `region` column holds the span context here.
+    let router = [("tracing.span.context.field", "region")];
+    let mut tuple = row(Some(PAYLOAD), Some("OrderCreated"));
+    let context = format!("traceparent={TP}\ntracestate=a=1");
+    tuple.0[5] = Value::Text(Bytes::from(context));
+    let structured = route(&[("format", "cloudevents-structured")], &router, 3802, &tuple).unwrap();
+    let event: serde_json::Value =
+        serde_json::from_slice(structured.value.as_deref().unwrap()).unwrap();
+    assert_eq!(event["traceparent"], TP);
+    assert_eq!(event["tracestate"], "a=1");
+    assert_eq!(header(&structured, "traceparent"), None);
+    let binary = route(&[("format", "cloudevents-binary")], &router, 3802, &tuple).unwrap();
+    assert_eq!(header(&binary, "ce_traceparent"), Some(TP));
+    assert_eq!(header(&binary, "ce_tracestate"), Some("a=1"));
+    let protobuf = route(&[("format", "protobuf")], &router, 3802, &tuple).unwrap();
+    assert_eq!(header(&protobuf, "traceparent"), Some(TP));
+    let debezium = route(&[("format", "debezium")], &router, 3802, &tuple).unwrap();
+    let names: Vec<&str> = debezium.headers.iter().map(|(n, _)| &**n).collect();
+    assert_eq!(names, ["traceparent", "tracestate", "id"]);
+}

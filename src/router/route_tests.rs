@@ -481,3 +481,39 @@ fn router_binding_and_record_can_move_between_threads() {
     send_sync::<RouteError>();
     send_sync::<RouterConfig>();
 }
+
+#[test]
+fn route_trace_headers_follow_the_header_converter_and_context_only() {
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let rel = table_with(&[("tracingspancontext", 25)]);
+    let vals =
+        |ctx: Option<&'static str>| vec![Some(ID), Some("Order"), Some("o-1"), Some("{}"), ctx];
+    let header = |r: &Record, n: &str| {
+        r.headers
+            .iter()
+            .find(|(h, _)| &**h == n)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    };
+    // JsonConverter headers: Connect's STRING header as JSON text, as Debezium's would be.
+    let json = [("header.converter", "json")];
+    let r = route_one(&[], &json, &rel, &vals(Some(TP))).unwrap();
+    assert_eq!(header(&r, "traceparent"), Some(format!("\"{TP}\"")));
+    // No context: no trace by default; a new sampled root with context-only off.
+    let r = route_one(&[], &[], &rel, &vals(None)).unwrap();
+    assert_eq!((header(&r, "traceparent"), r.trace), (None, None));
+    let off = [("tracing.with.context.field.only", "false")];
+    let r = route_one(&off, &[], &rel, &vals(None)).unwrap();
+    let tp = header(&r, "traceparent").expect("a new trace");
+    assert!(tp.starts_with("00-") && tp.ends_with("-01") && tp.len() == 55, "{tp}");
+    assert_eq!(r.trace.unwrap().parent, None);
+    // A placement named traceparent keeps its bytes, alone.
+    let placed = [("table.fields.additional.placement", "tracingspancontext:header:traceparent")];
+    let r = route_one(&placed, &[], &rel, &vals(Some("traceparent=x"))).unwrap();
+    let tps: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(h, _)| &**h == "traceparent")
+        .map(|(_, v)| std::str::from_utf8(v).unwrap())
+        .collect();
+    assert_eq!(tps, ["traceparent=x"]);
+}
