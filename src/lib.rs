@@ -18,6 +18,7 @@ pub mod import;
 pub mod lsn;
 pub mod messages;
 pub mod metrics;
+pub mod options;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;

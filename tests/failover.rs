@@ -92,16 +92,20 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     let writer = Writer::spawn(w);
     let standby_url = standby.pg.pg.url(&s.db.name);
     let (surl, slot) = (standby_url.as_str(), s.slot.as_str());
+    // The sync worker naps up to 30 s between rounds and keeps the copy temporary for a round or
+    // two: 5–20 s on a quiet machine, longer on a loaded one.
+    let sync_started = Instant::now();
     assert!(
         wait_until(
             "the standby holds a synchronised copy of the slot",
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             || async move { slot_synced_on(surl, slot).await }
         )
         .await,
         "slot never synced to the standby\n{}",
         relay.log()
     );
+    let synced_after = sync_started.elapsed();
     let w = &writer;
     assert!(
         wait_until("300 events written", Duration::from_secs(60), || async move {
@@ -157,13 +161,14 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     let log = relay.log();
     let sessions = log.lines().filter(|l| l.contains("resume_lsn=")).count();
     println!(
-        "failover on PostgreSQL {}: {} events committed ({} before the kill, {} reconnects of the writer, {} commits found after reconnecting); {}; primary killed → promoted {:.1?}; promotion → first record {} ms; walrelay sessions {}",
+        "failover on PostgreSQL {}: {} events committed ({} before the kill, {} reconnects of the writer, {} commits found after reconnecting); {}; slot synced after {:.1?}; primary killed → promoted {:.1?}; promotion → first record {} ms; walrelay sessions {}",
         server.version,
         report.events.len(),
         before_kill,
         report.reconnects,
         report.commits_confirmed_after_reconnect,
         v.summary(),
+        synced_after,
         promoted.duration_since(killed),
         first_after.map_or("none".to_string(), |t| (t - promoted_ms).to_string()),
         sessions
@@ -253,7 +258,7 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
             assert!(
                 wait_until(
                     "the standby synchronises the slot",
-                    Duration::from_secs(60),
+                    Duration::from_secs(150),
                     || async move { slot_synced_on(surl, slot).await }
                 )
                 .await,

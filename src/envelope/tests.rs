@@ -7,7 +7,7 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::*;
-use crate::config::ConfigError;
+use crate::options::ConfigError;
 use crate::pgoutput::{Relation, Value};
 
 type Opts = BTreeMap<String, String>;
