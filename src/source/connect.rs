@@ -278,8 +278,9 @@ async fn resolve(name: &str, port: u16) -> Result<IpAddr> {
     })
 }
 
-/// The connection settings of `base` aimed at one server only.
-fn single_host(base: &Config, endpoint: &Endpoint) -> Config {
+/// The connection settings of `base` aimed at one server only. The one place a multi-host URL
+/// becomes one host's settings: the relay's sessions and `check`'s look at each standby.
+pub fn single_host(base: &Config, endpoint: &Endpoint) -> Config {
     let mut c = Config::new();
     match &endpoint.host {
         Host::Tcp(name) => c.host(name),
