@@ -15,6 +15,7 @@ pub mod envelope;
 pub mod error;
 pub mod http;
 pub mod import;
+pub mod libpq;
 pub mod lsn;
 pub mod messages;
 pub mod metrics;

@@ -21,9 +21,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row};
 
 use super::error::{classify_pg, pg_class, Class};
-use super::libpq;
 use crate::config::SourceConfig;
 use crate::error::{Error, Result};
+use crate::libpq;
 
 /// How long one control query may take. Catalog and slot queries answer in milliseconds; a
 /// query that takes this long means the server or the network stalled.

@@ -21,7 +21,6 @@ pub mod connect;
 pub mod creation;
 pub mod error;
 pub mod horizon;
-pub mod libpq;
 pub mod partitions;
 pub mod retained;
 pub mod slot;
