@@ -7,24 +7,24 @@
 //! relayed outbox rows, off the data path.
 
 pub mod admin;
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 pub mod config;
-pub mod dead_letter;
-pub mod duration;
+pub(crate) mod dead_letter;
+pub(crate) mod duration;
 pub mod envelope;
-pub mod error;
+pub(crate) mod error;
 pub mod http;
 pub mod import;
-pub mod libpq;
+pub(crate) mod libpq;
 pub mod lsn;
-pub mod messages;
+pub(crate) mod messages;
 pub mod metrics;
-pub mod options;
+pub(crate) mod options;
 pub mod pgoutput;
-pub mod publish;
+pub(crate) mod publish;
 pub mod relay;
 pub mod replay;
 pub mod retention;
 pub mod router;
-pub mod source;
-pub mod tls;
+pub(crate) mod source;
+pub(crate) mod tls;
