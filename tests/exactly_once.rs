@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::Setup;
 use crate::support::faults::{
-    self, collect_deliveries, freeze, slot_active_pid, slot_confirmed, terminate_walsender, thaw,
-    verify, Rng, Verdict, Writer, WriterConfig,
+    collect_deliveries, freeze, slot_active_pid, slot_confirmed, terminate_walsender, thaw, verify,
+    Rng, Verdict, Writer, WriterConfig,
 };
 use crate::support::kafka_cluster::KafkaCluster;
 use crate::support::relay::RelayProcess;
@@ -133,7 +133,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
     )
     .await;
     let v = verify(&report.events, &got);
-    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0);
+    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
     logs += &relay.log();
     logs += &standby.log();
     println!(
@@ -142,7 +142,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
         report.events.len(),
         report.txns.len(),
         v.summary(),
-        faults::fmt_lsn(confirmed),
+        confirmed,
         logs.matches("fenced").count()
     );
     relay.kill();

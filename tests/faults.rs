@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use crate::common::{ids, Setup};
 use crate::support::faults::{
-    self, collect_deliveries, consume_while, hwm_kb, parse_lsn, private_broker, rss_kb,
-    slot_active_pid, slot_confirmed, transactions_read, verify, PrivatePostgres, Rng, Writer,
-    WriterConfig,
+    self, collect_deliveries, consume_while, hwm_kb, private_broker, rss_kb, slot_active_pid,
+    slot_confirmed, transactions_read, verify, PrivatePostgres, Rng, Writer, WriterConfig,
 };
 use crate::support::relay::{http_get, metric, RelayProcess};
 use crate::support::{free_port, kafka, services, unique, wait_until};
+use walrelay::lsn::Lsn;
 
 /// Everything the relay logged plus the end of a server log, for assertion messages.
 fn diag(relay: &RelayProcess, pg_log: &str) -> String {
@@ -89,7 +89,7 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
     let writer = Writer::spawn(wcfg);
 
     // confirmed_flush_lsn of the slot once each killed relay's walsender was gone.
-    let mut confirmed_at_kill: Vec<u64> = Vec::new();
+    let mut confirmed_at_kill: Vec<Lsn> = Vec::new();
     let mut peak_hwm = 0;
     let mut logs = Vec::new();
     for _ in 0..KILLS {
@@ -139,7 +139,7 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
                 "{id} (transaction {} sent after {} kills, commit ≤ {}, delivered at {copies:?})",
                 by_id[id.as_str()],
                 txn.marker_before,
-                faults::fmt_lsn(txn.upper_lsn)
+                txn.upper_lsn
             ));
         }
     }
@@ -151,7 +151,7 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
         report.txns.len(),
         v.summary(),
         mb(peak_hwm),
-        confirmed_at_kill.iter().map(|l| faults::fmt_lsn(*l)).collect::<Vec<_>>()
+        confirmed_at_kill.iter().map(Lsn::to_string).collect::<Vec<_>>()
     );
     assert!(
         v.ok(),
@@ -413,7 +413,7 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
     assert!(
         wait_until("the slot confirms the delivered transactions", Duration::from_secs(10), || {
             let (url, slot) = (url.clone(), slot.clone());
-            async move { slot_confirmed(&url, &slot).await.unwrap_or(0) >= last_end }
+            async move { slot_confirmed(&url, &slot).await.unwrap_or_default() >= last_end }
         })
         .await
     );
@@ -431,7 +431,7 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
     let mut walsenders = HashSet::new();
     let mut readyz = HashSet::new();
     while hung_at.elapsed() < HANG {
-        let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0);
+        let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
         let pid = slot_active_pid(&s.db.url, &s.slot).await;
         walsenders.extend(pid);
         samples.push((confirmed, pid));
@@ -479,8 +479,8 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
         "broker frozen {HANG:?} (message.timeout.ms 3000): slot active in {active}/{} samples, {} walsenders, {sessions} relay sessions, highest confirmed during the hang {} < first unacked commit {}; delivered {delivered_in:.1?} after SIGCONT; {}",
         samples.len(),
         walsenders.len(),
-        faults::fmt_lsn(max_confirmed),
-        faults::fmt_lsn(first_unacked),
+        max_confirmed,
+        first_unacked,
         v.summary()
     );
     assert!(
@@ -494,8 +494,8 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
     assert!(
         max_confirmed < first_unacked,
         "the slot was confirmed to {} past the first unacknowledged transaction ending at {}",
-        faults::fmt_lsn(max_confirmed),
-        faults::fmt_lsn(first_unacked)
+        max_confirmed,
+        first_unacked
     );
     assert!(timed_out.is_empty(), "PostgreSQL timed out the relay's walsender: {timed_out:?}");
     assert!(
@@ -555,12 +555,7 @@ async fn broker_unreachable_at_start_relay_waits_and_delivers_when_it_appears() 
     );
     let first = transactions_read(&relay.log()).into_iter().filter(|l| *l > c0).min().unwrap();
     let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
-    assert!(
-        confirmed < first,
-        "confirmed {} past an unacknowledged commit {}",
-        faults::fmt_lsn(confirmed),
-        faults::fmt_lsn(first)
-    );
+    assert!(confirmed < first, "confirmed {} past an unacknowledged commit {}", confirmed, first);
 
     let broker = tokio::task::spawn_blocking(move || private_broker(Some(port))).await.unwrap();
     let appeared = Instant::now();
@@ -929,14 +924,14 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
     let confirmed_after =
         wait_until("the slot confirms the transaction", Duration::from_secs(20), || {
             let (url, slot) = (url.clone(), slot.clone());
-            async move { slot_confirmed(&url, &slot).await.unwrap_or(0) >= end }
+            async move { slot_confirmed(&url, &slot).await.unwrap_or_default() >= end }
         })
         .await;
     let hwm = hwm_kb(pid).unwrap_or(0);
     println!(
         "one transaction of {ROWS} rows committed in {committed_in:.1?}; relay frozen with {in_kafka} of them in Kafka and the slot at {} (commit ends at {}); all delivered {delivered_in:.1?} after the insert began; relay peak RSS (VmHWM) {:.1} MB ({:.1} MB when frozen); {}",
-        faults::fmt_lsn(confirmed_frozen),
-        faults::fmt_lsn(end),
+        confirmed_frozen,
+        end,
         mb(hwm),
         mb(hwm_frozen),
         v.summary()
@@ -948,8 +943,8 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
     assert!(
         confirmed_frozen < end,
         "with {in_kafka} of {ROWS} rows acknowledged the slot was already confirmed to {} (commit end {})",
-        faults::fmt_lsn(confirmed_frozen),
-        faults::fmt_lsn(end)
+        confirmed_frozen,
+        end
     );
     assert!(v.ok(), "{}\nlost: {:?}\nreordered: {:?}", v.summary(), v.lost_ids, v.reordered_detail);
     assert!(
@@ -965,10 +960,10 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
 // poison rows
 
 /// The LSN written right after `marker` on a log line (`… at LSN 0/1A2B3C …`).
-pub(crate) fn lsn_after(line: &str, marker: &str) -> Option<u64> {
+pub(crate) fn lsn_after(line: &str, marker: &str) -> Option<Lsn> {
     let rest = line.split(marker).nth(1)?;
     let text: String = rest.chars().take_while(|c| c.is_ascii_hexdigit() || *c == '/').collect();
-    text.contains('/').then(|| parse_lsn(&text))
+    text.parse().ok()
 }
 
 pub(crate) fn dead_letter_section(topic: &str) -> String {
@@ -980,10 +975,7 @@ fn assert_dead_letter_headers(r: &kafka::Consumed, event_id: Option<&str>) {
     assert!(!error.is_empty(), "no walrelay.error header: {:?}", r.headers);
     assert_eq!(r.header_str("walrelay.table"), Some("public.outbox"), "{:?}", r.headers);
     let lsn = r.header_str("walrelay.lsn").unwrap_or("");
-    assert!(
-        lsn.contains('/') && lsn.split('/').all(|p| u64::from_str_radix(p, 16).is_ok()),
-        "walrelay.lsn {lsn:?}"
-    );
+    assert!(lsn.parse::<Lsn>().is_ok(), "walrelay.lsn {lsn:?}");
     // The event id when the row has one; a NULL id has no header (or an empty one).
     match event_id {
         Some(id) => assert_eq!(r.header_str("walrelay.event.id"), Some(id), "{:?}", r.headers),
@@ -1196,11 +1188,11 @@ async fn dropped_publication_stops_the_relay_with_a_hint() {
     s.insert_events("Order", "o-1", 1).await;
     let line = assert_stops_with_hint(&mut relay, "publication dropped");
     assert!(line.contains("publication"), "{line}");
-    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0);
+    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
     assert!(
-        confirmed <= parse_lsn(&before_row),
+        confirmed <= before_row.parse::<Lsn>().unwrap(),
         "the slot was confirmed to {} past the row written after the drop (at {before_row})",
-        faults::fmt_lsn(confirmed)
+        confirmed
     );
     release_slot(&s).await;
 }

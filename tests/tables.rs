@@ -196,7 +196,7 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     }
     println!(
         "broker hung: the relay read 20 partition rows, was killed, and the slot still holds {held} of 20 (confirmed at {})",
-        faults::fmt_lsn(slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0))
+        slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default()
     );
     assert_eq!(held, 20, "the slot was confirmed past unacknowledged partition rows");
 

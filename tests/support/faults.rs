@@ -22,6 +22,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio_postgres::{Client, NoTls};
+use walrelay::lsn::Lsn;
 
 use super::kafka::Consumed;
 use super::servers::Server;
@@ -115,17 +116,8 @@ impl Rng {
 // ---------------------------------------------------------------------------------------------
 // LSNs and the relay's log
 
-pub fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.trim().split_once('/').unwrap_or_else(|| panic!("not an LSN: {text:?}"));
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
-pub fn fmt_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
-}
-
 /// The value of `field=` on a log line, when it looks like an LSN (`0/1A2B3C`).
-pub fn lsn_field(line: &str, field: &str) -> Option<u64> {
+pub fn lsn_field(line: &str, field: &str) -> Option<Lsn> {
     let needle = format!("{field}=");
     let start = line.find(&needle)? + needle.len();
     let text: String = line[start..]
@@ -133,12 +125,12 @@ pub fn lsn_field(line: &str, field: &str) -> Option<u64> {
         .chars()
         .take_while(|c| c.is_ascii_hexdigit() || *c == '/')
         .collect();
-    text.contains('/').then(|| parse_lsn(&text))
+    text.parse().ok()
 }
 
 /// The `end_lsn` of every "transaction read" line of a walrelay debug log, in log order
 /// (a transaction replayed by a later session appears again).
-pub fn transactions_read(log: &str) -> Vec<u64> {
+pub fn transactions_read(log: &str) -> Vec<Lsn> {
     log.lines()
         .filter(|l| l.contains("transaction read"))
         .filter_map(|l| lsn_field(l, "end_lsn"))
@@ -169,18 +161,17 @@ pub async fn slot_active_pid(url: &str, slot: &str) -> Option<i32> {
 }
 
 /// The slot's confirmed_flush_lsn (None: no such slot, or PostgreSQL is unreachable).
-pub async fn slot_confirmed(url: &str, slot: &str) -> Option<u64> {
+pub async fn slot_confirmed(url: &str, slot: &str) -> Option<Lsn> {
     let client = connect(url).await.ok()?;
     client
         .query_opt(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1",
             &[&slot],
         )
         .await
         .ok()
         .flatten()
-        .and_then(|row| row.get::<_, Option<String>>(0))
-        .map(|t| parse_lsn(&t))
+        .and_then(|row| row.get::<_, Option<Lsn>>(0))
 }
 
 /// `pg_terminate_backend` of the walsender holding `slot`; its pid, if there was one.
@@ -524,7 +515,7 @@ pub struct Txn {
     /// `pg_current_wal_insert_lsn()` right after the commit: at or after its commit's end (the write
     /// position, `pg_current_wal_lsn()`, can lag it with synchronous_commit = off). `u64::MAX`
     /// when unknown (the connection broke during COMMIT and the commit was confirmed later).
-    pub upper_lsn: u64,
+    pub upper_lsn: Lsn,
 }
 
 #[derive(Debug, Clone)]
@@ -714,10 +705,12 @@ async fn write(
             Ok(messages) => messages
                 .iter()
                 .find_map(|m| match m {
-                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(parse_lsn),
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        r.get(0).map(|t| t.parse().expect("pg_current_wal_insert_lsn is an LSN"))
+                    }
                     _ => None,
                 })
-                .unwrap_or(u64::MAX),
+                .unwrap_or(Lsn(u64::MAX)),
             // The connection broke, or the server is restarting (57xxx: admin shutdown, cannot
             // connect now): the COMMIT may or may not have happened.
             Err(e)
@@ -736,7 +729,7 @@ async fn write(
                     continue;
                 }
                 report.commits_confirmed_after_reconnect += 1;
-                u64::MAX
+                Lsn(u64::MAX)
             }
             Err(e) => {
                 let detail = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
