@@ -10,14 +10,16 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use crate::common::release_slot;
 use crate::common::Setup;
-use crate::faults::{assert_stops_with_hint, dead_letter_section, lsn_after, release_slot};
+use crate::dead_letters::dead_letter_section;
 use crate::support::broker::{Broker, KafkaNode};
-use crate::support::faults::{
-    collect_deliveries, slot_confirmed, transactions_read, verify, Delivered, Writer, WriterConfig,
-};
 use crate::support::kafka_cluster::KafkaCluster;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::process::{
+    assert_stops_with_hint, http_get, lsn_after, metric, transactions_read, RelayProcess,
+};
+use crate::support::slot::slot_confirmed;
+use crate::support::writer::{collect_deliveries, verify, Delivered, Writer, WriterConfig};
 use crate::support::{free_port, kafka, scratch_dir, wait_until};
 use walrelay::lsn::Lsn;
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 use crate::support::{free_port, wait_until};
 use walrelay::lsn::Lsn;
 

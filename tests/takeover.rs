@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 use crate::support::{kafka, scratch_dir, services, unique};
 use walrelay::lsn::Lsn;
 
