@@ -7,11 +7,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::Setup;
 use crate::support::cluster;
-use crate::support::faults::{
-    self, collect_deliveries, verify, PrivatePostgres, Writer, WriterConfig,
-};
-use crate::support::relay::RelayProcess;
+use crate::support::postgres::{connect, PrivatePostgres};
+use crate::support::process::RelayProcess;
 use crate::support::servers::{server_with, Capability};
+use crate::support::writer::{collect_deliveries, verify, Writer, WriterConfig};
 use crate::support::{services, wait_until};
 
 fn unix_ms() -> i64 {
@@ -22,7 +21,7 @@ fn unix_ms() -> i64 {
 /// `temporary` (the sync worker keeps a copy temporary until the primary's slot has moved past
 /// the standby's catalog horizon, and drops temporary copies at promotion).
 async fn slot_synced_on(standby_url: &str, slot: &str) -> bool {
-    let Ok(c) = faults::connect(standby_url).await else { return false };
+    let Ok(c) = connect(standby_url).await else { return false };
     c.query_opt(
         "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = $1",
         &[&slot],
@@ -205,7 +204,7 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
         assert!(
             cluster::wait_caught_up(&primary.pg, &standby.pg.pg, Duration::from_secs(30)).await
         );
-        let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
+        let run = crate::support::process::walrelay_async(&["check"], Some(&config)).await;
         println!("check on PostgreSQL {} with a standby:\n{}", server.version, run.stdout);
         let standby_line = format!("standby 127.0.0.1:{p2}");
         if server.major >= 17 {
@@ -236,7 +235,7 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
 
             // With the slot created as a failover slot, synchronised, and the primary waiting for
             // the standby: all ok.
-            let setup = crate::admin::walrelay_async(&["setup"], Some(&config)).await;
+            let setup = crate::support::process::walrelay_async(&["setup"], Some(&config)).await;
             assert_eq!(setup.code, Some(0), "{setup}");
             let admin = primary.pg.connect_to("postgres").await;
             admin
@@ -265,7 +264,7 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
                 "{}",
                 relay.log()
             );
-            let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
+            let run = crate::support::process::walrelay_async(&["check"], Some(&config)).await;
             println!("after setup and synchronized_standby_slots:\n{}", run.stdout);
             assert_eq!(run.code, Some(0), "{run}");
             assert!(
