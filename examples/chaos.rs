@@ -31,8 +31,7 @@ use std::time::{Duration, Instant};
 
 use support::kafka::private_broker;
 use support::postgres::{connect, PrivatePostgres};
-use support::process::{freeze, hwm_kb, thaw};
-use support::process::{walrelay_bin, RelayProcess};
+use support::process::{freeze, hwm_kb, thaw, walrelay_bin, RelayProcess};
 use support::slot::slot_active_pid;
 use support::writer::{collect_deliveries, verify, Rng, Writer, WriterConfig};
 

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::Setup;
 use crate::support::kafka_cluster::KafkaCluster;
-use crate::support::process::RelayProcess;
-use crate::support::process::{freeze, thaw};
+use crate::support::process::{freeze, thaw, RelayProcess};
 use crate::support::slot::{slot_active_pid, slot_confirmed, terminate_walsender};
 use crate::support::writer::{collect_deliveries, verify, Rng, Verdict, Writer, WriterConfig};
 use crate::support::{unique, wait_until};

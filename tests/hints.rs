@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use crate::common::{ids, Setup};
 use crate::support::note;
-use crate::support::process::walrelay_bin;
-use crate::support::process::{walrelay, walrelay_async, Run};
+use crate::support::process::{walrelay, walrelay_async, walrelay_bin, Run};
 
 /// `walrelay import-debezium -` with `input` on standard input.
 fn import_stdin(input: &str) -> Run {

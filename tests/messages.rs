@@ -12,8 +12,7 @@ use serde_json::json;
 use tokio_postgres::Client;
 
 use crate::common::{ids, Setup};
-use crate::support::process::walrelay_async;
-use crate::support::process::{http_get, metric, RelayProcess};
+use crate::support::process::{http_get, metric, walrelay_async, RelayProcess};
 use crate::support::{free_port, kafka, services, wait_until};
 
 /// `message.prefix.include.list = outbox`.

@@ -6,8 +6,7 @@ use std::time::Duration;
 use crate::common::Setup;
 use crate::support::kafka;
 use crate::support::kafka::private_broker;
-use crate::support::process::{freeze, thaw};
-use crate::support::process::{http_get as get, metric, RelayProcess};
+use crate::support::process::{freeze, http_get as get, metric, thaw, RelayProcess};
 use crate::support::{free_port, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{ids, Setup};
 use crate::support::kafka::{self, Consumed};
-use crate::support::postgres::TestDb;
-use crate::support::postgres::{connect, PrivatePostgres};
+use crate::support::postgres::{connect, PrivatePostgres, TestDb};
 use crate::support::process::{walrelay_async, Run};
 use crate::support::servers::Server;
 use crate::support::slot::{slot_active_pid, slot_confirmed};

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 use crate::common::Setup;
 use crate::support::kafka;
 use crate::support::kafka::private_broker;
-use crate::support::process::{freeze, thaw};
-use crate::support::process::{http_get, metric, RelayProcess};
+use crate::support::process::{freeze, http_get, metric, thaw, RelayProcess};
 use crate::support::{free_port, note, wait_until};
 
 /// The first line of `/readyz`'s answer and its body, or "no answer".

@@ -8,8 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::postgres::PrivatePostgres;
-use crate::support::process::walrelay_async;
-use crate::support::process::RelayProcess;
+use crate::support::process::{walrelay_async, RelayProcess};
 use crate::support::{note, services, unique, wait_until};
 
 /// `backend pid`'s row in pg_stat_activity, if it still exists.

@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::kafka::private_broker;
-use crate::support::kafka::{self, Consumed};
-use crate::support::process::RelayProcess;
-use crate::support::process::{freeze, thaw, transactions_read};
+use crate::support::kafka::{self, private_broker, Consumed};
+use crate::support::process::{freeze, thaw, transactions_read, RelayProcess};
 use crate::support::slot::{slot_active_pid, slot_confirmed};
 use crate::support::{services, wait_until};
 
