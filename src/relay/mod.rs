@@ -225,6 +225,12 @@ impl<'c> Session<'c> {
         debezium_offsets: &mut bool,
     ) -> Result<Session<'c>> {
         let prepared = source::prepare(&config.source, &config.outbox, create).await?;
+        // A stand-by learns here that the slot is busy, before it builds a producer (with its
+        // warm-up thread and broker connections) only to drop it at every retry. The slot may
+        // still be taken in between: START_REPLICATION below is the test that counts.
+        if let Some(pid) = prepared.in_use_by {
+            return Err(slot::in_use(&config.source.slot, Some(pid)));
+        }
         // The producer before the stream: it connects to Kafka while START_REPLICATION runs.
         let mut delivery = Delivery::new(config, prepared.confirmed, metrics)?;
         let stream =
