@@ -1,7 +1,8 @@
 //! walrelay relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL.
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
-//! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
+//! [`router`] (Debezium's Outbox Event Router) → [`envelope`] (the format), both through one
+//! [`encoder`] → [`publish`] (librdkafka) → [`checkpoint`]
 //! (what may be confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
@@ -11,6 +12,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dead_letter;
 pub mod duration;
+pub mod encoder;
 pub mod envelope;
 pub mod error;
 pub mod http;
