@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{ids, Setup};
+use crate::support::process::RelayProcess;
 use crate::support::proxy::Proxy;
-use crate::support::relay::RelayProcess;
 use crate::support::{free_port, services, unique, wait_until};
 
 /// `(backend_type, client_port)` of the sessions whose application_name is `app`: a walsender

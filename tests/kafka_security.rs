@@ -10,10 +10,10 @@ use rdkafka::bindings::rd_kafka_AclOperation_t::{
     RD_KAFKA_ACL_OPERATION_WRITE as WRITE,
 };
 
-use crate::admin::walrelay_async;
 use crate::common::{ids, Setup};
 use crate::support::broker::Kind;
-use crate::support::relay::RelayProcess;
+use crate::support::process::walrelay_async;
+use crate::support::process::RelayProcess;
 use crate::support::secure_kafka::{Acl, Login, Resource, SecureKafka, ADMIN, NO_WRITE, RELAY};
 use crate::support::{services, wait_until};
 

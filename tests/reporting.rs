@@ -4,9 +4,10 @@
 use std::time::{Duration, Instant};
 
 use crate::common::Setup;
-use crate::support::faults::{self, private_broker};
 use crate::support::kafka;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::kafka::private_broker;
+use crate::support::process::{freeze, thaw};
+use crate::support::process::{http_get, metric, RelayProcess};
 use crate::support::{free_port, note, wait_until};
 
 /// The first line of `/readyz`'s answer and its body, or "no answer".
@@ -63,7 +64,7 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     );
 
     // The hang: the broker frozen (10 s) with a record waiting.
-    faults::freeze(broker.pid());
+    freeze(broker.pid());
     let frozen = Instant::now();
     s.insert_events("Order", "a2", 1).await;
     let not_ready = wait_ready(http, false, Duration::from_secs(20)).await;
@@ -73,7 +74,7 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
         up_while_hung.push(broker_up(http).await.unwrap_or(-1.0));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    faults::thaw(broker.pid());
+    thaw(broker.pid());
     let ready_again = wait_ready(http, true, Duration::from_secs(60)).await;
     note(&format!(
         "broker hung 10 s: /readyz not ready {not_ready:.1?} after SIGSTOP ({hang_reason}); broker_up sampled {up_while_hung:?}; ready again {ready_again:.1?} after SIGCONT"

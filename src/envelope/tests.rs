@@ -7,8 +7,8 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::*;
-use crate::config::ConfigError;
 use crate::encoder::Encoder;
+use crate::options::ConfigError;
 use crate::pgoutput::{Relation, Tuple, Value};
 
 type Opts = BTreeMap<String, String>;

@@ -3,7 +3,7 @@
 use super::golden_tests::{fixture_rows, opts, outbox_relation, router_for, NOT_NULL};
 use super::route_tests::{parse, route_one, table_with, ID};
 use super::*;
-use crate::config::ConfigError;
+use crate::options::ConfigError;
 
 // ---- options ----
 
