@@ -1,8 +1,9 @@
 //! walrelay relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL.
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
-//! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
-//! (what may be confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
+//! [`encoder`] (route with [`router`], Debezium's Outbox Event Router, then wrap with
+//! [`envelope`], the format) → [`publish`] (librdkafka) → [`checkpoint`] (what may be
+//! confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
 
@@ -11,6 +12,7 @@ pub(crate) mod checkpoint;
 pub mod config;
 pub(crate) mod dead_letter;
 pub(crate) mod duration;
+pub mod encoder;
 pub mod envelope;
 pub(crate) mod error;
 pub mod http;

@@ -360,6 +360,40 @@ async fn takeover_relays_the_whole_transaction_debezium_stopped_in() {
     assert_eq!(relay.terminate(), Some(0));
 }
 
+/// The rows of the transaction Debezium stopped in, held back and then released, go out in the
+/// configured envelope like every other row (issue 26, bug 1: they went out in Debezium's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_releases_held_rows_in_the_configured_envelope() {
+    let s = Setup::new("dbzenvelope").await;
+    let (debezium, quiet) = history(&s, 3).await;
+    set_slot(&s, debezium[0].end).await;
+    let stopped_in = &debezium[2];
+    let value = offset_value(stopped_in, stopped_in.rows[1].1, debezium[1].end);
+    let store = Store::File(offset_file(&offset_key(CONNECTOR, SERVER), &value));
+    let section = offsets_section(&store).await;
+    let envelope = "[envelope]\nformat = \"cloudevents-binary\"\n";
+    let mut relay = RelayProcess::start(&s.config_with("", "", &format!("{section}\n{envelope}")));
+    s.wait_streaming(&mut relay).await;
+    let got = s.read("Order", stopped_in.rows.len() + all_ids(&quiet).len()).await;
+    let format = |id: &str| {
+        let r = got.iter().find(|r| r.header_str("id") == Some(id));
+        match r.and_then(|r| r.header_str("ce_specversion")) {
+            Some(v) => format!("cloudevents {v}"),
+            None if r.is_some() => "debezium (no ce_* headers)".to_string(),
+            None => "missing".to_string(),
+        }
+    };
+    let released: Vec<String> = stopped_in.ids().iter().map(|id| format(id)).collect();
+    println!(
+        "dbzenvelope: the 3 rows of the transaction Debezium stopped in went out as {released:?}"
+    );
+    assert!(relay.log().contains("because Debezium delivered it only in part"), "{}", relay.log());
+    let wrong: Vec<String> =
+        ids(&got).into_iter().filter(|id| !format(id).starts_with("cloudevents")).collect();
+    assert!(wrong.is_empty(), "not in the configured envelope: {wrong:?}\n{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+}
+
 /// The fallbacks: nothing is skipped, the relay says why, nothing is lost.
 async fn falls_back(name: &str, store: Store, slot_at: fn(&[Tx]) -> u64, why: &str) {
     let s = Setup::new(name).await;

@@ -374,6 +374,7 @@ impl Publisher {
             }
         });
         reachability::watch(Arc::downgrade(&producer), metrics);
+        tracing::debug!("kafka producer created");
         Ok((Publisher { queue, producer }, rx))
     }
 

@@ -40,6 +40,8 @@ pub struct Prepared {
     pub tables: Vec<OutboxTable>,
     /// Where the slot resumes: the last position a relay confirmed.
     pub confirmed: Lsn,
+    /// The pid of the process streaming from the slot as it was read, if one was.
+    pub in_use_by: Option<i32>,
 }
 
 /// What [`prepare_publication`] checked and set up: everything but the slot.
@@ -88,5 +90,5 @@ pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) ->
         tracing::warn!(slot = %src.slot, publication = %src.publication, lsn = %slot.confirmed,
             "created a new replication slot although the publication existed: if an earlier slot was lost (dropped, or a failover on PostgreSQL before 17), events committed between its last confirmed position and this LSN are not relayed — reconcile them (docs/operations.md, failover)");
     }
-    Ok(Prepared { control, tables, confirmed: slot.confirmed })
+    Ok(Prepared { control, tables, confirmed: slot.confirmed, in_use_by: slot.in_use_by })
 }
