@@ -197,6 +197,3 @@ fn utf8(b: &Bytes) -> std::borrow::Cow<'_, [u8]> {
         Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(b).into_owned().into_bytes()),
     }
 }
-
-#[cfg(test)]
-mod tests;

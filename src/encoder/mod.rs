@@ -71,3 +71,6 @@ impl Encoder {
         self.envelope.wrap(record, fields, txn, Origin::message(label, prefix))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,4 @@
-//! Unit tests: each format's record for one row and one message, tombstones, placements, and
+//! Unit tests: each envelope format's record, routed then wrapped, for one row and one message, tombstones, placements, and
 //! the options refused at start-up.
 
 use std::collections::BTreeMap;
@@ -7,7 +7,8 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::*;
-use crate::encoder::Encoder;
+use crate::envelope::*;
+use crate::lsn::Lsn;
 use crate::options::ConfigError;
 use crate::pgoutput::{Relation, Tuple, Value};
 
@@ -332,12 +333,4 @@ fn options_that_cannot_apply_are_refused_with_the_key_and_the_fix() {
     // Under Debezium's format an `envelope` placement still needs JsonConverter, as before.
     assert!(refused(&[], &[("table.fields.additional.placement", "region:envelope:r")], &[])
         .contains("value.converter"));
-}
-
-#[test]
-fn commit_times_are_rfc3339_in_utc() {
-    assert_eq!(cloudevents::rfc3339(0), "1970-01-01T00:00:00.000000Z");
-    assert_eq!(cloudevents::rfc3339(951_782_400_000_001), "2000-02-29T00:00:00.000001Z");
-    assert_eq!(cloudevents::rfc3339(-1), "1969-12-31T23:59:59.999999Z");
-    assert_eq!(cloudevents::rfc3339(4_102_444_799_999_999), "2099-12-31T23:59:59.999999Z");
 }
