@@ -93,7 +93,8 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     let down = wait_ready(http, false, Duration::from_secs(30)).await;
     let down_reason = readyz(http).await;
     let up_while_down = broker_up(http).await;
-    let _back = tokio::task::spawn_blocking(move || private_broker(Some(port))).await.unwrap();
+    let back_broker =
+        tokio::task::spawn_blocking(move || private_broker(Some(port))).await.unwrap();
     let back = wait_ready(http, true, Duration::from_secs(30)).await;
     note(&format!(
         "outage on a quiet outbox: /readyz not ready {down:.1?} after the kill ({down_reason}, broker_up {up_while_down:?}); ready again {back:.1?} after the broker came back, broker_up {:?}",
@@ -103,8 +104,11 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     assert_eq!(up_while_down, Some(0.0));
     assert!(
         back.is_some_and(|t| t < Duration::from_secs(15)),
-        "/readyz not ready again within 15 s of the broker's return ({back:?}):\n{}",
-        relay.log()
+        "/readyz not ready again within 15 s of the broker's return ({back:?}; it says {}; broker_up {:?}):\n{}\n--- the returned broker's log ---\n{}",
+        readyz(http).await,
+        broker_up(http).await,
+        relay.log(),
+        back_broker.log_tail(30)
     );
 
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
