@@ -3,14 +3,15 @@
 //! `table.expand.json.payload` + JsonConverter; and `Router::route_message` on the same event as
 //! a logical message's content (payload as JSON text in a string, as `outbox_emit` sends it, and
 //! as a JSON object). The `envelope_*` cases route the same row and wrap it in each
-//! `[envelope] format` (`Envelope::route_row`, as the relay calls it; `envelope_debezium` is the
+//! `[envelope] format` (`Encoder::row`, as the relay calls it; `envelope_debezium` is the
 //! default format through the same call). Run: `cargo bench --bench route`.
 
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use walrelay::config::Options;
-use walrelay::envelope::{self, Envelope, Format, Txn};
+use walrelay::encoder::Encoder;
+use walrelay::envelope::{self, Format, Txn};
 use walrelay::lsn::Lsn;
 use walrelay::router::{Router, RouterConfig};
 
@@ -77,12 +78,12 @@ fn route(c: &mut Criterion) {
         let (cfg, env_cfg) =
             envelope::parse(Some(&envelope_opts), &Options::new(), &Options::new())
                 .expect("valid envelope config");
-        let mut env = Envelope::new(env_cfg, &cfg, "shop");
-        let mut r = Router::new(cfg);
-        let binding = r.bind(&relation, &not_null).expect("bind the outbox relation");
-        env.route_row(&mut r, &binding, &row, &txn).expect("route and wrap the row");
+        let mut encoder = Encoder::from_parts(cfg, env_cfg, "shop");
+        let binding =
+            encoder.router().bind(&relation, &not_null).expect("bind the outbox relation");
+        encoder.row(&binding, &row, &txn).expect("route and wrap the row");
         g.bench_function(format!("envelope_{}", format.replace('-', "_")), |b| {
-            b.iter(|| env.route_row(&mut r, black_box(&binding), black_box(&row), &txn).unwrap())
+            b.iter(|| encoder.row(black_box(&binding), black_box(&row), &txn).unwrap())
         });
     }
     g.finish();

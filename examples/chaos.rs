@@ -29,10 +29,11 @@ use std::collections::HashSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use support::faults::{
-    self, collect_deliveries, hwm_kb, private_broker, PrivatePostgres, Rng, Writer, WriterConfig,
-};
-use support::relay::{walrelay_bin, RelayProcess};
+use support::kafka::private_broker;
+use support::postgres::{connect, PrivatePostgres};
+use support::process::{freeze, hwm_kb, thaw, walrelay_bin, RelayProcess};
+use support::slot::slot_active_pid;
+use support::writer::{collect_deliveries, verify, Rng, Writer, WriterConfig};
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -184,7 +185,7 @@ async fn run(args: Args) -> Result<bool, String> {
     );
     let db = pg.pg.create_database("chaos").await;
     let slot = "chaos_slot";
-    let client = faults::connect(&db.url).await.map_err(|e| e.to_string())?;
+    let client = connect(&db.url).await.map_err(|e| e.to_string())?;
     // Slot before the table (see docs/architecture.md, "A PostgreSQL 15 caveat").
     client
         .query_one("SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot])
@@ -241,7 +242,7 @@ table = "public.outbox"
     let mut relays = Relays::start(config);
     let streaming = support::wait_until("walrelay streams", Duration::from_secs(60), || {
         let url = db.url.clone();
-        async move { faults::slot_active_pid(&url, slot).await.is_some() }
+        async move { slot_active_pid(&url, slot).await.is_some() }
     })
     .await;
     if !streaming {
@@ -286,9 +287,9 @@ table = "public.outbox"
             }
             Fault::Hang => {
                 let hang = Duration::from_millis(args.message_timeout_ms) + rng.millis(1000, 4000);
-                faults::freeze(broker.pid());
+                freeze(broker.pid());
                 tokio::time::sleep(hang).await;
-                faults::thaw(broker.pid());
+                thaw(broker.pid());
                 hangs += 1;
                 println!("[{t:7.1?}] broker hang #{hangs}: SIGSTOP for {hang:.1?} (message.timeout.ms {}), SIGCONT", args.message_timeout_ms);
             }
@@ -330,7 +331,7 @@ table = "public.outbox"
     relays.check_alive()?;
     relays.sample();
     let code = relays.current.terminate();
-    let v = faults::verify(&report.events, &got);
+    let v = verify(&report.events, &got);
 
     println!("== chaos results (seed {seed}, {:.1?} in all)", began.elapsed());
     println!("events committed      {}", v.committed);

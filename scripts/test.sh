@@ -50,7 +50,14 @@ for v in $versions; do
   summaries+=("$(awk -v server="${server:-PostgreSQL $v: did not start}" -v secs=$(($(date +%s) - t0)) -v rc="$rc" '
     /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
     END { printf "walrelay: %d passed, %d failed (%s; %d s%s)\n", p, f, server, secs, rc ? "; exit " rc : "" }' "$log")")
-  while IFS= read -r t; do summaries+=("    FAILED: $t"); done < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
+  while IFS= read -r t; do
+    summaries+=("    FAILED: $t")
+    # Where it failed and the first lines of why: libtest's "---- name stdout ----" section holds
+    # the panic; the summary is often all a CI page shows of a long log.
+    while IFS= read -r line; do summaries+=("      ${line:0:400}"); done < <(
+      awk -v name="---- $t stdout ----" '$0 == name { on = 1; next } on && /^---- .* stdout ----$/ { exit }
+        on && /panicked at/ { p = 1 } p && n < 6 { print; n++ }' "$log")
+  done < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
   # Tests that ran on another server than the selected one say so (TLS, pg_stat_statements, ...).
   while IFS= read -r line; do summaries+=("    ${line#\[support\] }"); done < <(grep -v 'services up in' "$notes" | sort -u)
 done

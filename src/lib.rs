@@ -1,29 +1,33 @@
 //! walrelay relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL.
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
-//! [`router`] (Debezium's Outbox Event Router) → [`publish`] (librdkafka) → [`checkpoint`]
-//! (what may be confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
+//! [`encoder`] (route with [`router`], Debezium's Outbox Event Router, then wrap with
+//! [`envelope`], the format) → [`publish`] (librdkafka) → [`checkpoint`] (what may be
+//! confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
 
 pub mod admin;
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 pub mod config;
-pub mod dead_letter;
-pub mod duration;
+pub(crate) mod dead_letter;
+pub(crate) mod duration;
+pub mod encoder;
 pub mod envelope;
-pub mod error;
+pub(crate) mod error;
 pub mod http;
 pub mod import;
+pub(crate) mod libpq;
 pub mod lsn;
-pub mod messages;
+pub(crate) mod messages;
 pub mod metrics;
+pub(crate) mod options;
 pub mod pgoutput;
-pub mod publish;
+pub(crate) mod publish;
 pub mod relay;
 pub mod replay;
 pub mod retention;
 pub mod router;
-pub mod source;
-pub mod tls;
-pub mod trace;
+pub(crate) mod source;
+pub(crate) mod tls;
+pub(crate) mod trace;

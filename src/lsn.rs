@@ -58,6 +58,12 @@ impl From<u64> for Lsn {
     }
 }
 
+impl From<Lsn> for u64 {
+    fn from(value: Lsn) -> u64 {
+        value.0
+    }
+}
+
 impl From<pgwire_replication::Lsn> for Lsn {
     fn from(value: pgwire_replication::Lsn) -> Lsn {
         Lsn(value.0)

@@ -27,6 +27,8 @@ enum LogFormat {
     Json,
 }
 
+// Parsed once per process: the admin commands' options cost nothing worth boxing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Stream the slot and publish outbox rows to Kafka until SIGTERM/SIGINT.

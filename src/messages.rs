@@ -18,8 +18,8 @@
 
 use regex::{Regex, RegexBuilder};
 
-use crate::config::ConfigError;
-use crate::config::Options;
+use crate::options::ConfigError;
+use crate::options::Options;
 
 pub const INCLUDE_KEY: &str = "message.prefix.include.list";
 pub const EXCLUDE_KEY: &str = "message.prefix.exclude.list";

@@ -10,16 +10,18 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use crate::common::release_slot;
 use crate::common::Setup;
-use crate::faults::{assert_stops_with_hint, dead_letter_section, lsn_after, release_slot};
+use crate::dead_letters::dead_letter_section;
 use crate::support::broker::{Broker, KafkaNode};
-use crate::support::faults::{
-    collect_deliveries, fmt_lsn, slot_confirmed, transactions_read, verify, Delivered, Writer,
-    WriterConfig,
-};
 use crate::support::kafka_cluster::KafkaCluster;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::process::{
+    assert_stops_with_hint, http_get, lsn_after, metric, transactions_read, RelayProcess,
+};
+use crate::support::slot::slot_confirmed;
+use crate::support::writer::{collect_deliveries, verify, Delivered, Writer, WriterConfig};
 use crate::support::{free_port, kafka, scratch_dir, wait_until};
+use walrelay::lsn::Lsn;
 
 /// Milliseconds since the Unix epoch, comparable with the brokers' LogAppendTime.
 fn unix_ms() -> i64 {
@@ -40,15 +42,15 @@ async fn private_kafka(prefix: &str, properties: &[(&str, &str)]) -> Broker {
 }
 
 /// Waits until the slot is confirmed at or past every transaction the relay has read so far.
-async fn wait_confirmed_all_read(s: &Setup, relay: &RelayProcess) -> u64 {
+async fn wait_confirmed_all_read(s: &Setup, relay: &RelayProcess) -> Lsn {
     let last_end = transactions_read(&relay.log()).into_iter().max().expect("transactions read");
     let (url, slot) = (s.db.url.clone(), s.slot.clone());
     let ok = wait_until("the slot confirms what was read", Duration::from_secs(20), || {
         let (url, slot) = (url.clone(), slot.clone());
-        async move { slot_confirmed(&url, &slot).await.unwrap_or(0) >= last_end }
+        async move { slot_confirmed(&url, &slot).await.unwrap_or_default() >= last_end }
     })
     .await;
-    assert!(ok, "the slot never reached {}:\n{}", fmt_lsn(last_end), relay.log());
+    assert!(ok, "the slot never reached {}:\n{}", last_end, relay.log());
     slot_confirmed(&s.db.url, &s.slot).await.unwrap()
 }
 
@@ -193,11 +195,12 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
     let refused_after = down.elapsed();
     // Sampled for 8 s once the refusal is known: what an operator's probe and scraper see.
     let mut readyz = Vec::new();
-    let mut max_confirmed = 0;
+    let mut max_confirmed = Lsn::ZERO;
     let sampling = Instant::now();
     while sampling.elapsed() < Duration::from_secs(8) {
         readyz.push(status_line(http, "/readyz").await);
-        max_confirmed = max_confirmed.max(slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0));
+        max_confirmed =
+            max_confirmed.max(slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default());
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let metrics = http_get(http, "/metrics").await.unwrap_or_default();
@@ -236,8 +239,8 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
          /readyz 503 in {not_ready}/{} samples; walrelay_delivery_errors_total {errors:?}, walrelay_kafka_under_replicated_partitions {under_replicated:?}; \
          highest confirmed {} < first unacked commit {}; delivered {delivered_in:.1?} after node 2 returned; {}\n  log: {refusal}",
         readyz.len(),
-        fmt_lsn(max_confirmed),
-        fmt_lsn(first_unacked),
+        max_confirmed,
+        first_unacked,
         v.summary()
     );
     assert!(refused, "NOT_ENOUGH_REPLICAS never logged:\n{log}\n{}", cluster.logs());
@@ -245,8 +248,8 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
     assert!(
         max_confirmed < first_unacked,
         "the slot was confirmed to {} past the first refused transaction ending at {}",
-        fmt_lsn(max_confirmed),
-        fmt_lsn(first_unacked)
+        max_confirmed,
+        first_unacked
     );
     assert_eq!(not_ready, readyz.len(), "/readyz was not 503 throughout the refusal: {readyz:?}");
     assert!(errors.unwrap_or(0.0) >= 1.0, "no delivery error in /metrics");

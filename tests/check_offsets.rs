@@ -1,8 +1,8 @@
 //! `walrelay check` with `[debezium_offsets]` (issue 28): found or not, their LSNs against the
 //! slot's confirmed position, and what the first run will skip.
 
-use crate::admin::walrelay_async;
 use crate::common::Setup;
+use crate::support::process::walrelay_async;
 use crate::support::scratch_dir;
 use crate::takeover::{offset_file, offset_key};
 

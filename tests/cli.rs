@@ -6,7 +6,7 @@ fn run_with_config(text: &str) -> (Option<i32>, String) {
     let dir = crate::support::scratch_dir("cli");
     let path = dir.join("walrelay.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(crate::support::relay::walrelay_bin())
+    let out = Command::new(crate::support::process::walrelay_bin())
         .args(["run", "--config"])
         .arg(&path)
         .output()
@@ -34,7 +34,7 @@ fn unsafe_acks_setting_is_refused_and_the_password_is_not_printed() {
 
 #[test]
 fn missing_config_file_is_reported_with_its_path() {
-    let out = Command::new(crate::support::relay::walrelay_bin())
+    let out = Command::new(crate::support::process::walrelay_bin())
         .args(["run", "--config", "/nonexistent/walrelay.toml"])
         .output()
         .unwrap();
@@ -48,7 +48,7 @@ async fn healthz_answers_ok_while_the_relay_runs() {
     let s = crate::common::Setup::new("healthz").await;
     let port = crate::support::free_port();
     let config = s.config_with("", "", &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n"));
-    let mut relay = crate::support::relay::RelayProcess::start(&config);
+    let mut relay = crate::support::process::RelayProcess::start(&config);
     let ok = crate::support::wait_until(
         "/healthz answers 200",
         std::time::Duration::from_secs(30),
@@ -85,7 +85,7 @@ type Env<'a> = Vec<(&'a std::ffi::OsStr, &'a std::ffi::OsStr)>;
 
 fn walrelay(args: &[&str], file: Option<(&str, &str)>, env: &Env) -> (Option<i32>, String) {
     let dir = crate::support::scratch_dir("cli");
-    let mut command = Command::new(crate::support::relay::walrelay_bin());
+    let mut command = Command::new(crate::support::process::walrelay_bin());
     command.args(args);
     if let Some((name, text)) = file {
         let path = dir.join(name);

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::support::kafka::{self, Consumed};
 use crate::support::postgres::{Postgres, TestDb};
-use crate::support::relay::RelayProcess;
-use crate::support::{services, unique};
+use crate::support::process::RelayProcess;
+use crate::support::slot::slot_active_pid;
+use crate::support::{services, unique, wait_until};
 
 pub struct Setup {
     pub db: TestDb,
@@ -197,4 +198,19 @@ table = "public.outbox"
 /// The `id` header of each record, in order.
 pub fn ids(records: &[Consumed]) -> Vec<String> {
     records.iter().map(|r| r.header_str("id").unwrap_or("<no id header>").to_string()).collect()
+}
+
+/// Drops the test's slot once nothing streams from it: the shared PostgreSQL has
+/// `max_replication_slots = 40` for the whole suite and other tests keep theirs.
+pub async fn release_slot(s: &Setup) {
+    let (url, slot) = (s.db.url.clone(), s.slot.clone());
+    let inactive = wait_until("the slot is released", Duration::from_secs(15), || {
+        let (url, slot) = (url.clone(), slot.clone());
+        async move { slot_active_pid(&url, &slot).await.is_none() }
+    })
+    .await;
+    if inactive {
+        let _ =
+            s.db.connect().await.query_one("SELECT pg_drop_replication_slot($1)", &[&s.slot]).await;
+    }
 }

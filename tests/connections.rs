@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{ids, Setup};
+use crate::support::process::RelayProcess;
 use crate::support::proxy::Proxy;
-use crate::support::relay::RelayProcess;
 use crate::support::{free_port, services, unique, wait_until};
 
 /// `(backend_type, client_port)` of the sessions whose application_name is `app`: a walsender
@@ -205,4 +205,30 @@ async fn translated_server_messages_do_not_change_what_errors_mean() {
     assert_eq!(code, Some(1), "{log}");
     assert!(log.contains(&format!("publication {} was dropped", s.publication)), "{log}");
     assert!(log.contains("hint="), "{log}");
+}
+
+/// A stand-by learns that the slot is busy before it builds its Kafka side: waiting ~10 s
+/// behind an active relay it builds at most one producer (issue 26, bug 3: one every 2 s
+/// retry, each with its warm-up thread and broker connections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_does_not_build_a_producer_at_every_retry() {
+    let s = Setup::new("standbyproducer").await;
+    let mut active = s.start_relay();
+    s.wait_streaming(&mut active).await;
+    let mut standby = s.start_relay();
+    assert!(
+        standby.wait_for_log("standing by", Duration::from_secs(30)).await,
+        "{}",
+        standby.log()
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let log = standby.log();
+    let retries = log.lines().filter(|l| l.contains("in use by another process")).count();
+    let built = log.lines().filter(|l| l.contains("kafka producer created")).count();
+    println!("stand-by behind an active relay for ~10 s: {built} kafka producer(s) built");
+    assert!(retries >= 1, "{log}");
+    assert!(built <= 1, "{built} producers built while standing by:\n{log}");
+    assert!(standby.is_running(), "{log}");
+    assert_eq!(standby.terminate(), Some(0), "{}", standby.log());
+    assert_eq!(active.terminate(), Some(0), "{}", active.log());
 }

@@ -111,7 +111,7 @@ async fn updates_warn_and_deletes_are_dropped_when_the_publication_sends_them() 
 async fn update_with_fatal_behavior_stops_the_relay_with_a_hint() {
     let s = Setup::new("updfatal").await;
     s.db.execute(&format!("CREATE PUBLICATION {} FOR TABLE outbox", s.publication)).await;
-    let mut relay = crate::support::relay::RelayProcess::start(&s.config_with(
+    let mut relay = crate::support::process::RelayProcess::start(&s.config_with(
         "\"table.op.invalid.behavior\" = \"fatal\"",
         "",
         "",

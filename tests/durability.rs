@@ -4,13 +4,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 use crate::support::{free_port, wait_until};
-
-fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
+use walrelay::lsn::Lsn;
 
 /// The first relay can't reach any broker, so nothing it reads is ever acknowledged. It must not
 /// confirm past those rows; killed with SIGKILL, the next relay delivers all of them.
@@ -40,12 +36,12 @@ async fn killed_before_broker_ack_the_events_are_delivered_after_restart() {
         .and_then(|rest| rest.split("end_lsn").nth(1))
         .map(|s| s.trim_start_matches(|c: char| !c.is_ascii_hexdigit()))
         .and_then(|s| s.split(|c: char| !(c.is_ascii_hexdigit() || c == '/')).next())
-        .map(parse_lsn)
+        .map(|text| text.parse::<Lsn>().unwrap())
         .expect("first transaction's end_lsn in the log");
-    let confirmed = parse_lsn(&s.db.confirmed_flush_lsn(&s.slot).await.unwrap());
+    let confirmed: Lsn = s.db.confirmed_flush_lsn(&s.slot).await.unwrap().parse().unwrap();
     assert!(
         confirmed < first_end,
-        "the slot moved to {confirmed:X} past the first unacknowledged transaction ending at {first_end:X} (before: {before:?})"
+        "the slot moved to {confirmed} past the first unacknowledged transaction ending at {first_end} (before: {before:?})"
     );
     first.kill();
 

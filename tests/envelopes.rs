@@ -16,7 +16,7 @@ use walrelay::envelope::proto;
 
 use crate::common::Setup;
 use crate::support::kafka::Consumed;
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 
 const ROUTER: &str = r#""table.fields.additional.placement" = "region:envelope:region,type:header:eventType"
 "route.tombstone.on.empty.payload" = true"#;

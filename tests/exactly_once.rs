@@ -4,7 +4,7 @@
 //! stand-by taking over and fencing a frozen active relay. The same chaos at-least-once, side by
 //! side, prints its duplicates.
 //!
-//! The readers (tests/support/faults.rs `collect_deliveries`) read with
+//! The readers (tests/support/writer.rs `collect_deliveries`) read with
 //! `isolation.level=read_committed`, librdkafka's default and what a consumer of exactly-once
 //! sets.
 
@@ -13,12 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::Setup;
-use crate::support::faults::{
-    self, collect_deliveries, freeze, slot_active_pid, slot_confirmed, terminate_walsender, thaw,
-    verify, Rng, Verdict, Writer, WriterConfig,
-};
 use crate::support::kafka_cluster::KafkaCluster;
-use crate::support::relay::RelayProcess;
+use crate::support::process::{freeze, thaw, RelayProcess};
+use crate::support::slot::{slot_active_pid, slot_confirmed, terminate_walsender};
+use crate::support::writer::{collect_deliveries, verify, Rng, Verdict, Writer, WriterConfig};
 use crate::support::{unique, wait_until};
 
 const KILLS: usize = 10;
@@ -133,7 +131,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
     )
     .await;
     let v = verify(&report.events, &got);
-    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0);
+    let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
     logs += &relay.log();
     logs += &standby.log();
     println!(
@@ -142,13 +140,14 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
         report.events.len(),
         report.txns.len(),
         v.summary(),
-        faults::fmt_lsn(confirmed),
+        confirmed,
         logs.matches("fenced").count()
     );
     relay.kill();
     assert_eq!(standby.terminate(), Some(0), "{}", standby.log());
     // `walrelay status` names the guarantee and, exactly-once, what the progress topic holds.
-    let status = crate::admin::walrelay_async(&["status", "--json"], Some(&config)).await;
+    let status =
+        crate::support::process::walrelay_async(&["status", "--json"], Some(&config)).await;
     let json: serde_json::Value = serde_json::from_str(status.stdout.trim())
         .unwrap_or_else(|e| panic!("status --json: {e}: {status}"));
     println!(

@@ -7,11 +7,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::Setup;
 use crate::support::cluster;
-use crate::support::faults::{
-    self, collect_deliveries, verify, PrivatePostgres, Writer, WriterConfig,
-};
-use crate::support::relay::RelayProcess;
+use crate::support::postgres::{connect, PrivatePostgres};
+use crate::support::process::RelayProcess;
 use crate::support::servers::{server_with, Capability};
+use crate::support::writer::{collect_deliveries, verify, Writer, WriterConfig};
 use crate::support::{services, wait_until};
 
 fn unix_ms() -> i64 {
@@ -22,7 +21,7 @@ fn unix_ms() -> i64 {
 /// `temporary` (the sync worker keeps a copy temporary until the primary's slot has moved past
 /// the standby's catalog horizon, and drops temporary copies at promotion).
 async fn slot_synced_on(standby_url: &str, slot: &str) -> bool {
-    let Ok(c) = faults::connect(standby_url).await else { return false };
+    let Ok(c) = connect(standby_url).await else { return false };
     c.query_opt(
         "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = $1",
         &[&slot],
@@ -92,16 +91,20 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     let writer = Writer::spawn(w);
     let standby_url = standby.pg.pg.url(&s.db.name);
     let (surl, slot) = (standby_url.as_str(), s.slot.as_str());
+    // The sync worker naps up to 30 s between rounds and keeps the copy temporary for a round or
+    // two: 5–20 s on a quiet machine, longer on a loaded one.
+    let sync_started = Instant::now();
     assert!(
         wait_until(
             "the standby holds a synchronised copy of the slot",
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             || async move { slot_synced_on(surl, slot).await }
         )
         .await,
         "slot never synced to the standby\n{}",
         relay.log()
     );
+    let synced_after = sync_started.elapsed();
     let w = &writer;
     assert!(
         wait_until("300 events written", Duration::from_secs(60), || async move {
@@ -157,13 +160,14 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     let log = relay.log();
     let sessions = log.lines().filter(|l| l.contains("resume_lsn=")).count();
     println!(
-        "failover on PostgreSQL {}: {} events committed ({} before the kill, {} reconnects of the writer, {} commits found after reconnecting); {}; primary killed → promoted {:.1?}; promotion → first record {} ms; walrelay sessions {}",
+        "failover on PostgreSQL {}: {} events committed ({} before the kill, {} reconnects of the writer, {} commits found after reconnecting); {}; slot synced after {:.1?}; primary killed → promoted {:.1?}; promotion → first record {} ms; walrelay sessions {}",
         server.version,
         report.events.len(),
         before_kill,
         report.reconnects,
         report.commits_confirmed_after_reconnect,
         v.summary(),
+        synced_after,
         promoted.duration_since(killed),
         first_after.map_or("none".to_string(), |t| (t - promoted_ms).to_string()),
         sessions
@@ -200,7 +204,7 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
         assert!(
             cluster::wait_caught_up(&primary.pg, &standby.pg.pg, Duration::from_secs(30)).await
         );
-        let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
+        let run = crate::support::process::walrelay_async(&["check"], Some(&config)).await;
         println!("check on PostgreSQL {} with a standby:\n{}", server.version, run.stdout);
         let standby_line = format!("standby 127.0.0.1:{p2}");
         if server.major >= 17 {
@@ -231,7 +235,7 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
 
             // With the slot created as a failover slot, synchronised, and the primary waiting for
             // the standby: all ok.
-            let setup = crate::admin::walrelay_async(&["setup"], Some(&config)).await;
+            let setup = crate::support::process::walrelay_async(&["setup"], Some(&config)).await;
             assert_eq!(setup.code, Some(0), "{setup}");
             let admin = primary.pg.connect_to("postgres").await;
             admin
@@ -253,14 +257,14 @@ async fn check_reports_whether_a_standby_keeps_the_slot_through_a_failover() {
             assert!(
                 wait_until(
                     "the standby synchronises the slot",
-                    Duration::from_secs(60),
+                    Duration::from_secs(150),
                     || async move { slot_synced_on(surl, slot).await }
                 )
                 .await,
                 "{}",
                 relay.log()
             );
-            let run = crate::admin::walrelay_async(&["check"], Some(&config)).await;
+            let run = crate::support::process::walrelay_async(&["check"], Some(&config)).await;
             println!("after setup and synchronized_standby_slots:\n{}", run.stdout);
             assert_eq!(run.code, Some(0), "{run}");
             assert!(

@@ -3,7 +3,7 @@
 //! process and a sample of them through the real `walrelay` binary (`check`, `run`, `status`,
 //! `import-debezium`), whose stdout and stderr (the log) are scanned. Seeds are the docs'
 //! examples with a secret planted; see tests/support/fuzz.rs for the mutations and oracles.
-//! pgoutput bytes are fuzzed beside the decoder (src/pgoutput.rs); HTTP requests with the server.
+//! pgoutput bytes are fuzzed beside the decoder (src/pgoutput/tests.rs); HTTP requests with the server.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

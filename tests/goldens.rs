@@ -85,7 +85,7 @@ async fn check(g: Golden) {
         )
     };
     let config = s.config_with(&replacement, "", &format!("[debezium]\n{}", g.debezium));
-    let mut relay = crate::support::relay::RelayProcess::start(&config);
+    let mut relay = crate::support::process::RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;
 
     let client = s.db.connect().await;

@@ -290,7 +290,7 @@ async fn failover_slot_is_synced_to_the_standby_and_usable_after_promotion() {
     let url = url.as_str();
     let synced =
         wait_until("fo_slot synced on the standby", Duration::from_secs(30), || async move {
-            let Ok(c) = support::faults::connect(url).await else { return false };
+            let Ok(c) = support::postgres::connect(url).await else { return false };
             c.query_opt(
                 "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'fo_slot' \
              AND synced AND failover AND NOT temporary",

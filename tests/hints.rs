@@ -6,10 +6,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::admin::{walrelay, walrelay_async, Run};
 use crate::common::{ids, Setup};
 use crate::support::note;
-use crate::support::relay::walrelay_bin;
+use crate::support::process::{walrelay, walrelay_async, walrelay_bin, Run};
 
 /// `walrelay import-debezium -` with `input` on standard input.
 fn import_stdin(input: &str) -> Run {
@@ -307,7 +306,7 @@ async fn setup_publication_only_creates_no_slot_and_status_names_the_walsender()
         count("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot.clone()).await;
     assert_eq!((pubs, slots), (1, 0), "{run}");
 
-    let mut relay = crate::support::relay::RelayProcess::start(&config);
+    let mut relay = crate::support::process::RelayProcess::start(&config);
     let (c, name) = (&client, slot.clone());
     let streaming = crate::support::wait_until("the relay streams", Duration::from_secs(30), || {
         let name = name.clone();

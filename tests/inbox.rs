@@ -11,8 +11,9 @@ use tokio::sync::watch;
 
 use crate::common::Setup;
 use crate::replay::replay;
-use crate::support::faults::{collect_deliveries, slot_active_pid, Rng, Writer, WriterConfig};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
+use crate::support::slot::slot_active_pid;
+use crate::support::writer::{collect_deliveries, Rng, Writer, WriterConfig};
 use crate::support::{services, unique, wait_until};
 
 #[allow(dead_code)]

@@ -10,10 +10,9 @@ use rdkafka::bindings::rd_kafka_AclOperation_t::{
     RD_KAFKA_ACL_OPERATION_WRITE as WRITE,
 };
 
-use crate::admin::walrelay_async;
 use crate::common::{ids, Setup};
 use crate::support::broker::Kind;
-use crate::support::relay::RelayProcess;
+use crate::support::process::{walrelay_async, RelayProcess};
 use crate::support::secure_kafka::{Acl, Login, Resource, SecureKafka, ADMIN, NO_WRITE, RELAY};
 use crate::support::{services, wait_until};
 
@@ -68,6 +67,7 @@ async fn sasl_ssl_with_scram_sha_512_relays_everything() {
     let kafka = SecureKafka::get().await;
     let s = Setup::new("sec_scram").await;
     kafka.create_topic(&s.topic("Order"), 4).await;
+    kafka.wait_visible(ADMIN, &[&s.topic("Order")]).await;
     let mut relay = RelayProcess::start(&secure_config(&s, kafka, ADMIN, "", ""));
     s.wait_streaming(&mut relay).await;
     let sent = s.insert_events("Order", "o-1", 20).await;
@@ -94,6 +94,7 @@ async fn least_privilege_acls_are_enough_to_relay_everything() {
         kafka.create_topic(&s.topic(t), 4).await;
     }
     kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
+    kafka.wait_visible(RELAY, &[&s.topic("Order"), &s.topic("Invoice")]).await;
     let mut relay = RelayProcess::start(&secure_config(&s, kafka, RELAY, "", ""));
     s.wait_streaming(&mut relay).await;
     let orders = s.insert_events("Order", "o-1", 10).await;
@@ -133,6 +134,7 @@ async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add() {
             Acl::allow(NO_WRITE, WRITE, Resource::TopicsPrefixed(dead.clone())),
         ])
         .await;
+    kafka.wait_visible(NO_WRITE, &[&topic, &dead]).await;
     let mut relay = RelayProcess::start(&secure_config(&s, kafka, NO_WRITE, "", ""));
     s.wait_streaming(&mut relay).await;
     let event = s.insert_events("Order", "o-1", 1).await.remove(0);
@@ -248,6 +250,7 @@ async fn check_authenticates_and_reports_the_cluster_and_missing_topics() {
 
     kafka.create_topic(&dead, 1).await;
     kafka.create_topic(&fixed, 4).await;
+    kafka.wait_visible(RELAY, &[&dead, &fixed]).await;
     let run = walrelay_async(&["check"], Some(&config)).await;
     println!("check, topics created:\n{}", run.stdout);
     assert_eq!(run.code, Some(0), "{run}");

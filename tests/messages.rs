@@ -11,9 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_postgres::Client;
 
-use crate::admin::walrelay_async;
 use crate::common::{ids, Setup};
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::process::{http_get, metric, walrelay_async, RelayProcess};
 use crate::support::{free_port, kafka, services, wait_until};
 
 /// `message.prefix.include.list = outbox`.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 use crate::support::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use crate::common::Setup;
-use crate::support::faults::{self, private_broker};
 use crate::support::kafka;
-use crate::support::relay::{http_get as get, metric, RelayProcess};
+use crate::support::kafka::private_broker;
+use crate::support::process::{freeze, http_get as get, metric, thaw, RelayProcess};
 use crate::support::{free_port, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +187,7 @@ async fn lag_seconds_rise_while_the_broker_is_paused_and_fall_to_zero_after() {
     .await;
     assert!(caught_up, "{}\n{}", scrape().await, relay.log());
 
-    faults::freeze(broker.pid());
+    freeze(broker.pid());
     let client = s.db.connect().await;
     let epoch = "SELECT extract(epoch FROM clock_timestamp())::float8";
     let committed_after: f64 = client.query_one(epoch, &[]).await.unwrap().get(0);
@@ -227,7 +227,7 @@ async fn lag_seconds_rise_while_the_broker_is_paused_and_fall_to_zero_after() {
     );
     assert!(value(&text, "walrelay_inflight_records") >= 5.0, "{text}");
 
-    faults::thaw(broker.pid());
+    thaw(broker.pid());
     let last_text = std::sync::Mutex::new(String::new());
     let last_ref = &last_text;
     let fell = wait_until("lag seconds fall to 0", Duration::from_secs(60), || async move {

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::Setup;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::process::{http_get, metric, RelayProcess};
 use crate::support::{free_port, wait_until};
 
 const ALERTS: &str = "docs/prometheus/alerts.yaml";
@@ -321,7 +321,7 @@ fn kubernetes_manifest_passes_the_schema_validator_and_its_config_and_secret_par
 fn manifest_kafka_check(toml: &str, env: &[(String, String)]) -> String {
     let path = crate::support::scratch_dir("manifest").join("walrelay.toml");
     std::fs::write(&path, toml).expect("write the manifest's walrelay.toml");
-    let out = Command::new(crate::support::relay::walrelay_bin())
+    let out = Command::new(crate::support::process::walrelay_bin())
         .arg("check")
         .arg("--config")
         .arg(&path)

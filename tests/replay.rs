@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::admin::{walrelay_async, Run};
 use crate::common::{ids, Setup};
-use crate::support::faults::{connect, slot_active_pid, slot_confirmed, PrivatePostgres};
 use crate::support::kafka::{self, Consumed};
-use crate::support::postgres::TestDb;
+use crate::support::postgres::{connect, PrivatePostgres, TestDb};
+use crate::support::process::{walrelay_async, Run};
 use crate::support::servers::Server;
+use crate::support::slot::{slot_active_pid, slot_confirmed};
 use crate::support::{scratch_dir, services};
 
 /// Inserts `n` rows of `aggregate_type` in one transaction, written `minutes_ago` minutes ago
@@ -359,7 +359,7 @@ fn replay_on_a_terminal(config: &str, args: &str, answer: &str) -> (Option<i32>,
     use std::process::{Command, Stdio};
     let path = scratch_dir("replaytty").join("walrelay.toml");
     std::fs::write(&path, config).unwrap();
-    let bin = crate::support::relay::walrelay_bin();
+    let bin = crate::support::process::walrelay_bin();
     let command = format!("'{}' replay --config '{}' {args}", bin.display(), path.display());
     let mut child = Command::new("script")
         .args(["-q", "-e", "-c", &command, "/dev/null"])

@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use crate::common::Setup;
-use crate::support::faults::{self, private_broker};
 use crate::support::kafka;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::kafka::private_broker;
+use crate::support::process::{freeze, http_get, metric, thaw, RelayProcess};
 use crate::support::{free_port, note, wait_until};
 
 /// The first line of `/readyz`'s answer and its body, or "no answer".
@@ -63,7 +63,7 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     );
 
     // The hang: the broker frozen (10 s) with a record waiting.
-    faults::freeze(broker.pid());
+    freeze(broker.pid());
     let frozen = Instant::now();
     s.insert_events("Order", "a2", 1).await;
     let not_ready = wait_ready(http, false, Duration::from_secs(20)).await;
@@ -73,7 +73,7 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
         up_while_hung.push(broker_up(http).await.unwrap_or(-1.0));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    faults::thaw(broker.pid());
+    thaw(broker.pid());
     let ready_again = wait_ready(http, true, Duration::from_secs(60)).await;
     note(&format!(
         "broker hung 10 s: /readyz not ready {not_ready:.1?} after SIGSTOP ({hang_reason}); broker_up sampled {up_while_hung:?}; ready again {ready_again:.1?} after SIGCONT"
@@ -93,7 +93,8 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     let down = wait_ready(http, false, Duration::from_secs(30)).await;
     let down_reason = readyz(http).await;
     let up_while_down = broker_up(http).await;
-    let _back = tokio::task::spawn_blocking(move || private_broker(Some(port))).await.unwrap();
+    let back_broker =
+        tokio::task::spawn_blocking(move || private_broker(Some(port))).await.unwrap();
     let back = wait_ready(http, true, Duration::from_secs(30)).await;
     note(&format!(
         "outage on a quiet outbox: /readyz not ready {down:.1?} after the kill ({down_reason}, broker_up {up_while_down:?}); ready again {back:.1?} after the broker came back, broker_up {:?}",
@@ -103,8 +104,11 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     assert_eq!(up_while_down, Some(0.0));
     assert!(
         back.is_some_and(|t| t < Duration::from_secs(15)),
-        "/readyz not ready again within 15 s of the broker's return ({back:?}):\n{}",
-        relay.log()
+        "/readyz not ready again within 15 s of the broker's return ({back:?}; it says {}; broker_up {:?}):\n{}\n--- the returned broker's log ---\n{}",
+        readyz(http).await,
+        broker_up(http).await,
+        relay.log(),
+        back_broker.log_tail(30)
     );
 
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());

@@ -5,10 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::admin::{walrelay_async, Run};
 use crate::common::{ids, Setup};
 use crate::support::postgres::TestDb;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::process::{http_get, metric, walrelay_async, RelayProcess, Run};
 use crate::support::{free_port, wait_until};
 
 /// Inserts `n` outbox rows into `table` in one transaction, written `age` ago (an SQL interval,

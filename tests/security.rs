@@ -1,17 +1,18 @@
 //! TLS and SCRAM to PostgreSQL with the least privileges walrelay needs: a role with LOGIN and
 //! REPLICATION only, a publication created by the table's owner, `sslmode=verify-full` against a
 //! CA this test makes. And a wrong CA stops the relay with a hint instead of retrying forever.
+//! Last, the secrets walrelay is given never appear in its logs.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::ids;
-use crate::support::faults::PrivatePostgres;
+use crate::common::{ids, release_slot, Setup};
 use crate::support::kafka::consume;
-use crate::support::relay::RelayProcess;
+use crate::support::postgres::PrivatePostgres;
+use crate::support::process::RelayProcess;
 use crate::support::servers::server_with;
-use crate::support::{services, unique, Capability};
+use crate::support::{services, unique, wait_until, Capability};
 
 const PASSWORD: &str = "tls-secret-789";
 
@@ -172,4 +173,95 @@ async fn tls_verify_full_and_scram_with_a_replication_only_role_delivers_and_a_w
         assert!(!log.contains(PASSWORD), "password in the relay's log:\n{log}");
     }
     println!("TLS verify-full + SCRAM, role with LOGIN REPLICATION only: 10/10 delivered, {encrypted} TLS sessions; wrong CA: exit 1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// secrets in logs
+
+// The SASL_SSL, SCRAM, ACL and wrong-password cases, and an unknown SASL mechanism, run against a
+// broker configured for them in tests/kafka_security.rs.
+
+/// A PostgreSQL password in the URL and a Kafka SASL password, with everything logged at trace
+/// level through a failing run and a configuration error: neither secret appears anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_never_appear_in_logs() {
+    const PG_SECRET: &str = "pg-secret-456";
+    const KAFKA_SECRET: &str = "kafka-secret-123";
+    let s = Setup::new("secrets").await;
+    let role = unique("walrelay_pw");
+    s.db.execute(&format!(
+        "CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{PG_SECRET}';
+         GRANT ALL ON TABLE outbox TO {role};
+         CREATE PUBLICATION {pub} FOR TABLE outbox WITH (publish = 'insert');",
+        pub = s.publication
+    ))
+    .await;
+    let url =
+        s.db.url.replacen("postgres://postgres@", &format!("postgres://{role}:{PG_SECRET}@"), 1);
+    assert_ne!(url, s.db.url);
+    let config = s
+        .config_with(
+            "",
+            &format!(
+                "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"PLAIN\"\n\
+                 \"sasl.username\" = \"walrelay\"\n\"sasl.password\" = \"{KAFKA_SECRET}\"\n\
+                 \"message.timeout.ms\" = 2000\n"
+            ),
+            "",
+        )
+        .replace(&s.db.url, &url);
+    let trace = [("RUST_LOG", "trace")];
+    let mut relay = RelayProcess::start_with(&config, &[], &trace);
+    s.wait_streaming(&mut relay).await;
+    s.insert_events("Order", "o-1", 2).await;
+    let r = &relay;
+    assert!(
+        wait_until("a failed delivery", Duration::from_secs(30), || {
+            let done = r.log().contains("relay session ended");
+            async move { done }
+        })
+        .await,
+        "{}",
+        relay.log()
+    );
+    relay.kill();
+    // A configuration error that quotes the URL, and a PostgreSQL that refuses the login.
+    let mut bad_config = RelayProcess::start_with(
+        &config.replace("status_interval_ms = 200", "status_interval_ms = 1"),
+        &[],
+        &trace,
+    );
+    assert_eq!(bad_config.wait_exit(Duration::from_secs(20)), Some(2), "{}", bad_config.log());
+    let mut no_db = RelayProcess::start_with(
+        &config.replace(&format!("/{}\"", s.db.name), "/no_such_database\""),
+        &[],
+        &trace,
+    );
+    let no_db_code = no_db.wait_exit(Duration::from_secs(30));
+    no_db.kill();
+
+    let logs = [
+        ("failing run", relay.log()),
+        ("config error", bad_config.log()),
+        ("unknown database", no_db.log()),
+    ];
+    let total: usize = logs.iter().map(|(_, l)| l.len()).sum();
+    println!(
+        "secrets: {} bytes of trace logs from 3 runs (unknown database exit {no_db_code:?}); PG password found {}×, Kafka password {}×",
+        total,
+        logs.iter().map(|(_, l)| l.matches(PG_SECRET).count()).sum::<usize>(),
+        logs.iter().map(|(_, l)| l.matches(KAFKA_SECRET).count()).sum::<usize>()
+    );
+    for (what, log) in &logs {
+        for secret in [PG_SECRET, KAFKA_SECRET] {
+            let hits: Vec<&str> = log.lines().filter(|l| l.contains(secret)).take(5).collect();
+            assert!(
+                hits.is_empty(),
+                "{what}: the secret {secret} appears in the log:\n{}",
+                hits.join("\n")
+            );
+        }
+    }
+    assert!(total > 10_000, "trace logging did not happen ({total} bytes)");
+    release_slot(&s).await;
 }

@@ -7,9 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::admin::walrelay_async;
-use crate::support::faults::PrivatePostgres;
-use crate::support::relay::RelayProcess;
+use crate::support::postgres::PrivatePostgres;
+use crate::support::process::{walrelay_async, RelayProcess};
 use crate::support::{note, services, unique, wait_until};
 
 /// `backend pid`'s row in pg_stat_activity, if it still exists.
@@ -140,7 +139,7 @@ async fn setup_held_up_by_an_open_transaction_says_by_which_and_leaves_nothing_o
 
     let log_path = dir.join("setup.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = std::process::Command::new(crate::support::relay::walrelay_bin())
+    let mut child = std::process::Command::new(crate::support::process::walrelay_bin())
         .args(["setup", "--config"])
         .arg(&config_path)
         .env("RUST_LOG", "info")
@@ -159,7 +158,7 @@ async fn setup_held_up_by_an_open_transaction_says_by_which_and_leaves_nothing_o
     note(&format!("walrelay setup logged: {line}"));
     assert!(named && line.contains(&format!("pid {blocker_pid} ")), "{text}");
 
-    assert!(crate::support::faults::signal(child.id(), "TERM"));
+    assert!(crate::support::process::signal(child.id(), "TERM"));
     let code = tokio::task::spawn_blocking(move || child.wait().unwrap().code()).await.unwrap();
     let observer = db.connect().await;
     let (o, s) = (&observer, slot.as_str());

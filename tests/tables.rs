@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::faults::{self, slot_confirmed};
-use crate::support::kafka::{self, Consumed};
-use crate::support::relay::RelayProcess;
+use crate::support::kafka::{self, private_broker, Consumed};
+use crate::support::process::{freeze, thaw, transactions_read, RelayProcess};
+use crate::support::slot::{slot_active_pid, slot_confirmed};
 use crate::support::{services, wait_until};
 
 /// A range-partitioned outbox named `outbox` (replacing Setup's plain one) with an old
@@ -132,7 +132,7 @@ async fn partitioned_outbox_with_a_publication_without_partition_root_is_refused
         format!("ALTER PUBLICATION {} SET (publish_via_partition_root = true)", s.publication);
     assert!(log.contains("publish_via_partition_root is off") && log.contains(&fix), "{log}");
 
-    let check = crate::admin::walrelay_async(&["check"], Some(&s.config())).await;
+    let check = crate::support::process::walrelay_async(&["check"], Some(&s.config())).await;
     assert_eq!(check.code, Some(1), "{check}");
     assert!(check.stdout.contains(&format!("— fix: {fix}")), "{check}");
 
@@ -150,7 +150,7 @@ async fn partitioned_outbox_with_a_publication_without_partition_root_is_refused
 /// relay delivers them once the broker is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
-    let broker = tokio::task::spawn_blocking(|| faults::private_broker(None)).await.unwrap();
+    let broker = tokio::task::spawn_blocking(|| private_broker(None)).await.unwrap();
     let s = Setup::new("partpause").await;
     partitioned_outbox(&s).await;
     let config = s.config_for_bootstrap(broker.bootstrap(), "", "", "");
@@ -164,8 +164,8 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     };
     assert_eq!(ids(&read(1).await), vec![first.clone()]);
 
-    faults::freeze(broker.pid());
-    let read_before = faults::transactions_read(&relay.log()).len();
+    freeze(broker.pid());
+    let read_before = transactions_read(&relay.log()).len();
     let mut hung = Vec::new();
     for n in 1..=20 {
         let at = if n % 2 == 0 { "2025-02-01 00:00:00+00" } else { "2026-12-01 00:00:00+00" };
@@ -175,7 +175,7 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     let r = &relay;
     assert!(
         wait_until("the relay read the 20 transactions", Duration::from_secs(30), || async move {
-            faults::transactions_read(&r.log()).len() >= read_before + 20
+            transactions_read(&r.log()).len() >= read_before + 20
         })
         .await,
         "{}",
@@ -186,7 +186,7 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     assert!(
         wait_until("the slot is released", Duration::from_secs(15), || {
             let (url, slot) = (url.clone(), slot.clone());
-            async move { faults::slot_active_pid(&url, &slot).await.is_none() }
+            async move { slot_active_pid(&url, &slot).await.is_none() }
         })
         .await
     );
@@ -196,11 +196,11 @@ async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     }
     println!(
         "broker hung: the relay read 20 partition rows, was killed, and the slot still holds {held} of 20 (confirmed at {})",
-        faults::fmt_lsn(slot_confirmed(&s.db.url, &s.slot).await.unwrap_or(0))
+        slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default()
     );
     assert_eq!(held, 20, "the slot was confirmed past unacknowledged partition rows");
 
-    faults::thaw(broker.pid());
+    thaw(broker.pid());
     let mut relay = RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;
     let mut expected = vec![first];

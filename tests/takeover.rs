@@ -7,8 +7,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 use crate::support::{kafka, scratch_dir, services, unique};
+use walrelay::lsn::Lsn;
 
 /// One transaction as the slot sends it.
 #[derive(Debug, Clone)]
@@ -24,15 +25,6 @@ impl Tx {
     fn ids(&self) -> Vec<String> {
         self.rows.iter().map(|(id, _)| id.clone()).collect()
     }
-}
-
-fn lsn_text(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
-}
-
-fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
 /// Inserts `n` outbox rows in one transaction; returns their ids.
@@ -80,11 +72,11 @@ async fn pending_transactions(s: &Setup) -> Vec<Tx> {
                     .find(|w| w.len() == 36)
                     .unwrap()
                     .to_string();
-                open.as_mut().unwrap().rows.push((id, parse_lsn(&lsn)));
+                open.as_mut().unwrap().rows.push((id, u64::from(lsn.parse::<Lsn>().unwrap())));
             }
             Some(b'C') => {
                 let mut tx = open.take().unwrap();
-                tx.end = parse_lsn(&lsn);
+                tx.end = u64::from(lsn.parse::<Lsn>().unwrap());
                 txs.push(tx);
             }
             _ => {}
@@ -133,7 +125,7 @@ pub(crate) fn offset_file(key: &str, value: &str) -> Vec<u8> {
 
 /// Moves the slot to `lsn`, where Debezium's last offset flush left it.
 async fn set_slot(s: &Setup, lsn: u64) {
-    let t = lsn_text(lsn);
+    let t = Lsn(lsn).to_string();
     assert!(s.db.advance_slot(&s.slot, &t).await, "could not advance the slot to {t}");
 }
 
@@ -260,7 +252,7 @@ async fn zero_replay(store: fn(&[Tx]) -> Store, name: &str, extra: &str) {
     let (missing, twice) = tally(&got, &must, &all_ids(&debezium));
     let skipped_line = format!(
         "skipped 2 transactions (5 events) Debezium had delivered, up to LSN {}",
-        lsn_text(debezium[2].end)
+        Lsn(debezium[2].end)
     );
     let logged = relay.wait_for_log(&skipped_line, Duration::from_secs(5)).await;
     println!(
@@ -281,7 +273,7 @@ async fn zero_replay(store: fn(&[Tx]) -> Store, name: &str, extra: &str) {
             )
             .await
             .unwrap();
-    assert!(parse_lsn(&confirmed.get::<_, String>(0)) > quiet[1].end);
+    assert!(confirmed.get::<_, String>(0).parse::<Lsn>().unwrap() > Lsn(quiet[1].end));
 }
 
 /// The offset Debezium stores after delivering all of `debezium`: on the last transaction's
@@ -355,7 +347,7 @@ async fn takeover_relays_the_whole_transaction_debezium_stopped_in() {
     let (missing, twice) = tally(&got, &must, &debezium[1].ids());
     let skipped_line = format!(
         "skipped 1 transactions (3 events) Debezium had delivered, up to LSN {}",
-        lsn_text(debezium[1].end)
+        Lsn(debezium[1].end)
     );
     let logged = relay.wait_for_log(&skipped_line, Duration::from_secs(5)).await;
     let partial = relay.log().contains("because Debezium delivered it only in part");
@@ -365,6 +357,40 @@ async fn takeover_relays_the_whole_transaction_debezium_stopped_in() {
     assert!(logged && partial, "{}", s.diagnostics(&relay));
     assert_eq!((missing, twice), (0, 0), "{got:?}\n{}", s.diagnostics(&relay));
     assert_eq!(again, 2);
+    assert_eq!(relay.terminate(), Some(0));
+}
+
+/// The rows of the transaction Debezium stopped in, held back and then released, go out in the
+/// configured envelope like every other row (issue 26, bug 1: they went out in Debezium's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_releases_held_rows_in_the_configured_envelope() {
+    let s = Setup::new("dbzenvelope").await;
+    let (debezium, quiet) = history(&s, 3).await;
+    set_slot(&s, debezium[0].end).await;
+    let stopped_in = &debezium[2];
+    let value = offset_value(stopped_in, stopped_in.rows[1].1, debezium[1].end);
+    let store = Store::File(offset_file(&offset_key(CONNECTOR, SERVER), &value));
+    let section = offsets_section(&store).await;
+    let envelope = "[envelope]\nformat = \"cloudevents-binary\"\n";
+    let mut relay = RelayProcess::start(&s.config_with("", "", &format!("{section}\n{envelope}")));
+    s.wait_streaming(&mut relay).await;
+    let got = s.read("Order", stopped_in.rows.len() + all_ids(&quiet).len()).await;
+    let format = |id: &str| {
+        let r = got.iter().find(|r| r.header_str("id") == Some(id));
+        match r.and_then(|r| r.header_str("ce_specversion")) {
+            Some(v) => format!("cloudevents {v}"),
+            None if r.is_some() => "debezium (no ce_* headers)".to_string(),
+            None => "missing".to_string(),
+        }
+    };
+    let released: Vec<String> = stopped_in.ids().iter().map(|id| format(id)).collect();
+    println!(
+        "dbzenvelope: the 3 rows of the transaction Debezium stopped in went out as {released:?}"
+    );
+    assert!(relay.log().contains("because Debezium delivered it only in part"), "{}", relay.log());
+    let wrong: Vec<String> =
+        ids(&got).into_iter().filter(|id| !format(id).starts_with("cloudevents")).collect();
+    assert!(wrong.is_empty(), "not in the configured envelope: {wrong:?}\n{}", relay.log());
     assert_eq!(relay.terminate(), Some(0));
 }
 

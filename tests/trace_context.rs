@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::common::Setup;
 use crate::support::free_port;
 use crate::support::kafka::Consumed;
-use crate::support::relay::{http_get, metric, RelayProcess};
+use crate::support::process::{http_get, metric, RelayProcess};
 
 pub const TRACE_1: &str = "0af7651916cd43dd8448eb211c80319c";
 pub const SPAN_1: &str = "b7ad6b7169203331";

@@ -77,7 +77,7 @@ fn quantile(cumulative: &[(f64, u64)], count: u64, q: f64) -> f64 {
 
 /// One scrape of walrelay's histograms (empty when it did not answer).
 pub async fn scrape(port: u16) -> Scrape {
-    let text = crate::support::relay::http_get(port, "/metrics").await.unwrap_or_default();
+    let text = crate::support::process::http_get(port, "/metrics").await.unwrap_or_default();
     Scrape { ack: parse(&text, ACK), read: parse(&text, READ) }
 }
 

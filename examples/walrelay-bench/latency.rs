@@ -359,7 +359,7 @@ impl Relayed<'_> {
     /// same load at the same time: the walsender's and walrelay's cores, the broker. A
     /// diagnostic, not a floor: with every event (1) the broker gets twice the records and on
     /// two cores that overload is most of both tails; with fewer, the writers' producer has a
-    /// lighter connection to the broker than walrelay's (docs/benchmarks.md, issue 13).
+    /// lighter connection to the broker than walrelay's (docs/benchmarks-history.md, issue 13).
     async fn beside(&self, rate: u64, first_n: u64, sample: u64) -> Beside {
         let producer = FloorProducer::new(crate::fresh::bootstrap(), self.shape).await;
         let counted_from = Instant::now() + Duration::from_secs_f64(warmup(self.seconds));

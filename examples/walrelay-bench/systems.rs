@@ -5,6 +5,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use walrelay::lsn::Lsn;
+
 use crate::kafka::{count_delivered, create_topics, Delivery, Tail};
 use crate::measure::{delta, now_us, peak_rss_mb, CpuDelta, Meter};
 use crate::polling::{sum_stats, InstanceStats, PollingArgs, PollingProcess};
@@ -80,7 +82,7 @@ pub async fn ceiling(
         // As walrelay asks (pgwire-replication always does): the messages shape's events are
         // logical messages, which pgoutput sends only with this option.
         .args(["-o", "messages=true"])
-        .args(["-E", &workload::fmt_lsn(load.end_lsn), "-f", "/dev/null"])
+        .args(["-E", &Lsn(load.end_lsn).to_string(), "-f", "/dev/null"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -196,17 +198,16 @@ pub fn start_walrelay(config: &str) -> RelayProcess {
     RelayProcess::start_with(config, &[], &[("RUST_LOG", level.as_str())])
 }
 
-async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> u64 {
+async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> Lsn {
     c.query_opt(
-        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+        "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1",
         &[&slot],
     )
     .await
     .ok()
     .flatten()
-    .and_then(|r| r.get::<_, Option<String>>(0))
-    .map(|t| workload::parse_lsn(&t))
-    .unwrap_or(0)
+    .and_then(|r| r.get::<_, Option<Lsn>>(0))
+    .unwrap_or_default()
 }
 
 /// walrelay drains the backlog from its slot into the broker; done when the slot's
@@ -236,7 +237,7 @@ pub async fn walrelay_drain(
     let mut done = false;
     let mut rss = None;
     while Instant::now() < deadline {
-        if confirmed_lsn(&watch, slot).await >= load.end_lsn {
+        if confirmed_lsn(&watch, slot).await >= Lsn(load.end_lsn) {
             done = true;
             break;
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls};
+use walrelay::lsn::Lsn;
 
 use crate::measure::now_us;
 use crate::support::{services, TestDb};
@@ -177,7 +178,7 @@ pub async fn load_into(
 pub async fn load_statements(db: &TestDb, n: u64, per_txn: u64, statements: Vec<String>) -> Loaded {
     let started = Instant::now();
     let c0 = db.connect().await;
-    let start_lsn = lsn_query(&c0, "SELECT pg_current_wal_insert_lsn()::text").await;
+    let start_lsn = current_wal_insert_lsn(&c0).await;
     let next = Arc::new(AtomicU64::new(0));
     let txns = n.div_ceil(per_txn);
     let statements = Arc::new(statements);
@@ -205,23 +206,19 @@ pub async fn load_statements(db: &TestDb, n: u64, per_txn: u64, statements: Vec<
     for t in tasks {
         t.await.expect("load task");
     }
-    let end_lsn = lsn_query(&c0, "SELECT pg_current_wal_insert_lsn()::text").await;
+    let end_lsn = current_wal_insert_lsn(&c0).await;
     let seconds = started.elapsed().as_secs_f64();
-    Loaded { events: n, seconds, end_lsn, wal_bytes: end_lsn - start_lsn, avg_payload_bytes: 0.0 }
+    Loaded {
+        events: n,
+        seconds,
+        end_lsn: u64::from(end_lsn),
+        wal_bytes: end_lsn.bytes_since(start_lsn),
+        avg_payload_bytes: 0.0,
+    }
 }
 
-pub async fn lsn_query(c: &Client, sql: &str) -> u64 {
-    let text: String = c.query_one(sql, &[]).await.expect("lsn query").get(0);
-    parse_lsn(&text)
-}
-
-pub fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').expect("LSN text");
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
-pub fn fmt_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+async fn current_wal_insert_lsn(c: &Client) -> Lsn {
+    c.query_one("SELECT pg_current_wal_insert_lsn()", &[]).await.expect("lsn query").get(0)
 }
 
 /// `(group, n)` from an event id written by [`row_sql`].

@@ -136,7 +136,7 @@ const DEFAULT_TOPIC_PROPAGATION_MS: &str = "10000";
 /// librdkafka waits `linger.ms` (its default: 5) before sending a batch. A relay's records arrive
 /// a transaction at a time, so at low rates that wait is most of commit→ack; under load it sets
 /// how many produce requests the broker has to handle. Measured (benchmark, 1M-event drain and
-/// single-row transactions; docs/benchmarks.md): 2 ms gave p99 6 ms at 2,000/s against 8–10 ms
+/// single-row transactions; docs/benchmarks-history.md): 2 ms gave p99 6 ms at 2,000/s against 8–10 ms
 /// at 3 ms, with the same drain (1.3× the decoding ceiling). Below 2 ms the broker's per-request
 /// cost grows (1 ms once halved a drain on the 2-core test machine).
 const DEFAULT_LINGER_MS: &str = "2";

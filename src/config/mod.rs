@@ -18,22 +18,20 @@ mod debezium_offsets;
 mod delivery;
 mod document;
 mod env;
-mod error;
 mod kafka;
 mod limits;
 mod outbox;
 mod retention;
-pub mod secret;
 mod section;
 mod source;
 #[cfg(test)]
 mod tests;
 mod tracing;
 
+pub use crate::options::{secret, ConfigError, Options};
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
 pub use env::ENV_PREFIX;
-pub use error::ConfigError;
 pub use kafka::{KafkaConfig, RELAY_OWNED_KAFKA};
 pub use limits::{HttpConfig, Limits};
 pub use outbox::{OutboxConfig, TableName};
@@ -41,9 +39,6 @@ pub use retention::{DeadLetterConfig, RetentionConfig};
 pub use secret::redact_url;
 pub use source::SourceConfig;
 pub use tracing::TracingConfig;
-
-/// Flattened `dotted.key -> value text` options of one section.
-pub type Options = BTreeMap<String, String>;
 
 /// The whole, validated configuration.
 #[derive(Debug, Clone)]

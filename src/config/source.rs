@@ -59,7 +59,7 @@ pub(super) fn parse(opts: &Options) -> Result<SourceConfig, ConfigError> {
 /// from the `PG*` variables alone, as `psql` with no arguments would connect.
 pub(super) fn parse_with(
     opts: &Options,
-    env: crate::source::libpq::Env,
+    env: crate::libpq::Env,
 ) -> Result<SourceConfig, ConfigError> {
     let raw: Raw = section::from_options(S, opts)?;
     let url = raw.url.unwrap_or_default();
@@ -80,7 +80,7 @@ pub(super) fn parse_with(
         crate::tls::SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
         _ => tokio_postgres::config::SslMode::Require,
     });
-    crate::source::libpq::apply_env(&mut conn, &url, env).map_err(|r| conn_error(&r))?;
+    crate::libpq::apply_env(&mut conn, &url, env).map_err(|r| conn_error(&r))?;
     let slot = raw.slot.unwrap_or_else(|| "walrelay".to_string());
     check_identifier(S, "slot", &slot)?;
     let publication = raw.publication.unwrap_or_else(|| "walrelay".to_string());

@@ -258,3 +258,16 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn commit_times_are_rfc3339_in_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(951_782_400_000_001), "2000-02-29T00:00:00.000001Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(rfc3339(4_102_444_799_999_999), "2099-12-31T23:59:59.999999Z");
+    }
+}

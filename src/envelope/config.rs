@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::ConfigError;
+use crate::options::ConfigError;
 use crate::router::RouterConfig;
 
 const SECTION: &str = "envelope";

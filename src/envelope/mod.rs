@@ -34,8 +34,7 @@ use bytes::Bytes;
 
 pub use self::config::{parse, EnvelopeConfig, Format, DEFAULT_SOURCE};
 use crate::lsn::Lsn;
-use crate::pgoutput::Tuple;
-use crate::router::{Binding, EventFields, PayloadKind, Record, RouteError, Router, RouterConfig};
+use crate::router::{EventFields, PayloadKind, Record, RouteError, RouterConfig};
 use crate::trace::Trace;
 
 /// The transaction an event was committed in.
@@ -80,7 +79,7 @@ struct Place {
     message_prefix: Option<String>,
 }
 
-/// Turns routed events into records of the configured format. One per relay session.
+/// Turns routed events into records of the configured format (through `crate::encoder`).
 #[derive(Debug)]
 pub struct Envelope {
     cfg: EnvelopeConfig,
@@ -153,39 +152,6 @@ impl Envelope {
             Format::CloudEventsProtobuf => self.cloudevents_protobuf(record, fields, txn, origin),
             Format::Protobuf => Ok(self.protobuf(record, fields, txn, origin)),
         }
-    }
-
-    /// Routes an outbox row and wraps it: with `debezium`, [`Router::route`] alone.
-    pub fn route_row(
-        &mut self,
-        router: &mut Router,
-        binding: &Binding,
-        row: &Tuple,
-        txn: &Txn,
-    ) -> Result<Record, RouteError> {
-        if self.is_debezium() {
-            return router.route(binding, row);
-        }
-        let (record, fields) = router.route_event(binding, row)?;
-        let (schema, table) = binding.relation_name();
-        self.wrap(record, fields, txn, Origin::table(binding.table(), schema, table))
-    }
-
-    /// Routes a logical decoding message's content and wraps it. `label` is
-    /// `message:<prefix>`.
-    pub fn route_message(
-        &mut self,
-        router: &mut Router,
-        content: &Bytes,
-        label: &str,
-        prefix: &str,
-        txn: &Txn,
-    ) -> Result<Record, RouteError> {
-        if self.is_debezium() {
-            return router.route_message(content);
-        }
-        let (record, fields) = router.route_message_event(content)?;
-        self.wrap(record, fields, txn, Origin::message(label, prefix))
     }
 
     /// The payload's media type: `[envelope] content_type`, or the column type's.
@@ -262,6 +228,3 @@ fn utf8(b: &Bytes) -> std::borrow::Cow<'_, [u8]> {
         Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(b).into_owned().into_bytes()),
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -370,6 +370,7 @@ impl Publisher {
             }
         });
         reachability::watch(Arc::downgrade(&producer), metrics);
+        tracing::debug!("kafka producer created");
         Ok((Publisher { queue, producer }, rx))
     }
 

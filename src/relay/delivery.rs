@@ -13,7 +13,8 @@ use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::mpsc;
 
-use super::exactly_once::{self, Transactions};
+use self::transactions::PROGRESS_SEQ;
+use super::exactly_once::Transactions;
 use crate::checkpoint::{Frontier, Sent, Seq};
 use crate::config::{Config, DeadLetterConfig, Limits};
 use crate::dead_letter::{self, Letter};
@@ -80,10 +81,6 @@ pub struct Delivery {
     metrics: Arc<Metrics>,
 }
 
-/// The delivery-report number of the progress record: outside the frontier's sequence, since
-/// the commit of its Kafka transaction, not its report, is what counts.
-const PROGRESS_SEQ: Seq = Seq::MAX;
-
 impl Delivery {
     /// A producer for one session, whose frontier starts at the slot's confirmed position.
     pub fn new(config: &Config, confirmed: Lsn, metrics: &Arc<Metrics>) -> Result<Delivery> {
@@ -114,28 +111,6 @@ impl Delivery {
             exporter: Exporter::for_config(config, metrics),
             metrics: metrics.clone(),
         })
-    }
-
-    /// Exactly-once, once the slot is ours: fences earlier producers of the transactional id,
-    /// aborts what they left open, and reads where the last committed Kafka transaction ended.
-    /// Nothing to do at-least-once.
-    pub async fn start(&mut self, kafka: &crate::config::KafkaConfig) -> Result<()> {
-        let Some(txns) = &mut self.transactions else { return Ok(()) };
-        self.publisher.init_transactions(TXN_CALL_TIMEOUT).await?;
-        let topic = txns.progress_topic();
-        let committed =
-            exactly_once::read_progress(kafka, topic, txns.transactional_id(), true).await?;
-        tracing::info!(
-            transactional_id = txns.transactional_id(),
-            progress_topic = topic,
-            committed_lsn = %committed.map_or("none".to_string(), |l| l.to_string()),
-            "exactly-once: transactions initialised; PostgreSQL transactions committed at or before this LSN are in Kafka already and are skipped"
-        );
-        if let Some(lsn) = committed {
-            self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
-        }
-        txns.resume_after(committed);
-        Ok(())
     }
 
     /// Backpressure (I7): whether more may be read from the WAL now.
@@ -501,47 +476,6 @@ impl Delivery {
         self.frontier.confirmed()
     }
 
-    /// Exactly-once: when the open Kafka transaction should commit by age (it holds whole
-    /// PostgreSQL transactions only); never at-least-once.
-    pub fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
-        self.transactions.as_ref().and_then(Transactions::deadline)
-    }
-
-    /// Commits the open Kafka transaction if it is due.
-    pub async fn commit_kafka_if_due(&mut self) -> Result<()> {
-        if self.transactions.as_ref().is_some_and(Transactions::due) {
-            self.commit_kafka().await?;
-        }
-        Ok(())
-    }
-
-    /// Commits the open Kafka transaction: waits for every record's report (a refused one's
-    /// dead letter goes in the same transaction), adds the progress record, commits. On
-    /// failure the session ends; the next one's `init_transactions` aborts what is open here,
-    /// and it resumes from the last committed position.
-    pub async fn commit_kafka(&mut self) -> Result<()> {
-        let started = std::time::Instant::now();
-        while self.frontier.unacked() > 0 || !self.pending_dead.is_empty() {
-            self.send_dead_letters().await?;
-            if self.frontier.unacked() > 0 {
-                self.next_reports().await?;
-            }
-        }
-        let txns = self.transactions.as_mut().expect("exactly-once");
-        let Some((record, lsn)) = txns.progress_record() else { return Ok(()) };
-        self.send(PROGRESS_SEQ, record).await?;
-        if let Err(e) = self.publisher.commit_transaction(TXN_CALL_TIMEOUT).await {
-            self.transactions.as_mut().expect("exactly-once").forget();
-            self.metrics.kafka_transactions_failed.fetch_add(1, Relaxed);
-            return Err(e);
-        }
-        self.transactions.as_mut().expect("exactly-once").committed(lsn);
-        self.metrics.kafka_transactions.fetch_add(1, Relaxed);
-        self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
-        tracing::debug!(%lsn, took_ms = started.elapsed().as_millis() as u64, "kafka transaction committed");
-        Ok(())
-    }
-
     /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop. Exactly-once:
     /// commits the open Kafka transaction if it holds whole PostgreSQL transactions only, else
     /// aborts it (the next start resumes before the transaction that was cut).
@@ -560,26 +494,33 @@ impl Delivery {
             }
             return;
         }
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.frontier.unacked() > self.refused {
-            tokio::select! {
-                result = self.next_reports() => {
-                    if let Err(e) = result {
-                        tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed");
-                        return;
-                    }
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(unacked = self.frontier.unacked(), "shutdown grace period over; unacknowledged records will be replayed");
-                    return;
-                }
+        match tokio::time::timeout(grace, self.settle()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed")
+            }
+            Err(_) => {
+                tracing::warn!(
+                    unacked = self.frontier.unacked(),
+                    "shutdown grace period over; unacknowledged records will be replayed"
+                )
             }
         }
     }
-}
 
-/// How long librdkafka's blocking transactional calls may take.
-const TXN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+    /// Waits until every record is acknowledged or refused for good. A record refused now goes
+    /// to the dead-letter topic in its place, as it does while streaming: until that letter is
+    /// acknowledged the frontier stays before the row, so a stop cut short replays it.
+    async fn settle(&mut self) -> Result<()> {
+        loop {
+            self.send_dead_letters().await?;
+            if self.frontier.unacked() <= self.refused {
+                return Ok(());
+            }
+            self.next_reports().await?;
+        }
+    }
+}
 
 /// What makes Kafka take a record it refused for good, by the refusal.
 fn record_fix(error: &KafkaError, topic: &str) -> String {
@@ -606,3 +547,7 @@ pub fn unix_micros() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
 }
+
+#[cfg(test)]
+mod tests;
+mod transactions;

@@ -9,7 +9,7 @@ use super::delivery::{unix_micros, Unroutable};
 use super::Session;
 use crate::envelope::Txn;
 use crate::error::Result;
-use crate::router::{message_event_id, Router};
+use crate::router::message_event_id;
 
 const KIND: &str = "logical message";
 
@@ -17,7 +17,6 @@ impl Session<'_> {
     /// Publishes the record of `message`, its dead letter, or — `refused` — refuses it.
     pub(super) async fn on_message(
         &mut self,
-        router: &mut Router,
         message: LogicalMessage,
         refused: bool,
     ) -> Result<()> {
@@ -51,13 +50,7 @@ impl Session<'_> {
                 true => Txn { commit_micros: unix_micros(), commit_lsn: message.lsn, xid: 0 },
                 false => self.txn,
             };
-            let routed = self.envelope.route_message(
-                router,
-                &message.content,
-                &source,
-                &message.prefix,
-                &txn,
-            );
+            let routed = self.encoder.message(&message.content, &source, &message.prefix, &txn);
             match routed {
                 Ok(record) => {
                     self.delivery.publish(record, &Arc::from(source.as_str()), message.lsn).await?

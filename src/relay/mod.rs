@@ -2,16 +2,18 @@
 //! position, so the order of events, acks and confirmations is the order of this code.
 //!
 //! ```text
-//!  PostgreSQL ──events──▶ Assembler ──rows──▶ Router ──records──▶ Delivery ──▶ Kafka
-//!      ▲                  (assembler.rs)                          (delivery.rs)   │
+//!  PostgreSQL ──events──▶ Assembler ──rows─▶ Encoder ──records──▶ Delivery ──▶ Kafka
+//!      ▲                  (assembler.rs)  (route, then wrap)      (delivery.rs)   │
 //!      │                                                               ▲          │ reports
 //!      └── update_applied_lsn(min(acked, vouched)) ◀── Delivery::progress ◀───┴──────────┘
 //!                                   ▲
 //!                   source::watch ──┘ (the catalog checks vouch for WAL positions)
 //! ```
 //!
-//! This file keeps the select, the timeouts and the I/O: which catalog question a Relation
-//! message needs, when to read, when to serve reports, when to stop. A session is one
+//! This file keeps the select, the timeouts and the I/O: when to read, when to serve reports,
+//! what to confirm, when to stop. What each step of the assembler asks (a row to encode and
+//! deliver, a Relation to look up in the catalog) is `step.rs`; logical messages are
+//! `message.rs`. The [`Encoder`] is the run's: each session borrows it. A session is one
 //! replication connection plus one producer; anything that breaks either ends the session, and
 //! the next one starts from the slot's confirmed position, so records are replayed, never
 //! skipped (I6).
@@ -20,26 +22,26 @@ mod assembler;
 mod delivery;
 pub(crate) mod exactly_once;
 mod message;
+mod step;
 mod takeover;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgwire_replication::{ReplicationClient, ReplicationEvent};
+use pgwire_replication::ReplicationClient;
 
 use crate::config::Config;
-use crate::envelope::{Envelope, Txn};
+use crate::encoder::Encoder;
+use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::pgoutput::{Relation, Tuple, Value};
 use crate::publish::Publisher;
-use crate::router::{InvalidOpBehavior, Router};
-use crate::source::{self, catalog, slot, watch, OutboxTable};
+use crate::source::{self, slot, watch, OutboxTable};
 
 pub use self::assembler::{AssembleError, Assembler, Fate, LogicalMessage, Step};
-use self::delivery::{Delivery, Unroutable};
+use self::delivery::Delivery;
 
 /// How a relay that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +95,8 @@ fn backoff() -> backon::ExponentialBackoff {
 /// jittered exponential backoff.
 pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) -> Result<Outcome> {
     Publisher::validate(&config.kafka)?;
-    let mut router = Router::new(config.router.clone()).with_metrics(metrics.clone());
+    // Route, then wrap, for every session of the run (see `crate::encoder`).
+    let mut encoder = Encoder::new(&config).with_metrics(metrics.clone());
     let mut delays = backoff();
     // Once this process has streamed, the publication and slot must not vanish: recreating
     // them would hide the events in between.
@@ -108,7 +111,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
         }
         let started = Instant::now();
         let opened = tokio::select! {
-            opened = Session::open(&config, !streamed, &metrics, &mut debezium_offsets) => opened,
+            opened = Session::open(&config, &mut encoder, !streamed, &metrics, &mut debezium_offsets) => opened,
             _ = shutdown.wait() => return Ok(Outcome::Stopped { confirmed: Lsn::ZERO }),
         };
         let result = match opened {
@@ -122,7 +125,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
                 // session left unacknowledged is read again by this one.
                 metrics.oldest_unacked_sent_micros.store(0, Relaxed);
                 metrics.streaming.store(true, Relaxed);
-                let result = session.run(&mut router, &mut shutdown).await;
+                let result = session.run(&mut shutdown).await;
                 metrics.streaming.store(false, Relaxed);
                 result
             }
@@ -172,13 +175,6 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
     }
 }
 
-/// The database the events come from, as the envelopes name it: libpq's default is the user's
-/// name.
-pub(crate) fn database(config: &Config) -> String {
-    let conn = &config.source.conn;
-    conn.get_dbname().or(conn.get_user()).unwrap_or_default().to_owned()
-}
-
 /// What handling one event asks of the loop.
 enum Handled {
     Continue,
@@ -193,8 +189,8 @@ struct Session<'c> {
     tables: Vec<OutboxTable>,
     assembler: Assembler,
     delivery: Delivery,
-    /// Turns routed events into records of the configured format.
-    envelope: Envelope,
+    /// Routes and wraps rows and messages; the run's, lent to each session.
+    encoder: &'c mut Encoder,
     /// The transaction being read (for the envelope).
     txn: Txn,
     /// Checks the publication and the outbox tables while streaming, on a task of its own so a
@@ -220,11 +216,18 @@ impl Drop for Session<'_> {
 impl<'c> Session<'c> {
     async fn open(
         config: &'c Config,
+        encoder: &'c mut Encoder,
         create: bool,
         metrics: &Arc<Metrics>,
         debezium_offsets: &mut bool,
     ) -> Result<Session<'c>> {
         let prepared = source::prepare(&config.source, &config.outbox, create).await?;
+        // A stand-by learns here that the slot is busy, before it builds a producer (with its
+        // warm-up thread and broker connections) only to drop it at every retry. The slot may
+        // still be taken in between: START_REPLICATION below is the test that counts.
+        if let Some(pid) = prepared.in_use_by {
+            return Err(slot::in_use(&config.source.slot, Some(pid)));
+        }
         // The producer before the stream: it connects to Kafka while START_REPLICATION runs.
         let mut delivery = Delivery::new(config, prepared.confirmed, metrics)?;
         let stream =
@@ -281,7 +284,7 @@ impl<'c> Session<'c> {
             tables: prepared.tables,
             assembler: Assembler::new(config.messages.clone()),
             delivery,
-            envelope: Envelope::new(config.envelope.clone(), &config.router, &database(config)),
+            encoder,
             txn: Txn::default(),
             watch,
             reported: prepared.confirmed,
@@ -290,8 +293,8 @@ impl<'c> Session<'c> {
         })
     }
 
-    async fn run(&mut self, router: &mut Router, shutdown: &mut Shutdown) -> Result<Outcome> {
-        match self.stream_until_stop(router, shutdown).await {
+    async fn run(&mut self, shutdown: &mut Shutdown) -> Result<Outcome> {
+        match self.stream_until_stop(shutdown).await {
             // Stopping for good on a row or a misconfiguration: the records before it are
             // already with librdkafka; deliver and confirm them first, so a restart resumes at
             // the row that stopped the relay and replays nothing before it.
@@ -303,11 +306,7 @@ impl<'c> Session<'c> {
         }
     }
 
-    async fn stream_until_stop(
-        &mut self,
-        router: &mut Router,
-        shutdown: &mut Shutdown,
-    ) -> Result<Outcome> {
+    async fn stream_until_stop(&mut self, shutdown: &mut Shutdown) -> Result<Outcome> {
         loop {
             // Backpressure (I7): stop reading WAL while too much is unconfirmed. The replication
             // worker keeps answering keepalives meanwhile, and PostgreSQL buffers the WAL.
@@ -341,7 +340,7 @@ impl<'c> Session<'c> {
                                 return Err(source::stream::classify(e, &self.config.source, &self.control).await)
                             }
                         };
-                        if let Handled::Interrupted = self.on_event(event, router, shutdown).await? {
+                        if let Handled::Interrupted = self.on_event(event, shutdown).await? {
                             return self.stop().await;
                         }
                         handled += 1;
@@ -384,134 +383,6 @@ impl<'c> Session<'c> {
             self.reported = target;
             self.metrics.confirmed_lsn.store(target.as_u64(), Relaxed);
         }
-    }
-
-    async fn on_event(
-        &mut self,
-        event: ReplicationEvent,
-        router: &mut Router,
-        shutdown: &mut Shutdown,
-    ) -> Result<Handled> {
-        match &event {
-            ReplicationEvent::XLogData { wal_end, .. } => {
-                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
-            }
-            ReplicationEvent::KeepAlive { wal_end, .. } => {
-                self.metrics.keepalives.fetch_add(1, Relaxed);
-                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
-            }
-            _ => {}
-        }
-        let step = self.assembler.on_event(event).map_err(assemble_error)?;
-        if let Some(takeover) = self.takeover.as_mut() {
-            match takeover.screen(&step, router) {
-                takeover::Screened::Pass => {}
-                takeover::Screened::Taken => return Ok(Handled::Continue),
-                takeover::Screened::Release(held) => {
-                    for (record, table, lsn) in held {
-                        self.delivery.publish(record, &table, lsn).await?;
-                    }
-                }
-            }
-            if takeover.finished() {
-                self.takeover = None;
-            }
-        }
-        match step {
-            Step::Skip => {}
-            Step::Begin { commit_micros, final_lsn, xid } => {
-                self.txn = Txn { commit_micros, commit_lsn: final_lsn, xid };
-                self.delivery.begin(commit_micros, final_lsn)
-            }
-            Step::Commit { end_lsn } => self.delivery.commit(end_lsn).await?,
-            Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
-            Step::Row { binding, tuple, lsn } => {
-                match self.envelope.route_row(router, binding, &tuple, &self.txn) {
-                    Ok(record) => {
-                        let table = binding.table().clone();
-                        self.delivery.publish(record, &table, lsn).await?;
-                    }
-                    Err(e) => {
-                        let raw = router.raw(binding, &tuple);
-                        let row = Unroutable {
-                            kind: "outbox row",
-                            reason: e.to_string(),
-                            table: raw.table,
-                            lsn,
-                            key: raw.key,
-                            value: raw.payload,
-                            event_id: raw.event_id,
-                            hint: delivery::poison_row_hint(
-                                &self.config.source.slot,
-                                self.txn.commit_lsn,
-                            ),
-                        };
-                        self.delivery.undeliverable(row, Some(Box::new(e))).await?;
-                    }
-                }
-            }
-            Step::Update { table, lsn } => {
-                on_update(router.config().invalid_op_behavior(), &table.to_string(), lsn)?
-            }
-            Step::Message(message) => self.on_message(router, message, false).await?,
-            Step::RefusedMessage(message) => self.on_message(router, message, true).await?,
-            Step::Unplaceable { relation, reason, tuple, lsn } => {
-                let row = Unroutable {
-                    kind: "outbox row",
-                    reason,
-                    table: relation,
-                    lsn,
-                    key: None,
-                    value: Some(tuple_json(&tuple)),
-                    event_id: None,
-                    hint: "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic".into(),
-                };
-                self.delivery.undeliverable(row, None).await?;
-            }
-            Step::Lookup(relation) => {
-                let fate = tokio::select! {
-                    fate = self.fate(&relation) => fate?,
-                    _ = shutdown.wait() => return Ok(Handled::Interrupted),
-                };
-                self.assembler.place(relation, fate, router).map_err(assemble_error)?;
-            }
-        }
-        Ok(Handled::Continue)
-    }
-
-    /// What relation `relation` is: an outbox table by OID (or a partition of one), another
-    /// table, or one that carries an outbox's name without being it.
-    async fn fate(&self, relation: &Relation) -> Result<Fate> {
-        let outbox = |oid: u32| self.tables.iter().find(|t| t.oid == oid);
-        let table = match outbox(relation.id) {
-            Some(t) => Some(t),
-            None => catalog::relation(&self.control, relation.id)
-                .await?
-                .and_then(|now| outbox(now.root)),
-        };
-        if let Some(table) = table {
-            // The relation's own columns (a partition's may be ordered differently).
-            let columns = catalog::columns(&self.control, relation.id).await?;
-            let not_null = relation
-                .columns
-                .iter()
-                .map(|c| columns.iter().any(|k| k.not_null && k.name == c.name))
-                .collect();
-            return Ok(Fate::Outbox { table: table.name.clone(), not_null });
-        }
-        let named_like = self
-            .tables
-            .iter()
-            .find(|t| t.name.schema == relation.namespace && t.name.name == relation.name);
-        Ok(match named_like {
-            Some(t) => Fate::Unplaceable {
-                reason: format!(
-                    "relation {} (OID {}) carries the name of the outbox table {} but is not it (OID {}): the table was dropped and recreated, or renamed, since the WAL was written",
-                    t.name, relation.id, t.name, t.oid
-                ),
-            },
-            None => Fate::Other,
-        })
     }
 
     /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix (once a
@@ -578,52 +449,7 @@ impl<'c> Session<'c> {
     }
 }
 
-fn on_update(behavior: InvalidOpBehavior, table: &str, lsn: Lsn) -> Result<()> {
-    match behavior {
-        InvalidOpBehavior::Warn => {
-            tracing::warn!(%lsn, %table, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = warn)")
-        }
-        InvalidOpBehavior::Error => {
-            tracing::error!(%lsn, %table, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = error)")
-        }
-        InvalidOpBehavior::Fatal => {
-            return Err(Error::definite(
-                format!("UPDATE of an outbox row of {table} at LSN {lsn} (table.op.invalid.behavior = fatal)"),
-                "outbox rows must only be inserted; find the writer that updates them",
-            ))
-        }
-    }
-    Ok(())
-}
-
 const UNDECODABLE_HINT: &str = "this is a walrelay bug or a server walrelay does not support: report it with the message's bytes and the PostgreSQL version; nothing after this position was confirmed";
-
-/// What the assembler could not do, as the relay's error: each stops the relay with a hint,
-/// since retrying reads the same WAL again.
-fn assemble_error(e: AssembleError) -> Error {
-    let hint = match &e {
-        AssembleError::Undecodable { .. } => UNDECODABLE_HINT,
-        AssembleError::UnknownRelation { .. } => "the server sent a row before describing its table, which pgoutput never does: report it with the PostgreSQL version",
-        AssembleError::Bind { .. } => "restore the columns, or change the [router] column options to match the table",
-    };
-    Error::definite_with(e.to_string(), hint, e)
-}
-
-/// A row's columns as a JSON array of their text (for the dead letter of a row no binding
-/// could read).
-fn tuple_json(tuple: &Tuple) -> bytes::Bytes {
-    let values: Vec<serde_json::Value> = tuple
-        .0
-        .iter()
-        .map(|v| match v {
-            Value::Text(t) | Value::Binary(t) => {
-                serde_json::Value::String(String::from_utf8_lossy(t).into_owned())
-            }
-            Value::Null | Value::Unchanged => serde_json::Value::Null,
-        })
-        .collect();
-    bytes::Bytes::from(serde_json::Value::Array(values).to_string())
-}
 
 /// Replication events handled per wake-up at most, so acks and shutdown are never starved.
 const BATCH: usize = 256;

@@ -24,13 +24,16 @@
 use std::sync::Arc;
 
 use crate::config::Limits;
+use crate::encoder::Encoder;
+use crate::envelope::Txn;
 use crate::import::offsets::{Delivered, Unusable};
 use crate::lsn::Lsn;
-use crate::router::{Record, Router};
+use crate::router::Record;
 
 use super::Step;
 
-/// A row held back while it is open whether Debezium delivered its whole transaction.
+/// A row held back while it is open whether Debezium delivered its whole transaction, encoded
+/// as every other row is: released, it goes out as it is.
 pub type Held = (Record, Arc<str>, Lsn);
 
 /// What the relay does with a step.
@@ -134,7 +137,9 @@ impl Takeover {
         self.finished
     }
 
-    pub fn screen(&mut self, step: &Step<'_>, router: &mut Router) -> Screened {
+    /// What the relay does with `step`; `txn` is the transaction it is in, which a held row is
+    /// encoded with.
+    pub fn screen(&mut self, step: &Step<'_>, encoder: &mut Encoder, txn: &Txn) -> Screened {
         match (step, self.current) {
             (Step::Begin { final_lsn, xid, .. }, _) => {
                 // The commit record starts before lsn_commit exactly when it ends at or before
@@ -183,7 +188,7 @@ impl Takeover {
                 if !delivered {
                     return self.release("Debezium delivered it only in part");
                 }
-                match router.route(binding, tuple) {
+                match encoder.row(binding, tuple, txn) {
                     Ok(record) => {
                         let size = record.key.as_ref().map_or(0, |k| k.len())
                             + record.value.as_ref().map_or(0, |v| v.len());

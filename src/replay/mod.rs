@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::config::{Config, RetentionConfig};
-use crate::envelope::{Envelope, Txn};
+use crate::encoder::Encoder;
+use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::router::{Record, Router};
+use crate::router::Record;
 use crate::source::{self, catalog, Control};
 
 pub use self::read::{index_for, order as read_order, Order};
@@ -201,12 +202,7 @@ impl<'c> Replay<'c> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Summary> {
         let started = Instant::now();
-        let mut router = Router::new(self.config.router.clone());
-        let mut envelope = Envelope::new(
-            self.config.envelope.clone(),
-            &self.config.router,
-            &crate::relay::database(self.config),
-        );
+        let mut encoder = Encoder::new(self.config);
         let mut sender = match self.opts.dry_run {
             true => None,
             false => Some(send::Sender::new(self.config, metrics, self.opts.rate)?),
@@ -222,9 +218,9 @@ impl<'c> Replay<'c> {
                 for row in rows {
                     let txn =
                         Txn { commit_micros: row.commit_micros, xid: row.xid, ..Txn::default() };
-                    let mut record = envelope
-                        .route_row(&mut router, &binding, &row.tuple, &txn)
-                        .map_err(|e| unroutable(&router.raw(&binding, &row.tuple).event_id, e))?;
+                    let mut record = encoder.row(&binding, &row.tuple, &txn).map_err(|e| {
+                        unroutable(&encoder.router().raw(&binding, &row.tuple).event_id, e)
+                    })?;
                     place(&mut record, &to_topic, &header);
                     if let Some(sender) = sender.as_mut() {
                         sender.send(&record).await?;

@@ -5,13 +5,10 @@
 //! connector- and converter-level settings that also shape the bytes: extended headers, the topic
 //! prefix and the Kafka Connect key/value/header converters.
 
-use std::collections::BTreeMap;
-
 use super::topic::TopicRouter;
-use crate::config::ConfigError;
+use crate::options::ConfigError;
 
-/// A flattened configuration section: `"a.b.c"` → the scalar value as text.
-pub type Options = BTreeMap<String, String>;
+pub use crate::options::Options;
 
 const ROUTER: &str = "router";
 const DEBEZIUM: &str = "debezium";

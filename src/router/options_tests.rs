@@ -4,7 +4,7 @@ use super::golden_tests::{fixture_rows, opts, outbox_relation, router_for, NOT_N
 use super::options::PlacementKind;
 use super::route_tests::{parse, route_one, table_with, ID};
 use super::*;
-use crate::config::ConfigError;
+use crate::options::ConfigError;
 
 // ---- options ----
 

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use super::convert::{java_double_string, write_str};
 use super::golden_tests::{fixture_rows, opts, outbox_relation, router_for, NOT_NULL};
 use super::*;
-use crate::config::ConfigError;
+use crate::options::ConfigError;
 
 pub(super) fn parse(
     router: &[(&str, &str)],

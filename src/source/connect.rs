@@ -21,9 +21,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row};
 
 use super::error::{classify_pg, pg_class, Class};
-use super::libpq;
 use crate::config::SourceConfig;
 use crate::error::{Error, Result};
+use crate::libpq;
 
 /// How long one control query may take. Catalog and slot queries answer in milliseconds; a
 /// query that takes this long means the server or the network stalled.
@@ -278,8 +278,9 @@ async fn resolve(name: &str, port: u16) -> Result<IpAddr> {
     })
 }
 
-/// The connection settings of `base` aimed at one server only.
-fn single_host(base: &Config, endpoint: &Endpoint) -> Config {
+/// The connection settings of `base` aimed at one server only. The one place a multi-host URL
+/// becomes one host's settings: the relay's sessions and `check`'s look at each standby.
+pub fn single_host(base: &Config, endpoint: &Endpoint) -> Config {
     let mut c = Config::new();
     match &endpoint.host {
         Host::Tcp(name) => c.host(name),

@@ -93,7 +93,8 @@ pub async fn now(control: &Control) -> Result<Horizon> {
 
 /// What `age(xmin) > age(x0)` computes in a transaction whose `age()` counts from `now`:
 /// whether `xmin` precedes `x0`. The arithmetic of PostgreSQL's `xid_age`, for tests and readers.
-pub fn inserted_before(xmin: u32, x0: u32, now: u32) -> bool {
+#[cfg(test)]
+fn inserted_before(xmin: u32, x0: u32, now: u32) -> bool {
     fn age(xid: u32, now: u32) -> i32 {
         // Invalid, bootstrap and frozen xids are "infinitely old".
         if xid < 3 {

@@ -21,15 +21,14 @@ pub mod connect;
 pub mod creation;
 pub mod error;
 pub mod horizon;
-pub mod libpq;
 pub mod partitions;
 pub mod retained;
 pub mod slot;
 pub mod stream;
 pub mod watch;
 
-pub use self::catalog::{OutboxTable, Publication};
-pub use self::connect::{connect, Control, Endpoint};
+pub use self::catalog::OutboxTable;
+pub use self::connect::{connect, Control};
 
 use crate::config::{OutboxConfig, SourceConfig};
 use crate::error::{Error, Result};
@@ -39,16 +38,16 @@ use crate::lsn::Lsn;
 pub struct Prepared {
     pub control: Control,
     pub tables: Vec<OutboxTable>,
-    pub publication: Publication,
     /// Where the slot resumes: the last position a relay confirmed.
     pub confirmed: Lsn,
+    /// The pid of the process streaming from the slot as it was read, if one was.
+    pub in_use_by: Option<i32>,
 }
 
 /// What [`prepare_publication`] checked and set up: everything but the slot.
 pub struct Published {
     pub control: Control,
     pub tables: Vec<OutboxTable>,
-    pub publication: Publication,
     /// The publication existed before.
     pub existed: bool,
 }
@@ -74,17 +73,15 @@ pub async fn prepare_publication(
     }
     let tables = catalog::outbox_tables(&control, &outbox.tables).await?;
     let existed = catalog::publication(&control, &src.publication).await?.is_some();
-    let publication =
-        catalog::ensure_publication(&control, &src.publication, &tables, create).await?;
-    Ok(Published { control, tables, publication, existed })
+    catalog::ensure_publication(&control, &src.publication, &tables, create).await?;
+    Ok(Published { control, tables, existed })
 }
 
 /// Connects and checks what walrelay needs; creates the publication and the slot when they are
 /// missing and `create` allows (false once this process has streamed: a publication or slot
 /// that disappears later was dropped, and recreating it would hide lost events).
 pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) -> Result<Prepared> {
-    let Published { control, tables, publication, existed } =
-        prepare_publication(src, outbox, create).await?;
+    let Published { control, tables, existed } = prepare_publication(src, outbox, create).await?;
     let slot = slot::ensure_slot(&control, src, create).await?;
     if slot.created && existed {
         // A publication without its slot: walrelay (or Debezium) streamed here before and its
@@ -93,5 +90,5 @@ pub async fn prepare(src: &SourceConfig, outbox: &OutboxConfig, create: bool) ->
         tracing::warn!(slot = %src.slot, publication = %src.publication, lsn = %slot.confirmed,
             "created a new replication slot although the publication existed: if an earlier slot was lost (dropped, or a failover on PostgreSQL before 17), events committed between its last confirmed position and this LSN are not relayed — reconcile them (docs/operations.md, failover)");
     }
-    Ok(Prepared { control, tables, publication, confirmed: slot.confirmed })
+    Ok(Prepared { control, tables, confirmed: slot.confirmed, in_use_by: slot.in_use_by })
 }

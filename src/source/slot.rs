@@ -142,6 +142,18 @@ pub fn wants_failover(src: &SourceConfig, control: &Control) -> Result<bool> {
 pub struct Ensured {
     pub confirmed: Lsn,
     pub created: bool,
+    /// The pid of the process streaming from the slot now, if one is.
+    pub in_use_by: Option<i32>,
+}
+
+/// Another process streams from slot `name`: a relay stands by.
+pub fn in_use(name: &str, pid: Option<i32>) -> Error {
+    Error::Busy {
+        what: format!(
+            "the replication slot {name} is in use by another process (pid {}); standing by",
+            pid.map_or("unknown".to_string(), |p| p.to_string())
+        ),
+    }
 }
 
 /// Returns where the slot resumes, creating it when `create` allows.
@@ -160,7 +172,7 @@ pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) ->
             ));
         }
         let confirmed = super::creation::create(control, src, failover).await?;
-        return Ok(Ensured { confirmed, created: true });
+        return Ok(Ensured { confirmed, created: true, in_use_by: None });
     };
     if slot.kind != "logical" || slot.plugin.as_deref() != Some("pgoutput") {
         return Err(Error::definite(
@@ -197,7 +209,11 @@ pub async fn ensure_slot(control: &Control, src: &SourceConfig, create: bool) ->
         tracing::warn!(slot = %name,
             "the slot is not a failover slot, so a standby cannot synchronise it; make it one with ALTER_REPLICATION_SLOT on a replication connection (see docs/operations.md, failover), or set [source] failover = false");
     }
-    Ok(Ensured { confirmed: slot.confirmed.unwrap_or_default(), created: false })
+    Ok(Ensured {
+        confirmed: slot.confirmed.unwrap_or_default(),
+        created: false,
+        in_use_by: slot.active.then_some(slot.active_pid).flatten(),
+    })
 }
 
 /// The pid of the process streaming from the slot, if any (a stand-by names it in its log).

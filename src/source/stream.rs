@@ -94,13 +94,7 @@ pub async fn classify(e: PgWireError, src: &SourceConfig, control: &Control) -> 
     let name = &src.slot;
     match wire_class(&e) {
         Class::SlotInUse => {
-            let pid = slot::holder(control, name).await;
-            Error::Busy {
-                what: format!(
-                    "the replication slot {name} is in use by another process (pid {}); standing by",
-                    pid.map_or("unknown".to_string(), |p| p.to_string())
-                ),
-            }
+            slot::in_use(name, slot::holder(control, name).await)
         }
         Class::Missing => match slot::slot(control, name).await {
             Ok(None) => Error::definite_with(

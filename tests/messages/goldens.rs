@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::common::Setup;
 use crate::support::kafka::{consume_topics, Consumed};
-use crate::support::relay::RelayProcess;
+use crate::support::process::RelayProcess;
 use crate::support::services;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium/messages");

@@ -376,7 +376,7 @@ impl Broker {
     /// SIGTERM and wait (up to 60 s, then SIGKILL): a Kafka node's controlled shutdown.
     pub fn stop(&self) {
         let mut child = self.child.lock().unwrap();
-        super::faults::signal(child.id(), "TERM");
+        super::process::signal(child.id(), "TERM");
         let start = Instant::now();
         while matches!(child.try_wait(), Ok(None)) && start.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(50));

@@ -18,7 +18,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use super::faults::{connect, PrivatePostgres};
+use super::postgres::{connect, PrivatePostgres};
 use super::servers::{server_with, Capability, Server};
 use super::{scratch_dir, unique, wait_until, Postgres, PID_FILE};
 

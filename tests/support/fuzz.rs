@@ -224,7 +224,7 @@ pub struct Invocation {
 /// and collects their output. One that outlives `deadline` is killed and judged on what it
 /// printed until then.
 pub fn run_all(dir: &Path, invocations: &[Invocation], deadline: Duration) -> Vec<Finished> {
-    let bin = super::relay::walrelay_bin();
+    let bin = super::process::walrelay_bin();
     let started = Instant::now();
     let mut children: Vec<(Child, std::path::PathBuf, Option<Duration>)> = Vec::new();
     for (i, inv) in invocations.iter().enumerate() {

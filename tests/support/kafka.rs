@@ -17,6 +17,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::{free_port, scratch_dir, Broker};
+
 /// One record read back from the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumed {
@@ -126,6 +128,13 @@ pub async fn create_topic_with(
     }
 }
 
+/// A broker of its own (memory engine) on `port` (a free one when None), for tests that hang,
+/// kill or delay it. Blocking. Killed on drop.
+pub fn private_broker(port: Option<u16>) -> Broker {
+    let port = port.unwrap_or_else(free_port);
+    Broker::start(&scratch_dir("broker"), port).unwrap_or_else(|e| panic!("private broker: {e}"))
+}
+
 /// One idempotent acks=all producer per bootstrap address, shared by the whole process
 /// (creating one costs a broker round trip for the producer id).
 pub fn producer_for(bootstrap: &str) -> FutureProducer {
@@ -204,31 +213,15 @@ pub async fn consume_topics(
 /// Like [`consume_topics`] for a client `config` of its own ([`client_config`] plus
 /// `security.protocol`, `sasl.*`, `ssl.*`…).
 pub async fn consume_topics_with(
-    mut config: ClientConfig,
+    config: ClientConfig,
     topics: &[&str],
     expected: usize,
     deadline: Duration,
 ) -> Vec<Consumed> {
     let start = Instant::now();
-    // Offsets are committed as records are handed out, as a user's consumer commits them, so a
-    // rebalance resumes where the reader was.
-    let bootstrap = config.get("bootstrap.servers").unwrap_or_default().to_string();
-    let consumer: Arc<StreamConsumer> = config
-        .set("group.id", super::unique("walrelay_test_reader"))
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "200")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "100")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .map(Arc::new)
-        .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"));
+    let consumer = reader(config);
     let mut out: Vec<Consumed> = Vec::new();
-    if super::broker::Kind::selected() == Ok(super::broker::Kind::Kafka) {
-        consumer.subscribe(topics).unwrap_or_else(|e| panic!("subscribe {topics:?}: {e}"));
-    } else if !assign_when_present(&consumer, topics, start, deadline).await {
+    if !matches!(start_reading(&consumer, topics, start, deadline, || true).await, Start::Reading) {
         return out;
     }
     // A topic the relay creates after the subscription rebalances the group, and a partition
@@ -267,14 +260,110 @@ pub async fn consume_topics_with(
     out
 }
 
-/// tansu: assigns every partition of `topics` from offset 0 once they are in the metadata
-/// (within `deadline`); false when none of them appeared.
-async fn assign_when_present(
+/// What a [`consume_while`] callback is told.
+pub enum Next {
+    Record(Consumed),
+    /// No record for 100 ms.
+    Idle,
+}
+
+/// Reads `topics` from their start and calls `f` for each record and on every 100 ms without
+/// one (also while the topics are not there yet), until `f` returns false or `deadline` passes.
+/// A record read twice because a rebalance handed its partition back is passed on once (by
+/// topic, partition and offset), so only the relay's own duplicates show. Returns whether `f`
+/// ended it.
+pub async fn consume_while(
+    bootstrap: &str,
+    topics: &[String],
+    deadline: Duration,
+    mut f: impl FnMut(Next) -> bool,
+) -> bool {
+    let start = Instant::now();
+    let mut config = client_config(bootstrap);
+    // The fault tests take brokers away on purpose: errors only.
+    config.set("log_level", "3");
+    let consumer = reader(config);
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    match start_reading(&consumer, &names, start, deadline, || f(Next::Idle)).await {
+        Start::Reading => {}
+        Start::Stopped => return true,
+        Start::NoTopic => return false,
+    }
+    let mut seen: HashSet<(String, i32, i64)> = HashSet::new();
+    loop {
+        let remaining = deadline.saturating_sub(start.elapsed());
+        if remaining.is_zero() {
+            return false;
+        }
+        let wait = remaining.min(Duration::from_millis(100));
+        match tokio::time::timeout(wait, consumer.recv()).await {
+            Err(_) => {
+                if !f(Next::Idle) {
+                    return true;
+                }
+            }
+            Ok(Err(e)) => {
+                eprintln!("[support] consume {topics:?}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Ok(m)) => {
+                if !seen.insert((m.topic().to_string(), m.partition(), m.offset())) {
+                    continue;
+                }
+                if !f(Next::Record(Consumed::from_message(&m))) {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// The one reader every helper here starts: on `config`, a consumer in a group of its own that
+/// reads from the earliest offset and commits offsets as records are handed out, as a user's
+/// consumer does, so a rebalance resumes where the reader was.
+fn reader(mut config: ClientConfig) -> Arc<StreamConsumer> {
+    let bootstrap = config.get("bootstrap.servers").unwrap_or_default().to_string();
+    config
+        .set("group.id", super::unique("walrelay_test_reader"))
+        // As a consumer of exactly-once reads (librdkafka's default, said out loud).
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "200")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .create()
+        .map(Arc::new)
+        .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"))
+}
+
+/// How [`start_reading`] ended.
+enum Start {
+    Reading,
+    /// tansu: none of the topics appeared within the deadline.
+    NoTopic,
+    /// `waiting` returned false.
+    Stopped,
+}
+
+/// Points `consumer` at the start of `topics`. On Apache Kafka it subscribes. On tansu it
+/// assigns every partition from offset 0 once the topics are in the metadata (within
+/// `deadline`), without naming them, which would create them on tansu's memory engine;
+/// `waiting` is called on every round they are not all there yet (they appear when the relay
+/// first produces to them), and ends the wait when it returns false.
+async fn start_reading(
     consumer: &Arc<StreamConsumer>,
     topics: &[&str],
     start: Instant,
     deadline: Duration,
-) -> bool {
+    mut waiting: impl FnMut() -> bool,
+) -> Start {
+    if super::broker::Kind::selected() == Ok(super::broker::Kind::Kafka) {
+        consumer.subscribe(topics).unwrap_or_else(|e| panic!("subscribe {topics:?}: {e}"));
+        return Start::Reading;
+    }
     let mut partitions: HashMap<String, Vec<i32>> = HashMap::new();
     loop {
         let remaining = deadline.saturating_sub(start.elapsed());
@@ -297,6 +386,9 @@ async fn assign_when_present(
         if topics.iter().all(|t| partitions.contains_key(*t)) || start.elapsed() >= deadline {
             break;
         }
+        if !waiting() {
+            return Start::Stopped;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let missing: Vec<&str> =
@@ -313,8 +405,8 @@ async fn assign_when_present(
         }
     }
     if tpl.count() == 0 {
-        return false;
+        return Start::NoTopic;
     }
     consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topics:?}: {e}"));
-    true
+    Start::Reading
 }

@@ -12,20 +12,21 @@
 
 pub mod broker;
 pub mod cluster;
-pub mod faults;
 pub mod fuzz;
 pub mod kafka;
 pub mod kafka_cluster;
 pub mod postgres;
+pub mod process;
 pub mod proxy;
-pub mod relay;
 pub mod secure_kafka;
 pub mod servers;
+pub mod slot;
+pub mod writer;
 
 pub use broker::Broker;
 pub use kafka::{consume, consume_topics, create_topic, produce, Consumed};
 pub use postgres::{Postgres, TestDb};
-pub use relay::RelayProcess;
+pub use process::RelayProcess;
 pub use servers::{note, Capability, Server};
 
 use std::future::Future;
@@ -105,12 +106,12 @@ pub fn shared_pg_with(cap: Capability) -> &'static Postgres {
     }
     let server = servers::server_with(cap).unwrap_or_else(|e| panic!("{e}"));
     // One per server; leaked like the statics they are (the watchdog stops them).
-    static OTHERS: Mutex<Vec<&'static faults::PrivatePostgres>> = Mutex::new(Vec::new());
+    static OTHERS: Mutex<Vec<&'static postgres::PrivatePostgres>> = Mutex::new(Vec::new());
     let mut others = OTHERS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = others.iter().find(|p| p.pg.bin_dir() == server.bin_dir) {
         return &p.pg;
     }
-    let started = Box::leak(Box::new(faults::PrivatePostgres::start_on("shared", &server, &[])));
+    let started = Box::leak(Box::new(postgres::PrivatePostgres::start_on("shared", &server, &[])));
     note(&format!(
         "second shared instance: {} on 127.0.0.1:{}",
         server.describe(),

@@ -4,10 +4,10 @@
 //! [`Postgres::create_database`] and its own slot / publication names with `unique()`.
 
 use super::servers::Server;
-use super::{free_port, is_root, tail_file};
+use super::{free_port, is_root, scratch_dir, tail_file, PID_FILE};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_postgres::{Client, NoTls};
 
 /// Settings appended to postgresql.conf (plus listen/socket settings and, when the library is
@@ -405,5 +405,117 @@ impl TestDb {
             .await
             .unwrap_or_else(|e| panic!("query slot {slot}: {e}"))
             .map(|row| row.get::<_, bool>(0))
+    }
+}
+
+/// A superuser connection to a libpq URL (its connection task spawned on the current runtime).
+pub async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// A PostgreSQL instance of its own, for tests that restart or stop it (the shared one must
+/// never be restarted: every test in the process uses it). Stopped (immediate) on drop; its
+/// postmaster pid is also left where the harness watchdog kills it if the process dies first.
+pub struct PrivatePostgres {
+    pub pg: Postgres,
+    dir: PathBuf,
+}
+
+impl PrivatePostgres {
+    /// initdb + start in a fresh scratch directory (blocking: call from `spawn_blocking` inside
+    /// a runtime, or before one).
+    pub fn start(prefix: &str) -> PrivatePostgres {
+        let server = Server::selected().unwrap_or_else(|e| panic!("private postgres: {e}"));
+        PrivatePostgres::start_on(prefix, &server, &[])
+    }
+
+    /// Like [`PrivatePostgres::start`] with `server`'s programs and extra postgresql.conf
+    /// `settings` (see [`Postgres::start_with`]).
+    pub fn start_on(prefix: &str, server: &Server, settings: &[(&str, &str)]) -> PrivatePostgres {
+        let dir = scratch_dir(prefix);
+        let pg = Postgres::start_with(&dir, server, settings)
+            .unwrap_or_else(|e| panic!("private postgres ({}): {e}", server.describe()));
+        PrivatePostgres::adopt(pg)
+    }
+
+    /// Takes charge of a running instance whose directory is its own scratch dir: stops it on
+    /// drop and leaves its postmaster pid for the watchdog.
+    pub(crate) fn adopt(pg: Postgres) -> PrivatePostgres {
+        let dir = pg.socket_dir().to_path_buf();
+        let private = PrivatePostgres { pg, dir };
+        private.write_pid_file();
+        private
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The postmaster's pid (first line of postmaster.pid).
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pg.data_dir().join("postmaster.pid"))
+            .ok()
+            .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()))
+    }
+
+    fn write_pid_file(&self) {
+        if let Some(pid) = self.postmaster_pid() {
+            let _ = std::fs::write(self.dir.join(PID_FILE), pid.to_string());
+        }
+    }
+
+    /// `pg_ctl restart -m fast` (same port: pg_ctl reuses postmaster.opts). Blocking. Returns
+    /// how long pg_ctl took, i.e. fast shutdown plus start-up.
+    pub fn restart_fast(&self) -> Result<Duration, String> {
+        let started = Instant::now();
+        let out = self
+            .pg
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.pg.data_dir())
+            .arg("-l")
+            .arg(self.pg.log_path())
+            .args(["-w", "-t", "60", "-s", "-m", "fast", "restart"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run pg_ctl restart: {e}"))?;
+        let took = started.elapsed();
+        self.write_pid_file();
+        if out.status.success() {
+            Ok(took)
+        } else {
+            Err(format!(
+                "pg_ctl restart failed after {took:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// The last `n` lines of the server log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.pg.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self
+            .pg
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.pg.data_dir())
+            .args(["-s", "-m", "immediate", "stop"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_file(self.dir.join(PID_FILE));
     }
 }

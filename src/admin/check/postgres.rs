@@ -1,12 +1,13 @@
 //! The PostgreSQL checks: the server and its settings, the role, the slot, and whether the slot
 //! survives a failover.
 
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, TargetSessionAttrs};
 
 use super::{offsets, tables, Report};
 use crate::admin::{connect, describe_source, human_bytes};
 use crate::config::{Config, SourceConfig};
 use crate::error::Result;
+use crate::source::connect::{single_host, Endpoint};
 use crate::source::slot::{self, Slot, FAILOVER_SINCE};
 use crate::source::Control;
 
@@ -445,27 +446,13 @@ fn port_of(conn: &tokio_postgres::Config, i: usize) -> u16 {
     ports.get(i).or(ports.first()).copied().unwrap_or(5432)
 }
 
-/// The `i`-th host of `conn` alone, any session accepted (a standby is what is looked at).
+/// The `i`-th host of `conn` alone, with every other setting the relay would use (password from
+/// `.pgpass`, TLS, keepalives), any session accepted: a standby is what is looked at.
 fn single(conn: &tokio_postgres::Config, i: usize) -> tokio_postgres::Config {
-    let mut c = tokio_postgres::Config::new();
-    match &conn.get_hosts()[i] {
-        Host::Tcp(h) => c.host(h),
-        Host::Unix(p) => c.host_path(p),
-    };
-    c.port(port_of(conn, i));
-    if let Some(u) = conn.get_user() {
-        c.user(u);
-    }
-    if let Some(p) = conn.get_password() {
-        c.password(p);
-    }
-    if let Some(d) = conn.get_dbname() {
-        c.dbname(d);
-    }
-    if let Some(t) = conn.get_connect_timeout() {
-        c.connect_timeout(*t);
-    }
-    c.ssl_mode(conn.get_ssl_mode()).application_name("walrelay-check");
+    let endpoint =
+        Endpoint { host: conn.get_hosts()[i].clone(), addr: None, port: port_of(conn, i) };
+    let mut c = single_host(conn, &endpoint);
+    c.target_session_attrs(TargetSessionAttrs::Any).application_name("walrelay-check");
     c
 }
 

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use super::*;
 use crate::import::offsets::InFlight;
 use crate::pgoutput::{Relation, Tuple, Value};
-use crate::router::{Binding, RouterConfig};
+use crate::router::Binding;
 
 fn limits(records: usize) -> Limits {
     let text =
@@ -13,13 +13,20 @@ fn limits(records: usize) -> Limits {
     Limits { inflight_records: records, ..crate::config::Config::parse(text).unwrap().limits }
 }
 
-fn router() -> Router {
-    Router::new(RouterConfig::parse(&Default::default(), &Default::default()).unwrap())
+fn router() -> Encoder {
+    encoder("debezium")
 }
 
-fn binding(router: &Router) -> Binding {
+fn encoder(format: &str) -> Encoder {
+    let envelope = [("format".to_string(), format.to_string())].into();
+    let (router, envelope) =
+        crate::envelope::parse(Some(&envelope), &Default::default(), &Default::default()).unwrap();
+    Encoder::from_parts(router, envelope, "app")
+}
+
+fn binding(encoder: &Encoder) -> Binding {
     let relation = Relation::outbox_for_test(16400, "outbox");
-    router.bind(&relation, &[]).unwrap()
+    encoder.router().bind(&relation, &[]).unwrap()
 }
 
 fn row(id: &str) -> Tuple {
@@ -44,10 +51,10 @@ fn takeover(event: u64, events_at_lsn: Option<u64>) -> Takeover {
 }
 
 /// What the screen made of each step: P(ass), T(aken) or R<n> (released n held rows).
-fn run(t: &mut Takeover, steps: &[Step<'_>], router: &mut Router) -> String {
+fn run(t: &mut Takeover, steps: &[Step<'_>], encoder: &mut Encoder) -> String {
     let mut out = Vec::new();
     for step in steps {
-        out.push(match t.screen(step, router) {
+        out.push(match t.screen(step, encoder, &Txn::default()) {
             Screened::Pass => "P".to_string(),
             Screened::Taken => "T".to_string(),
             Screened::Release(held) => format!("R{}", held.len()),
@@ -237,4 +244,25 @@ fn takeover_replaying_the_recorded_stop_mid_transaction_relays_that_transaction_
     assert_eq!(verdicts, "P T T R2 P P P");
     assert!(t.finished());
     assert_eq!(t.transactions, 0);
+}
+
+/// Held rows are encoded as every other row is: released, they are in the configured format
+/// (issue 26, bug 1: they were the router's Debezium records).
+#[test]
+fn takeover_holds_rows_in_the_configured_envelope() {
+    let mut encoder = encoder("cloudevents-binary");
+    let b = binding(&encoder);
+    let mut t = takeover(130, None);
+    let txn = Txn { commit_micros: 1_764_612_000_000_000, commit_lsn: Lsn(160), xid: 9 };
+    for step in [begin(160, 9), row_at(&b, 120), row_at(&b, 130)] {
+        t.screen(&step, &mut encoder, &txn);
+    }
+    let Screened::Release(held) = t.screen(&row_at(&b, 140), &mut encoder, &txn) else {
+        panic!("the row past Debezium's releases the held ones");
+    };
+    assert_eq!(held.len(), 2);
+    for (record, _, _) in &held {
+        let spec = record.headers.iter().find(|(name, _)| &**name == "ce_specversion");
+        assert_eq!(spec.map(|(_, v)| &v[..]), Some(&b"1.0"[..]), "{record:?}");
+    }
 }

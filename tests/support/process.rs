@@ -1,4 +1,6 @@
-//! Runs the real `walrelay` binary as a child process.
+//! The processes a test runs or disturbs: the real `walrelay` binary as a relay
+//! ([`RelayProcess`]) or as a one-shot command ([`walrelay`]), what its log says, and signals
+//! and memory figures of any process by pid.
 //!
 //! Binary: `WALRELAY_BIN` if set, else cargo's `CARGO_BIN_EXE_walrelay` (integration tests
 //! only), else `target/release/walrelay` or `target/debug/walrelay` (for examples).
@@ -9,6 +11,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use walrelay::lsn::Lsn;
 
 pub struct RelayProcess {
     child: Child,
@@ -233,4 +237,155 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l[name.len() + 1..].trim().parse().ok())
+}
+
+// ---------------------------------------------------------------------------------------------
+// one-shot commands
+
+/// What a one-shot `walrelay` command did.
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn lines_starting(&self, prefix: &str) -> Vec<&str> {
+        self.stdout.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `walrelay <args…> --config <file with config_toml>` (no config when `None`).
+pub fn walrelay(args: &[&str], config_toml: Option<&str>) -> Run {
+    let mut cmd = Command::new(walrelay_bin());
+    cmd.args(args);
+    if let Some(text) = config_toml {
+        let path = scratch_dir("admin").join("walrelay.toml");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--config").arg(path);
+    }
+    let out = cmd.env("RUST_LOG", "warn").output().expect("run walrelay");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `walrelay` in a blocking thread, so the test's runtime keeps serving its connections.
+pub async fn walrelay_async(args: &[&str], config_toml: Option<&str>) -> Run {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let config = config_toml.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        walrelay(&args, config.as_deref())
+    })
+    .await
+    .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// the relay's log
+
+/// The value of `field=` on a log line, when it looks like an LSN (`0/1A2B3C`).
+pub fn lsn_field(line: &str, field: &str) -> Option<Lsn> {
+    let needle = format!("{field}=");
+    let start = line.find(&needle)? + needle.len();
+    let text: String = line[start..]
+        .trim_start_matches('"')
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit() || *c == '/')
+        .collect();
+    text.parse().ok()
+}
+
+/// The `end_lsn` of every "transaction read" line of a walrelay debug log, in log order
+/// (a transaction replayed by a later session appears again).
+pub fn transactions_read(log: &str) -> Vec<Lsn> {
+    log.lines()
+        .filter(|l| l.contains("transaction read"))
+        .filter_map(|l| lsn_field(l, "end_lsn"))
+        .collect()
+}
+
+/// The LSN written right after `marker` on a log line (`… at LSN 0/1A2B3C …`).
+pub fn lsn_after(line: &str, marker: &str) -> Option<Lsn> {
+    let rest = line.split(marker).nth(1)?;
+    let text: String = rest.chars().take_while(|c| c.is_ascii_hexdigit() || *c == '/').collect();
+    text.parse().ok()
+}
+
+/// Waits for exit code 1 within 30 s and a `hint` in the log, and checks it did not loop.
+pub fn assert_stops_with_hint(relay: &mut RelayProcess, what: &str) -> String {
+    let started = Instant::now();
+    let code = relay.wait_exit(Duration::from_secs(30));
+    let log = relay.log();
+    assert_eq!(
+        code,
+        Some(1),
+        "{what}: the relay did not stop with exit code 1 within 30 s:\n{log}"
+    );
+    let line = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default().to_string();
+    println!("{what}: exit 1 after {:.1?}: {line}", started.elapsed());
+    assert!(line.contains("hint=") && !line.contains("hint=\"\""), "{what}: no hint: {line}");
+    line
+}
+
+// ---------------------------------------------------------------------------------------------
+// any process
+
+/// `kill -<sig> <pid>`; true when the signal was delivered.
+pub fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// SIGSTOP: the process is frozen (its sockets stay open; the kernel still accepts bytes).
+pub fn freeze(pid: u32) {
+    assert!(signal(pid, "STOP"), "kill -STOP {pid} failed");
+}
+
+/// SIGCONT.
+pub fn thaw(pid: u32) {
+    assert!(signal(pid, "CONT"), "kill -CONT {pid} failed");
+}
+
+/// A `kB` field of /proc/PID/status (`VmRSS`, `VmHWM`, …); None if the process is gone.
+pub fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Resident set size in kB.
+pub fn rss_kb(pid: u32) -> Option<u64> {
+    proc_status_kb(pid, "VmRSS")
+}
+
+/// Peak resident set size (high-water mark) in kB.
+pub fn hwm_kb(pid: u32) -> Option<u64> {
+    proc_status_kb(pid, "VmHWM")
+}
+
+/// kB as MB, for figures a test prints.
+pub fn mb(kb: u64) -> f64 {
+    kb as f64 / 1024.0
 }

@@ -1,4 +1,4 @@
-//! Unit tests: each format's record for one row and one message, tombstones, placements, and
+//! Unit tests: each envelope format's record, routed then wrapped, for one row and one message, tombstones, placements, and
 //! the options refused at start-up.
 
 use std::collections::BTreeMap;
@@ -7,8 +7,10 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::*;
-use crate::config::ConfigError;
-use crate::pgoutput::{Relation, Value};
+use crate::envelope::*;
+use crate::lsn::Lsn;
+use crate::options::ConfigError;
+use crate::pgoutput::{Relation, Tuple, Value};
 
 type Opts = BTreeMap<String, String>;
 
@@ -16,13 +18,9 @@ fn opts(kv: &[(&str, &str)]) -> Opts {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn setup(
-    envelope: &[(&str, &str)],
-    router: &[(&str, &str)],
-) -> Result<(Router, Envelope), ConfigError> {
+fn setup(envelope: &[(&str, &str)], router: &[(&str, &str)]) -> Result<Encoder, ConfigError> {
     let (router_cfg, cfg) = parse(Some(&opts(envelope)), &opts(router), &opts(&[]))?;
-    let env = Envelope::new(cfg, &router_cfg, "shop");
-    Ok((Router::new(router_cfg), env))
+    Ok(Encoder::from_parts(router_cfg, cfg, "shop"))
 }
 
 /// `app.outbox`: id uuid, aggregatetype text, aggregateid text, type text, payload `payload_oid`,
@@ -63,9 +61,9 @@ fn route(
     payload_oid: u32,
     tuple: &Tuple,
 ) -> Result<Record, RouteError> {
-    let (mut r, mut env) = setup(envelope, router).expect("valid config");
-    let b = r.bind(&outbox(payload_oid), &[]).expect("bind");
-    env.route_row(&mut r, &b, tuple, &TXN)
+    let mut encoder = setup(envelope, router).expect("valid config");
+    let b = encoder.router().bind(&outbox(payload_oid), &[]).expect("bind");
+    encoder.row(&b, tuple, &TXN)
 }
 
 fn header<'a>(record: &'a Record, name: &str) -> Option<&'a str> {
@@ -83,7 +81,7 @@ fn debezium_format_is_the_routers_record_unchanged() {
     let tuple = row(Some(PAYLOAD), Some("OrderCreated"));
     let plain = {
         let (router_cfg, _) = parse(None, &opts(&[]), &opts(&[])).unwrap();
-        let mut r = Router::new(router_cfg);
+        let mut r = crate::router::Router::new(router_cfg);
         let b = r.bind(&outbox(3802), &[]).unwrap();
         r.route(&b, &tuple).unwrap()
     };
@@ -274,9 +272,9 @@ fn tombstones_stay_tombstones_under_every_format() {
 
 #[test]
 fn cloudevents_need_a_type_column_and_a_type_value() {
-    let (r, _) =
+    let encoder =
         setup(&[("format", "cloudevents-binary")], &[("table.field.event.type", "kind")]).unwrap();
-    let err = r.bind(&outbox(3802), &[]).unwrap_err();
+    let err = encoder.router().bind(&outbox(3802), &[]).unwrap_err();
     assert!(err.to_string().contains("`kind`") && err.to_string().contains("CloudEvents"), "{err}");
     let err =
         route(&[("format", "cloudevents-binary")], &[], 3802, &row(Some("{}"), None)).unwrap_err();
@@ -291,14 +289,14 @@ fn messages_are_wrapped_with_their_prefix_as_the_source() {
     let content = Bytes::from(format!(
         r#"{{"id":"{ID}","aggregatetype":"Order","aggregateid":"order-42","type":"OrderCreated","payload":{PAYLOAD}}}"#
     ));
-    let (mut r, mut env) = setup(&[("format", "cloudevents-structured")], &[]).unwrap();
-    let rec = env.route_message(&mut r, &content, "message:outbox", "outbox", &TXN).unwrap();
+    let mut encoder = setup(&[("format", "cloudevents-structured")], &[]).unwrap();
+    let rec = encoder.message(&content, "message:outbox", "outbox", &TXN).unwrap();
     let v: serde_json::Value = serde_json::from_slice(rec.value.as_deref().unwrap()).unwrap();
     println!("{v}");
     assert_eq!(v["source"], "/walrelay/shop/message:outbox");
     assert_eq!(v["data"], serde_json::from_str::<serde_json::Value>(PAYLOAD).unwrap());
-    let (mut r, mut env) = setup(&[("format", "protobuf")], &[]).unwrap();
-    let rec = env.route_message(&mut r, &content, "message:outbox", "outbox", &TXN).unwrap();
+    let mut encoder = setup(&[("format", "protobuf")], &[]).unwrap();
+    let rec = encoder.message(&content, "message:outbox", "outbox", &TXN).unwrap();
     let e = proto::Event::decode(rec.value.unwrap()).unwrap();
     assert_eq!(e.source.unwrap().message_prefix.as_deref(), Some("outbox"));
     let payload: serde_json::Value = serde_json::from_slice(&e.payload.unwrap()).unwrap();
@@ -335,14 +333,6 @@ fn options_that_cannot_apply_are_refused_with_the_key_and_the_fix() {
     // Under Debezium's format an `envelope` placement still needs JsonConverter, as before.
     assert!(refused(&[], &[("table.fields.additional.placement", "region:envelope:r")], &[])
         .contains("value.converter"));
-}
-
-#[test]
-fn commit_times_are_rfc3339_in_utc() {
-    assert_eq!(cloudevents::rfc3339(0), "1970-01-01T00:00:00.000000Z");
-    assert_eq!(cloudevents::rfc3339(951_782_400_000_001), "2000-02-29T00:00:00.000001Z");
-    assert_eq!(cloudevents::rfc3339(-1), "1969-12-31T23:59:59.999999Z");
-    assert_eq!(cloudevents::rfc3339(4_102_444_799_999_999), "2099-12-31T23:59:59.999999Z");
 }
 
 #[test]

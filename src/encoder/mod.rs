@@ -1,0 +1,82 @@
+//! Route, then wrap: one outbox row or logical message becomes one record of the configured
+//! format, in that order, always. The router (`crate::router`) decides what Debezium's Event
+//! Router decides — topic, key, partition, timestamp, headers — and hands the event's fields
+//! beside the record; the envelope (`crate::envelope`) then decides the value and its
+//! describing headers. Neither calls the other.
+//!
+//! The relay's rows and messages, the rows it holds back while taking over from Debezium, and
+//! `walrelay replay` all go through one [`Encoder`], so no record skips a step. One lives for
+//! the whole run, across sessions: the router's run id (`__debezium.context.runId`) stays the
+//! same after a reconnect, and the caches stay warm.
+
+use bytes::Bytes;
+
+use crate::config::Config;
+use crate::envelope::{Envelope, EnvelopeConfig, Origin, Txn};
+use crate::pgoutput::Tuple;
+use crate::router::{Binding, Record, RouteError, Router, RouterConfig};
+
+/// The router and the envelope of one run.
+#[derive(Debug)]
+pub struct Encoder {
+    router: Router,
+    envelope: Envelope,
+}
+
+impl Encoder {
+    pub fn new(config: &Config) -> Encoder {
+        // The database the events come from, as the envelopes name it: libpq's default is the
+        // user's name.
+        let conn = &config.source.conn;
+        let database = conn.get_dbname().or(conn.get_user()).unwrap_or_default();
+        Encoder::from_parts(config.router.clone(), config.envelope.clone(), database)
+    }
+
+    /// From the two sections alone (tests, benchmarks).
+    pub fn from_parts(router: RouterConfig, envelope: EnvelopeConfig, database: &str) -> Encoder {
+        let envelope = Envelope::new(envelope, &router, database);
+        Encoder { router: Router::new(router), envelope }
+    }
+
+    /// Counts what the router finds wrong in rows into `metrics` (an unreadable span context).
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Encoder {
+        self.router = self.router.with_metrics(metrics);
+        self
+    }
+
+    /// The router, for what is decided once per relation ([`Router::bind`]) and for the raw
+    /// columns of a row that cannot be routed ([`Router::raw`]).
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// An outbox row of `binding`'s table, committed in `txn`, as its record. With the
+    /// `debezium` format the router's record is the record, and the router gathers no event
+    /// fields for it: the default format costs what routing alone costs.
+    pub fn row(&mut self, binding: &Binding, row: &Tuple, txn: &Txn) -> Result<Record, RouteError> {
+        if self.envelope.is_debezium() {
+            return self.router.route(binding, row);
+        }
+        let (record, fields) = self.router.route_event(binding, row)?;
+        let (schema, table) = binding.relation_name();
+        self.envelope.wrap(record, fields, txn, Origin::table(binding.table(), schema, table))
+    }
+
+    /// A logical decoding message's content as its record. `label` is `message:<prefix>`.
+    pub fn message(
+        &mut self,
+        content: &Bytes,
+        label: &str,
+        prefix: &str,
+        txn: &Txn,
+    ) -> Result<Record, RouteError> {
+        if self.envelope.is_debezium() {
+            return self.router.route_message(content);
+        }
+        let (record, fields) = self.router.route_message_event(content)?;
+        self.envelope.wrap(record, fields, txn, Origin::message(label, prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests;

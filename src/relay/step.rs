@@ -1,0 +1,194 @@
+//! What the loop does with each step of the assembler: a row goes through the encoder to
+//! delivery (or, when it can't be routed, to its dead letter or a definite stop), a Relation
+//! the assembler does not know yet is asked of the catalog, and transaction boundaries and
+//! keepalives go to delivery. The Debezium takeover screens every step first.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use pgwire_replication::ReplicationEvent;
+
+use super::delivery::{self, Unroutable};
+use super::{takeover, AssembleError, Fate, Handled, Session, Shutdown, Step, UNDECODABLE_HINT};
+use crate::envelope::Txn;
+use crate::error::{Error, Result};
+use crate::lsn::Lsn;
+use crate::pgoutput::{Relation, Tuple, Value};
+use crate::router::InvalidOpBehavior;
+use crate::source::catalog;
+
+impl Session<'_> {
+    pub(super) async fn on_event(
+        &mut self,
+        event: ReplicationEvent,
+        shutdown: &mut Shutdown,
+    ) -> Result<Handled> {
+        match &event {
+            ReplicationEvent::XLogData { wal_end, .. } => {
+                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                self.metrics.keepalives.fetch_add(1, Relaxed);
+                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
+            }
+            _ => {}
+        }
+        let step = self.assembler.on_event(event).map_err(assemble_error)?;
+        if let Some(takeover) = self.takeover.as_mut() {
+            match takeover.screen(&step, self.encoder, &self.txn) {
+                takeover::Screened::Pass => {}
+                takeover::Screened::Taken => return Ok(Handled::Continue),
+                takeover::Screened::Release(held) => {
+                    for (record, table, lsn) in held {
+                        self.delivery.publish(record, &table, lsn).await?;
+                    }
+                }
+            }
+            if takeover.finished() {
+                self.takeover = None;
+            }
+        }
+        match step {
+            Step::Skip => {}
+            Step::Begin { commit_micros, final_lsn, xid } => {
+                self.txn = Txn { commit_micros, commit_lsn: final_lsn, xid };
+                self.delivery.begin(commit_micros, final_lsn)
+            }
+            Step::Commit { end_lsn } => self.delivery.commit(end_lsn).await?,
+            Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
+            Step::Row { binding, tuple, lsn } => {
+                match self.encoder.row(binding, &tuple, &self.txn) {
+                    Ok(record) => {
+                        let table = binding.table().clone();
+                        self.delivery.publish(record, &table, lsn).await?;
+                    }
+                    Err(e) => {
+                        let raw = self.encoder.router().raw(binding, &tuple);
+                        let row = Unroutable {
+                            kind: "outbox row",
+                            reason: e.to_string(),
+                            table: raw.table,
+                            lsn,
+                            key: raw.key,
+                            value: raw.payload,
+                            event_id: raw.event_id,
+                            hint: delivery::poison_row_hint(
+                                &self.config.source.slot,
+                                self.txn.commit_lsn,
+                            ),
+                        };
+                        self.delivery.undeliverable(row, Some(Box::new(e))).await?;
+                    }
+                }
+            }
+            Step::Update { table, lsn } => {
+                let behavior = self.encoder.router().config().invalid_op_behavior();
+                on_update(behavior, &table.to_string(), lsn)?
+            }
+            Step::Message(message) => self.on_message(message, false).await?,
+            Step::RefusedMessage(message) => self.on_message(message, true).await?,
+            Step::Unplaceable { relation, reason, tuple, lsn } => {
+                let row = Unroutable {
+                    kind: "outbox row",
+                    reason,
+                    table: relation,
+                    lsn,
+                    key: None,
+                    value: Some(tuple_json(&tuple)),
+                    event_id: None,
+                    hint: "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic".into(),
+                };
+                self.delivery.undeliverable(row, None).await?;
+            }
+            Step::Lookup(relation) => {
+                let fate = tokio::select! {
+                    fate = self.fate(&relation) => fate?,
+                    _ = shutdown.wait() => return Ok(Handled::Interrupted),
+                };
+                self.assembler
+                    .place(relation, fate, self.encoder.router())
+                    .map_err(assemble_error)?;
+            }
+        }
+        Ok(Handled::Continue)
+    }
+
+    /// What relation `relation` is: an outbox table by OID (or a partition of one), another
+    /// table, or one that carries an outbox's name without being it.
+    async fn fate(&self, relation: &Relation) -> Result<Fate> {
+        let outbox = |oid: u32| self.tables.iter().find(|t| t.oid == oid);
+        let table = match outbox(relation.id) {
+            Some(t) => Some(t),
+            None => catalog::relation(&self.control, relation.id)
+                .await?
+                .and_then(|now| outbox(now.root)),
+        };
+        if let Some(table) = table {
+            // The relation's own columns (a partition's may be ordered differently).
+            let columns = catalog::columns(&self.control, relation.id).await?;
+            let not_null = relation
+                .columns
+                .iter()
+                .map(|c| columns.iter().any(|k| k.not_null && k.name == c.name))
+                .collect();
+            return Ok(Fate::Outbox { table: table.name.clone(), not_null });
+        }
+        let named_like = self
+            .tables
+            .iter()
+            .find(|t| t.name.schema == relation.namespace && t.name.name == relation.name);
+        Ok(match named_like {
+            Some(t) => Fate::Unplaceable {
+                reason: format!(
+                    "relation {} (OID {}) carries the name of the outbox table {} but is not it (OID {}): the table was dropped and recreated, or renamed, since the WAL was written",
+                    t.name, relation.id, t.name, t.oid
+                ),
+            },
+            None => Fate::Other,
+        })
+    }
+}
+
+fn on_update(behavior: InvalidOpBehavior, table: &str, lsn: Lsn) -> Result<()> {
+    match behavior {
+        InvalidOpBehavior::Warn => {
+            tracing::warn!(%lsn, %table, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = warn)")
+        }
+        InvalidOpBehavior::Error => {
+            tracing::error!(%lsn, %table, "unexpected UPDATE of an outbox row ignored (table.op.invalid.behavior = error)")
+        }
+        InvalidOpBehavior::Fatal => {
+            return Err(Error::definite(
+                format!("UPDATE of an outbox row of {table} at LSN {lsn} (table.op.invalid.behavior = fatal)"),
+                "outbox rows must only be inserted; find the writer that updates them",
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// What the assembler could not do, as the relay's error: each stops the relay with a hint,
+/// since retrying reads the same WAL again.
+fn assemble_error(e: AssembleError) -> Error {
+    let hint = match &e {
+        AssembleError::Undecodable { .. } => UNDECODABLE_HINT,
+        AssembleError::UnknownRelation { .. } => "the server sent a row before describing its table, which pgoutput never does: report it with the PostgreSQL version",
+        AssembleError::Bind { .. } => "restore the columns, or change the [router] column options to match the table",
+    };
+    Error::definite_with(e.to_string(), hint, e)
+}
+
+/// A row's columns as a JSON array of their text (for the dead letter of a row no binding
+/// could read).
+fn tuple_json(tuple: &Tuple) -> bytes::Bytes {
+    let values: Vec<serde_json::Value> = tuple
+        .0
+        .iter()
+        .map(|v| match v {
+            Value::Text(t) | Value::Binary(t) => {
+                serde_json::Value::String(String::from_utf8_lossy(t).into_owned())
+            }
+            Value::Null | Value::Unchanged => serde_json::Value::Null,
+        })
+        .collect();
+    bytes::Bytes::from(serde_json::Value::Array(values).to_string())
+}

@@ -1,0 +1,78 @@
+//! The replication slot and its walsender as SQL sees them: who streams from it, where it is
+//! confirmed, and how a test takes the walsender away.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use walrelay::lsn::Lsn;
+
+use super::postgres::connect;
+
+/// `active_pid` of the slot: the walsender streaming from it (None: inactive or no such slot).
+pub async fn slot_active_pid(url: &str, slot: &str) -> Option<i32> {
+    let client = connect(url).await.ok()?;
+    client
+        .query_opt("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+        .await
+        .ok()
+        .flatten()
+        .and_then(|row| row.get::<_, Option<i32>>(0))
+}
+
+/// The slot's confirmed_flush_lsn (None: no such slot, or PostgreSQL is unreachable).
+pub async fn slot_confirmed(url: &str, slot: &str) -> Option<Lsn> {
+    let client = connect(url).await.ok()?;
+    client
+        .query_opt(
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .ok()
+        .flatten()
+        .and_then(|row| row.get::<_, Option<Lsn>>(0))
+}
+
+/// `pg_terminate_backend` of the walsender holding `slot`; its pid, if there was one.
+pub async fn terminate_walsender(url: &str, slot: &str) -> Option<i32> {
+    let client = connect(url).await.expect("connect to terminate the walsender");
+    let row = client
+        .query_opt(
+            "SELECT active_pid, pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND active_pid IS NOT NULL",
+            &[&slot],
+        )
+        .await
+        .expect("pg_terminate_backend");
+    row.map(|r| r.get::<_, i32>(0))
+}
+
+/// Whether the server log has a "terminating walsender process due to replication timeout"
+/// line from one of `pids` (the default log_line_prefix is `%m [%p] `).
+pub fn walsender_timed_out(pg_log: &str, pids: &HashSet<i32>) -> Vec<String> {
+    pg_log
+        .lines()
+        .filter(|l| l.contains("replication timeout"))
+        .filter(|l| pids.iter().any(|p| l.contains(&format!("[{p}]"))))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until the slot is streaming to a walsender other than `not` (a relay (re)connected).
+pub async fn wait_active_pid(
+    url: &str,
+    slot: &str,
+    not: Option<i32>,
+    within: Duration,
+) -> Option<i32> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if let Some(pid) = slot_active_pid(url, slot).await {
+            if Some(pid) != not {
+                return Some(pid);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
