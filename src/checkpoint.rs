@@ -35,7 +35,7 @@ pub struct Sent {
     /// The transaction's commit time, microseconds since the Unix epoch.
     pub commit_micros: i64,
     /// The relay's span for the record, finished when it is acknowledged (`[tracing]`).
-    pub span: Option<Box<crate::trace::export::Pending>>,
+    pub span: Option<Box<crate::trace::Pending>>,
 }
 
 #[derive(Debug, Default)]

@@ -29,5 +29,6 @@ pub mod replay;
 pub mod retention;
 pub mod router;
 pub(crate) mod source;
+pub(crate) mod spans;
 pub(crate) mod tls;
 pub(crate) mod trace;

@@ -23,7 +23,8 @@ use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::publish::{self, Publisher, Rejected, Report, SendError};
 use crate::router::Record;
-use crate::trace::export::{Exporter, Pending};
+use crate::spans::Exporter;
+use crate::trace::Pending;
 
 /// A row (or logical message) that could not become its record, for
 /// [`Delivery::undeliverable`] and [`Delivery::refuse`].

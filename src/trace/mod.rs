@@ -8,8 +8,8 @@
 //! relay finishes the span when the broker acknowledges. Knows nothing of the router or Kafka.
 
 pub mod context;
-pub mod export;
 
+use crate::lsn::Lsn;
 use context::SpanContext;
 
 /// The trace a record carries on.
@@ -115,5 +115,30 @@ impl SpanIds {
         out[..8].copy_from_slice(&self.next().to_be_bytes());
         out[8..].copy_from_slice(&self.span_id());
         out
+    }
+}
+
+/// What the relay knows of a span when it hands the record to the producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub trace: Trace,
+    pub event_id: String,
+    /// The row's (or message's) LSN.
+    pub lsn: Lsn,
+    /// The transaction's commit time, µs since the Unix epoch: the span's start.
+    pub commit_micros: i64,
+}
+
+impl Pending {
+    /// The span of a record with `trace` (at `lsn`, committed at `commit_micros`), when it is
+    /// to be exported.
+    pub fn of(
+        trace: Option<&Trace>,
+        id: &str,
+        lsn: Lsn,
+        commit_micros: i64,
+    ) -> Option<Box<Pending>> {
+        let trace = trace.filter(|t| t.exported())?.clone();
+        Some(Box::new(Pending { trace, event_id: id.to_owned(), lsn, commit_micros }))
     }
 }

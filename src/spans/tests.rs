@@ -2,6 +2,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest 
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 
 use super::*;
+use crate::lsn::Lsn;
+use crate::trace::Trace;
 
 fn pending(parent: Option<[u8; 8]>) -> Pending {
     Pending {

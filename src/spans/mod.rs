@@ -21,10 +21,9 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 
-use super::Trace;
 use crate::config::{Config, TracingConfig};
-use crate::lsn::Lsn;
 use crate::metrics::Metrics;
+use crate::trace::Pending;
 
 /// Spans sent in one request at most, and how long a batch waits to fill.
 const BATCH_SPANS: usize = 512;
@@ -32,31 +31,6 @@ const BATCH_WAIT: Duration = Duration::from_millis(100);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A failing receiver is logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// What the relay knows of a span when it hands the record to the producer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    pub trace: Trace,
-    pub event_id: String,
-    /// The row's (or message's) LSN.
-    pub lsn: Lsn,
-    /// The transaction's commit time, µs since the Unix epoch: the span's start.
-    pub commit_micros: i64,
-}
-
-impl Pending {
-    /// The span of a record with `trace` (at `lsn`, committed at `commit_micros`), when it is
-    /// to be exported.
-    pub fn of(
-        trace: Option<&Trace>,
-        id: &str,
-        lsn: Lsn,
-        commit_micros: i64,
-    ) -> Option<Box<Pending>> {
-        let trace = trace.filter(|t| t.exported())?.clone();
-        Some(Box::new(Pending { trace, event_id: id.to_owned(), lsn, commit_micros }))
-    }
-}
 
 /// A finished span.
 #[derive(Debug, Clone)]
