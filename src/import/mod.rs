@@ -22,7 +22,6 @@ use rdkafka::error::KafkaError;
 use crate::config::secret::{self, is_secret_key};
 use crate::config::{Config, ConfigError, ENV_PREFIX};
 
-pub mod offsets;
 mod parse;
 mod render;
 mod security;

@@ -23,7 +23,7 @@ mod delivery;
 pub(crate) mod exactly_once;
 mod message;
 mod step;
-mod takeover;
+pub(crate) mod takeover;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -240,7 +240,7 @@ impl<'c> Session<'c> {
         // offsets as it stops; read a moment before that write, they are older and skip less.
         let takeover = match (&config.debezium_offsets, *debezium_offsets) {
             (Some(offsets), true) => {
-                let read = crate::import::offsets::load(offsets, &config.kafka).await;
+                let read = crate::relay::takeover::offsets::load(offsets, &config.kafka).await;
                 let wal_end: Lsn = control
                     .query_one("read the server's WAL position", takeover::WAL_END_SQL, &[])
                     .await?

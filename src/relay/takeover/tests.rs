@@ -3,8 +3,8 @@
 use bytes::Bytes;
 
 use super::*;
-use crate::import::offsets::InFlight;
 use crate::pgoutput::{Relation, Tuple, Value};
+use crate::relay::takeover::offsets::InFlight;
 use crate::router::Binding;
 
 fn limits(records: usize) -> Limits {
@@ -183,11 +183,12 @@ fn takeover_holds_no_more_than_the_relay_keeps_in_flight() {
 fn replay_recorded(name: &str) -> (String, Takeover) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium/offsets");
     let read = |file: String| std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
-    let entries = crate::import::offsets::parse_offset_file(
+    let entries = crate::relay::takeover::offsets::parse_offset_file(
         &std::fs::read(format!("{dir}/{name}.dat")).unwrap(),
     )
     .unwrap();
-    let delivered = crate::import::offsets::find(&entries, "dbz-outbox-anchor", "dbz").unwrap();
+    let delivered =
+        crate::relay::takeover::offsets::find(&entries, "dbz-outbox-anchor", "dbz").unwrap();
     let slot: Lsn =
         read(format!("{name}.slot.txt")).trim().split('|').nth(1).unwrap().parse().unwrap();
     let mut t = decide(Ok(delivered), slot, Lsn(u64::MAX), &limits(100)).unwrap();

@@ -1,7 +1,7 @@
 //! Taking over a Debezium connector's slot without replaying what Debezium delivered.
 //!
 //! Debezium confirms its slot only when it commits offsets, so its slot lags what it delivered;
-//! its offsets (`import::offsets`) say exactly what that was. On walrelay's first run on the
+//! its offsets ([`offsets`]) say exactly what that was. On walrelay's first run on the
 //! slot, a session streams from the slot's confirmed position as always and this screen drops
 //! every transaction Debezium delivered whole, the way Debezium's own `WalPositionLocator`
 //! skips up to its stored position. Skipped transactions still pass Begin and Commit to
@@ -21,12 +21,14 @@
 //! start-up decision plus one comparison per transaction until the position is passed; then
 //! the relay drops it.
 
+pub(crate) mod offsets;
+
 use std::sync::Arc;
 
+use self::offsets::{Delivered, Unusable};
 use crate::config::Limits;
 use crate::encoder::Encoder;
 use crate::envelope::Txn;
-use crate::import::offsets::{Delivered, Unusable};
 use crate::lsn::Lsn;
 use crate::router::Record;
 
@@ -77,6 +79,37 @@ pub struct Takeover {
 pub const WAL_END_SQL: &str = "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
                                ELSE pg_current_wal_lsn() END";
 
+/// What Debezium's offsets mean for the first run, against the slot and the server's WAL. The
+/// one judgement both the takeover ([`decide`]) and `walrelay check` act on.
+pub enum Verdict {
+    /// They can't be read or parsed: nothing is skipped.
+    Unusable(Unusable),
+    /// They name positions past this server's WAL: another database's; nothing is skipped.
+    OtherDatabase(Delivered),
+    /// The slot has confirmed past them: nothing is left to skip.
+    Older(Delivered),
+    /// The transactions ending after the slot's position and at or before `commit` (and the
+    /// in-flight transaction's rows up to its last event) were delivered by Debezium: skip them.
+    Skip(Delivered),
+}
+
+/// Judges `offsets` against the slot's confirmed position and `wal_end`, the server's WAL
+/// position now.
+pub fn judge(offsets: Result<Delivered, Unusable>, slot_confirmed: Lsn, wal_end: Lsn) -> Verdict {
+    let delivered = match offsets {
+        Ok(d) => d,
+        Err(e) => return Verdict::Unusable(e),
+    };
+    let furthest = delivered.in_flight.map_or(delivered.commit, |f| f.event.max(delivered.commit));
+    if furthest > wal_end {
+        Verdict::OtherDatabase(delivered)
+    } else if slot_confirmed > delivered.commit {
+        Verdict::Older(delivered)
+    } else {
+        Verdict::Skip(delivered)
+    }
+}
+
 /// The first-run decision, logged either way: `Some` when the session must screen.
 /// `wal_end`: the server's WAL position now.
 pub fn decide(
@@ -85,32 +118,31 @@ pub fn decide(
     wal_end: Lsn,
     limits: &Limits,
 ) -> Option<Takeover> {
-    let delivered = match offsets {
-        Ok(d) => d,
-        Err(Unusable { reason, hint }) => {
+    let delivered = match judge(offsets, slot_confirmed, wal_end) {
+        Verdict::Unusable(Unusable { reason, hint }) => {
             tracing::warn!(%hint, "Debezium's offsets can't be used, so nothing is skipped: {reason}; relaying everything from the slot's confirmed position {slot_confirmed} (what Debezium delivered after it is delivered again)");
             return None;
         }
+        Verdict::OtherDatabase(delivered) => {
+            tracing::warn!(
+                lsn_commit = %delivered.commit,
+                %wal_end,
+                hint = "point [debezium_offsets] at the offsets of the connector that streamed from this slot on this server",
+                "Debezium's offsets are ahead of this server's WAL, so they are another database's; nothing is skipped"
+            );
+            return None;
+        }
+        Verdict::Older(delivered) => {
+            tracing::warn!(
+                lsn_commit = %delivered.commit,
+                %slot_confirmed,
+                hint = "expected once walrelay has confirmed transactions of its own; remove [debezium_offsets] after the takeover",
+                "Debezium's offsets are older than the slot's confirmed position, so nothing is skipped"
+            );
+            return None;
+        }
+        Verdict::Skip(delivered) => delivered,
     };
-    let furthest = delivered.in_flight.map_or(delivered.commit, |f| f.event.max(delivered.commit));
-    if furthest > wal_end {
-        tracing::warn!(
-            lsn_commit = %delivered.commit,
-            %wal_end,
-            hint = "point [debezium_offsets] at the offsets of the connector that streamed from this slot on this server",
-            "Debezium's offsets are ahead of this server's WAL, so they are another database's; nothing is skipped"
-        );
-        return None;
-    }
-    if slot_confirmed > delivered.commit {
-        tracing::warn!(
-            lsn_commit = %delivered.commit,
-            %slot_confirmed,
-            hint = "expected once walrelay has confirmed transactions of its own; remove [debezium_offsets] after the takeover",
-            "Debezium's offsets are older than the slot's confirmed position, so nothing is skipped"
-        );
-        return None;
-    }
     tracing::info!(
         lsn_commit = %delivered.commit,
         in_flight_xid = ?delivered.in_flight.map(|f| f.xid),

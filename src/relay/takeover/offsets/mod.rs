@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use crate::config::{DebeziumOffsetsConfig, KafkaConfig, OffsetStore};
 use crate::lsn::Lsn;
 
+#[cfg(test)]
 pub use file::parse as parse_offset_file;
 
 /// A store's record: (key bytes, value bytes); a null is `None`.
