@@ -3,7 +3,7 @@
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
 //! [`encoder`] (route with [`router`], Debezium's Outbox Event Router, then wrap with
 //! [`envelope`], the format) → [`publish`] (librdkafka) → [`checkpoint`] (what may be
-//! confirmed) — driven by the loop in [`relay`]. [`messages`] selects the logical
+//! confirmed) — driven by the loop in [`relay`]. [`message_selection`] selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
 
@@ -19,7 +19,7 @@ pub mod http;
 pub mod import;
 pub(crate) mod libpq;
 pub mod lsn;
-pub(crate) mod messages;
+pub(crate) mod message_selection;
 pub mod metrics;
 pub(crate) mod options;
 pub mod pgoutput;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 
-use crate::messages::MessageSelection;
+use crate::message_selection::MessageSelection;
 use crate::router::RouterConfig;
 
 mod debezium_offsets;

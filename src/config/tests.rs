@@ -137,7 +137,7 @@ fn messages_are_selected_by_prefix_lists_and_may_be_the_only_events() {
     let c = Config::parse(&only).unwrap();
     assert!(c.outbox.tables.is_empty());
     let selection = c.messages.expect("selected");
-    assert_eq!(selection.verdict(false, "OUTBOX"), crate::messages::Verdict::Event);
+    assert_eq!(selection.verdict(false, "OUTBOX"), crate::message_selection::Verdict::Event);
     let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = []\n")).unwrap_err().to_string();
     assert!(e.contains("tables") && e.contains("message.prefix.include.list"), "{e}");
     let e = Config::parse(&format!(

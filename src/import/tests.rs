@@ -347,7 +347,7 @@ fn import_maps_the_table_less_outbox_chain_to_a_message_only_relay() {
     assert!(toml.contains("tables = []"), "{toml}");
     assert!(config.outbox.tables.is_empty());
     let selection = config.messages.expect("messages selected");
-    assert_eq!(selection.verdict(true, "OUTBOX"), crate::messages::Verdict::Event);
+    assert_eq!(selection.verdict(true, "OUTBOX"), crate::message_selection::Verdict::Event);
     assert_eq!(config.router.message_nulls, crate::router::NullBehavior::OptionalBytes);
     assert!(!warned(&imported, "is not applied"), "{:?}", imported.warnings);
     assert!(!warned(&imported, "does not relay logical"), "{:?}", imported.warnings);

@@ -20,7 +20,7 @@ use pgwire_replication::ReplicationEvent;
 
 use crate::config::TableName;
 use crate::lsn::Lsn;
-use crate::messages::{MessageSelection, Verdict};
+use crate::message_selection::{MessageSelection, Verdict};
 use crate::pgoutput::{self, DecodeError, Message, Relation, Tuple};
 use crate::router::{Binding, RouteError, Router};
 
@@ -64,10 +64,10 @@ pub enum Step<'a> {
         lsn: Lsn,
     },
     /// A logical decoding message (`pg_logical_emit_message`) selected as an outbox event.
-    Message(LogicalMessage),
+    Message(SelectedMessage),
     /// A non-transactional message of a selected prefix, which `[outbox]
     /// non_transactional_messages` refuses.
-    RefusedMessage(LogicalMessage),
+    RefusedMessage(SelectedMessage),
     Commit {
         end_lsn: Lsn,
     },
@@ -88,7 +88,7 @@ pub enum Step<'a> {
 
 /// A logical decoding message the relay acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogicalMessage {
+pub struct SelectedMessage {
     pub prefix: String,
     pub content: Bytes,
     /// The message's own WAL position.
@@ -181,7 +181,7 @@ impl Assembler {
                 self.change_lsn = lsn.into();
                 let Some(selection) = &self.messages else { return Ok(Step::Skip) };
                 let verdict = selection.verdict(transactional, &prefix);
-                let message = LogicalMessage {
+                let message = SelectedMessage {
                     prefix,
                     content,
                     lsn: lsn.into(),

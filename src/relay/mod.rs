@@ -21,7 +21,7 @@
 mod assembler;
 mod delivery;
 pub(crate) mod exactly_once;
-mod message;
+mod selected_message;
 mod step;
 pub(crate) mod takeover;
 
@@ -40,7 +40,7 @@ use crate::metrics::Metrics;
 use crate::publish::Publisher;
 use crate::source::{self, slot, watch, OutboxTable};
 
-pub use self::assembler::{AssembleError, Assembler, Fate, LogicalMessage, Step};
+pub use self::assembler::{AssembleError, Assembler, Fate, SelectedMessage, Step};
 use self::delivery::Delivery;
 
 /// How a relay that did not fail ended.

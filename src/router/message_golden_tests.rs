@@ -13,7 +13,7 @@ use serde_json::Value as J;
 
 use super::golden_tests::b64;
 use super::*;
-use crate::messages::{MessageSelection, Verdict};
+use crate::message_selection::{MessageSelection, Verdict};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium/messages");
 const INC: (&str, &str) = ("message.prefix.include.list", "outbox");

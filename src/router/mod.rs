@@ -47,7 +47,7 @@
 //!   output shows it; `Struct{…}` text is the same).
 //! * With `fields.null.include`, an `id` member that is JSON `null` is refused, as a row's NULL
 //!   id is; Debezium would send an `id` header without a value.
-//! * Selection (`crate::messages`): without `message.prefix.include.list` or `.exclude.list`
+//! * Selection (`crate::message_selection`): without `message.prefix.include.list` or `.exclude.list`
 //!   messages are ignored (Debezium captures every prefix); a non-transactional message is
 //!   refused unless `[outbox] non_transactional_messages = "relay"` (Debezium relays it, even
 //!   when its transaction rolls back); prefix patterns use Rust's regex syntax, and their
@@ -61,7 +61,7 @@ mod convert;
 mod event;
 mod expand;
 mod json;
-mod message;
+mod message_content;
 mod options;
 mod record;
 mod topic;
@@ -90,7 +90,7 @@ use self::convert::{json_bytes, simple_header_bytes, string_bytes, Schema};
 /// For the envelopes' own JSON and base64 (`crate::envelope`).
 pub(crate) use self::convert::{write_base64, write_str as write_json_string};
 pub use self::event::{EventFields, PayloadKind};
-pub use self::message::event_id as message_event_id;
+pub use self::message_content::event_id as message_event_id;
 #[cfg(test)]
 pub(crate) use self::options::NullBehavior;
 use self::options::{Converter, HeaderConverter};
@@ -339,7 +339,7 @@ impl Router {
         content: &Bytes,
         fields: bool,
     ) -> Result<(Record, Option<EventFields>), RouteError> {
-        let decoded = message::decode(content, self.cfg.message_nulls)?;
+        let decoded = message_content::decode(content, self.cfg.message_nulls)?;
         let binding = self.bind_fields(&decoded.shape())?;
         let values = Values::Message(&decoded.values);
         self.route_values(&binding, values, fields)

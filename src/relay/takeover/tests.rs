@@ -137,7 +137,7 @@ fn takeover_stops_screening_at_the_first_transaction_debezium_never_saw() {
 fn takeover_skips_non_transactional_messages_up_to_lsn_commit() {
     let mut router = router();
     let message = |lsn| {
-        Step::Message(super::super::LogicalMessage {
+        Step::Message(super::super::SelectedMessage {
             prefix: "outbox".into(),
             content: Bytes::new(),
             lsn: Lsn(lsn),

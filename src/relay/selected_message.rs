@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::assembler::LogicalMessage;
+use super::assembler::SelectedMessage;
 use super::delivery::{unix_micros, Unroutable};
 use super::Session;
 use crate::envelope::Txn;
@@ -17,7 +17,7 @@ impl Session<'_> {
     /// Publishes the record of `message`, its dead letter, or — `refused` — refuses it.
     pub(super) async fn on_message(
         &mut self,
-        message: LogicalMessage,
+        message: SelectedMessage,
         refused: bool,
     ) -> Result<()> {
         if message.alone {
