@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::assembler::LogicalMessage;
-use super::delivery::{unix_micros, Unroutable};
 use super::Session;
+use crate::delivery::{unix_micros, Unroutable};
 use crate::envelope::Txn;
 use crate::error::Result;
 use crate::router::message_event_id;

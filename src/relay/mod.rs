@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  PostgreSQL ──events──▶ Assembler ──rows─▶ Encoder ──records──▶ Delivery ──▶ Kafka
-//!      ▲                  (assembler.rs)  (route, then wrap)      (delivery.rs)   │
+//!      ▲                  (assembler.rs)  (route, then wrap)      (delivery/)     │
 //!      │                                                               ▲          │ reports
 //!      └── update_applied_lsn(min(acked, vouched)) ◀── Delivery::progress ◀───┴──────────┘
 //!                                   ▲
@@ -19,8 +19,6 @@
 //! skipped (I6).
 
 mod assembler;
-mod delivery;
-pub(crate) mod exactly_once;
 mod message;
 mod step;
 mod takeover;
@@ -32,16 +30,16 @@ use std::time::{Duration, Instant};
 use pgwire_replication::ReplicationClient;
 
 use crate::config::Config;
+use crate::delivery::producer::Publisher;
 use crate::encoder::Encoder;
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::publish::Publisher;
 use crate::source::{self, slot, watch, OutboxTable};
 
 pub use self::assembler::{AssembleError, Assembler, Fate, LogicalMessage, Step};
-use self::delivery::Delivery;
+use crate::delivery::Delivery;
 
 /// How a relay that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +119,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
                     metrics.reconnects.fetch_add(1, Relaxed);
                 }
                 streamed = true;
-                // `broker_up` is the producer's probe's (publish::reachability); what the last
+                // `broker_up` is the producer's probe's (delivery::producer::reachability); what the last
                 // session left unacknowledged is read again by this one.
                 metrics.oldest_unacked_sent_micros.store(0, Relaxed);
                 metrics.streaming.store(true, Relaxed);

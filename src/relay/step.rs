@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use pgwire_replication::ReplicationEvent;
 
-use super::delivery::{self, Unroutable};
 use super::{takeover, AssembleError, Fate, Handled, Session, Shutdown, Step, UNDECODABLE_HINT};
+use crate::delivery::{self, Unroutable};
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
+use crate::delivery::producer::{Publisher, Report, SendError};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::publish::{Publisher, Report, SendError};
 use crate::router::Record;
 
 /// Pacing sleeps only once this far ahead: shorter sleeps cost more than they smooth.

@@ -1,4 +1,4 @@
-//! The transactional producer's calls (exactly-once, see `relay::exactly_once`): librdkafka's
+//! The transactional producer's calls (exactly-once, see `delivery::exactly_once`): librdkafka's
 //! blocking ones run off the relay's thread, and their failures are sorted by what happens next.
 
 use std::sync::Arc;

@@ -5,6 +5,11 @@
 //! Every record takes the next sequence number of the [`Frontier`]; a refused record is replaced
 //! by its dead letter under the same number (or stops the relay), so the frontier never moves
 //! past a record that did not reach Kafka in some form (I2, I8).
+//!
+//! The Kafka side is this folder: `producer.rs` (librdkafka and its delivery reports, with the
+//! broker probe and the transactional calls under `producer/`), `frontier.rs` (what may be
+//! confirmed), `dead_letter.rs` (the record sent in place of a refused one), `transactions.rs`
+//! and `exactly_once.rs` (exactly-once: the session's Kafka transactions and their policy).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -13,15 +18,15 @@ use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::mpsc;
 
+use self::dead_letter::Letter;
+use self::exactly_once::Transactions;
+use self::frontier::{Frontier, Sent, Seq};
+use self::producer::{Publisher, Rejected, Report, SendError};
 use self::transactions::PROGRESS_SEQ;
-use super::exactly_once::Transactions;
-use crate::checkpoint::{Frontier, Sent, Seq};
 use crate::config::{Config, DeadLetterConfig, Limits};
-use crate::dead_letter::{self, Letter};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::publish::{self, Publisher, Rejected, Report, SendError};
 use crate::router::Record;
 
 /// A row (or logical message) that could not become its record, for
@@ -103,7 +108,7 @@ impl Delivery {
             acked: Vec::new(),
             resumed: confirmed,
             transactions,
-            principal: publish::principal(&config.kafka),
+            principal: producer::principal(&config.kafka),
             refused: 0,
             metrics: metrics.clone(),
         })
@@ -375,7 +380,7 @@ impl Delivery {
             rejected.event_id.as_deref().unwrap_or("(no event id)"),
             rejected.topic
         );
-        let acl_fix = publish::refusal_fix(&error, &rejected.topic, &self.principal);
+        let acl_fix = producer::refusal_fix(&error, &rejected.topic, &self.principal);
         if self.dead_letter.as_ref().is_none_or(|dl| dl.topic == rejected.topic) {
             self.refused += 1;
         }
@@ -539,6 +544,10 @@ pub fn unix_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
+pub(crate) mod dead_letter;
+pub(crate) mod exactly_once;
+pub(crate) mod frontier;
+pub(crate) mod producer;
 #[cfg(test)]
 mod tests;
 mod transactions;

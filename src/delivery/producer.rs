@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 
 mod reachability;
 
-use crate::checkpoint::Seq;
+use super::frontier::Seq;
 use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
 use crate::router::Record;
