@@ -24,9 +24,11 @@ use crate::metrics::Metrics;
 
 mod reachability;
 
+use super::failed::Failed;
 use super::frontier::Seq;
 use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
+use crate::lsn::Lsn;
 use crate::router::Record;
 
 mod transactions;
@@ -43,24 +45,15 @@ pub enum Report {
         error: KafkaError,
     },
     /// The broker or librdkafka refuses this record for good (too large, unknown partition…);
-    /// replaying would fail again. Carries what a dead letter needs.
+    /// replaying would fail again. Carries what a dead letter needs of the record; the row's
+    /// source and position are the frontier's, set by whoever owns it.
     Rejected {
         seq: Seq,
         error: KafkaError,
-        record: Box<Rejected>,
+        failed: Box<Failed>,
     },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
-}
-
-/// The parts of a refused record a dead letter keeps.
-#[derive(Debug)]
-pub struct Rejected {
-    pub topic: String,
-    pub key: Option<Vec<u8>>,
-    /// The first `capture_bytes` of the value.
-    pub value: Option<Vec<u8>>,
-    pub event_id: Option<String>,
 }
 
 pub struct RelayContext {
@@ -216,13 +209,18 @@ impl ProducerContext for RelayContext {
                         .and_then(|h| h.value)
                         .map(|v| String::from_utf8_lossy(v).into_owned())
                 });
-                let record = Rejected {
-                    topic: m.topic().to_string(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(|v| v[..v.len().min(self.capture_bytes)].to_vec()),
+                // The row's source and position are not known here: the frontier's owner sets
+                // them by `seq`.
+                let failed = Failed {
+                    topic: Some(Arc::from(m.topic())),
+                    key: m.key().map(bytes::Bytes::copy_from_slice),
+                    value: m.payload().map(|v| {
+                        bytes::Bytes::copy_from_slice(&v[..v.len().min(self.capture_bytes)])
+                    }),
                     event_id,
+                    ..Failed::new(Arc::from(""), Lsn::default(), error.to_string())
                 };
-                Report::Rejected { seq, error: error.clone(), record: Box::new(record) }
+                Report::Rejected { seq, error: error.clone(), failed: Box::new(failed) }
             }
             Err((error, _)) => Report::Failed { seq, error: error.clone() },
         };

@@ -117,14 +117,12 @@ const ROLE_PARTITION: &str = "partition placement (`table.fields.additional.plac
 const ROLE_TYPE: &str =
     "event type (`table.field.event.type`), which CloudEvents require as the `type` attribute";
 
-/// A row's raw columns, for dead letters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawRow {
-    /// `schema.table`.
-    pub table: String,
-    pub key: Option<Bytes>,
-    pub payload: Option<Bytes>,
-    pub event_id: Option<String>,
+/// The columns of a row a dead letter carries when [`Router::route`] could not map it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawColumn {
+    Key,
+    Payload,
+    EventId,
 }
 
 /// One Kafka record, ready for the producer.
@@ -542,18 +540,17 @@ impl Router {
         })
     }
 
-    /// The raw text of a row's key, payload and event id columns, whatever their state: what a
+    /// The raw text of a row's key, payload or event id column, whatever its state: what a
     /// dead letter carries when [`Router::route`] could not map the row.
-    pub fn raw(&self, b: &Binding, row: &Tuple) -> RawRow {
-        let text = |c: &Col| match row.0.get(c.index) {
+    pub fn raw(&self, b: &Binding, row: &Tuple, column: RawColumn) -> Option<Bytes> {
+        let col = match column {
+            RawColumn::Key => &b.key,
+            RawColumn::Payload => &b.payload,
+            RawColumn::EventId => &b.id,
+        };
+        match row.0.get(col.index) {
             Some(Value::Text(t) | Value::Binary(t)) => Some(t.clone()),
             _ => None,
-        };
-        RawRow {
-            table: b.table.to_string(),
-            key: text(&b.key),
-            payload: text(&b.payload),
-            event_id: text(&b.id).map(|t| String::from_utf8_lossy(&t).into_owned()),
         }
     }
 
