@@ -11,11 +11,11 @@
 //! confirmed), `dead_letter.rs` (the record sent in place of a refused one), `transactions.rs`
 //! and `exactly_once.rs` (exactly-once: the session's Kafka transactions and their policy).
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use tokio::sync::mpsc;
 
 use self::exactly_once::Transactions;
 pub use self::failed::Failed;
@@ -38,7 +38,8 @@ pub fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
 
 pub struct Delivery {
     publisher: Publisher,
-    reports: mpsc::UnboundedReceiver<Report>,
+    /// Delivery reports served and not yet handled (a failure stops the handling: the rest wait).
+    reports: VecDeque<Report>,
     frontier: Frontier,
     limits: Limits,
     dead_letter: Option<DeadLetterConfig>,
@@ -70,7 +71,7 @@ impl Delivery {
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
         let transactions =
             config.delivery.exactly_once().then(|| Transactions::new(config.delivery.clone()));
-        let (publisher, reports) = Publisher::new(
+        let publisher = Publisher::new(
             &config.kafka,
             capture,
             metrics.clone(),
@@ -78,7 +79,7 @@ impl Delivery {
         )?;
         Ok(Delivery {
             publisher,
-            reports,
+            reports: VecDeque::new(),
             frontier: Frontier::new(confirmed),
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
@@ -276,18 +277,12 @@ impl Delivery {
     /// Runs librdkafka's waiting callbacks and handles the delivery reports they produced.
     /// Returns whether there was any.
     pub fn serve_reports(&mut self) -> Result<bool> {
-        self.publisher.serve_reports();
-        let mut any = false;
-        loop {
-            match self.reports.try_recv() {
-                Ok(report) => self.on_report(Some(report))?,
-                Err(mpsc::error::TryRecvError::Empty) => return Ok(any),
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    return self.on_report(None).map(|_| any)
-                }
-            }
-            any = true;
+        self.publisher.serve_reports(&mut self.reports);
+        let any = !self.reports.is_empty();
+        while let Some(report) = self.reports.pop_front() {
+            self.on_report(report)?;
         }
+        Ok(any)
     }
 
     /// Waits until at least one delivery report was handled.
@@ -298,16 +293,16 @@ impl Delivery {
         Ok(())
     }
 
-    fn on_report(&mut self, report: Option<Report>) -> Result<()> {
+    fn on_report(&mut self, report: Report) -> Result<()> {
         match report {
             // The commit of its transaction is what counts; a failure fails the commit too.
-            Some(Report::Delivered { seq: PROGRESS_SEQ }) => Ok(()),
-            Some(Report::Failed { seq: PROGRESS_SEQ, error })
-            | Some(Report::Rejected { seq: PROGRESS_SEQ, error, .. }) => Err(Error::transient(
+            Report::Delivered { seq: PROGRESS_SEQ } => Ok(()),
+            Report::Failed { seq: PROGRESS_SEQ, error }
+            | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => Err(Error::transient(
                 "kafka did not take the progress record of the open transaction",
                 error,
             )),
-            Some(Report::Delivered { seq }) => {
+            Report::Delivered { seq } => {
                 if let Some(sent) = self.frontier.ack(seq) {
                     self.acked.push(sent);
                 }
@@ -315,7 +310,7 @@ impl Delivery {
             }
             // Never skipped: the session ends, confirming only the acked prefix, and the next one
             // replays from there.
-            Some(Report::Failed { seq, error }) => {
+            Report::Failed { seq, error } => {
                 self.metrics.delivery_errors.fetch_add(1, Relaxed);
                 self.metrics.delivery_failing.store(true, Relaxed);
                 // librdkafka's report says only "Message timed out" when the leader kept
@@ -335,11 +330,10 @@ impl Delivery {
                 };
                 Err(Error::transient(what, error))
             }
-            Some(Report::Rejected { seq, error, failed }) => self.on_rejected(seq, error, *failed),
-            Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
+            Report::Rejected { seq, error, failed } => self.on_rejected(seq, error, *failed),
+            Report::Fatal(reason) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
-            None => Err(Error::transient_msg("the kafka producer went away")),
         }
     }
 

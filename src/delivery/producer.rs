@@ -1,9 +1,9 @@
 //! Kafka: the librdkafka producer and its delivery reports.
 //!
 //! Delivery reports wait on librdkafka's main queue until the relay loop serves them on its own
-//! thread ([`Publisher::reports_ready`], [`Publisher::serve_reports`]); each one is passed on,
-//! with the record's sequence number, over a channel the loop drains right after. The loop owns
-//! the frontier, so nothing here decides what is confirmed.
+//! thread ([`Publisher::reports_ready`], [`Publisher::serve_reports`]); the serve returns the
+//! reports its callbacks produced, each with the record's sequence number. The loop owns the
+//! frontier, so nothing here decides what is confirmed.
 
 use std::time::{Duration, Instant};
 
@@ -14,11 +14,11 @@ use rdkafka::message::Headers;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
@@ -57,7 +57,11 @@ pub enum Report {
 }
 
 pub struct RelayContext {
-    reports: mpsc::UnboundedSender<Report>,
+    /// Reports the callbacks produced, until [`Publisher::serve_reports`] hands them over. The
+    /// callbacks run on the relay's thread, inside that serve, except while a transactional call
+    /// flushes (on its own thread) or the producer is dropped; either way one report per record
+    /// in flight at most, which the in-flight limits bound (I7).
+    reports: Mutex<Vec<Report>>,
     /// How much of a refused record's value to keep for its dead letter.
     capture_bytes: usize,
     /// The broker acknowledged a record of this producer (ends the start-up metadata requests).
@@ -151,6 +155,12 @@ pub fn principal(kafka: &KafkaConfig) -> String {
     }
 }
 
+impl RelayContext {
+    fn collect(&self, report: Report) {
+        self.reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
+    }
+}
+
 impl ClientContext for RelayContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         // Connection failures arrive here and again through `error` below: they are logged
@@ -180,7 +190,7 @@ impl ClientContext for RelayContext {
     fn error(&self, error: KafkaError, reason: &str) {
         let code = error.rdkafka_error_code();
         if code == Some(RDKafkaErrorCode::Fatal) {
-            let _ = self.reports.send(Report::Fatal(format!("{error}: {reason}")));
+            self.collect(Report::Fatal(format!("{error}: {reason}")));
         } else if code == Some(RDKafkaErrorCode::AllBrokersDown) {
             // The reachability probe logs the outage and its end, once each.
             tracing::debug!(%error, reason, "kafka client error");
@@ -224,8 +234,7 @@ impl ProducerContext for RelayContext {
             }
             Err((error, _)) => Report::Failed { seq, error: error.clone() },
         };
-        // The receiver is gone only when the session ended; its reports no longer matter.
-        let _ = self.reports.send(report);
+        self.collect(report);
     }
 }
 
@@ -326,7 +335,7 @@ impl Publisher {
         capture_bytes: usize,
         metrics: Arc<Metrics>,
         transactional_id: Option<&str>,
-    ) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
+    ) -> Result<Publisher> {
         let mut cfg = ClientConfig::new();
         for (k, v) in &kafka.properties {
             cfg.set(k, v);
@@ -341,9 +350,8 @@ impl Publisher {
         if !kafka.properties.contains_key("reconnect.backoff.max.ms") {
             cfg.set("reconnect.backoff.max.ms", "2000");
         }
-        let (tx, rx) = mpsc::unbounded_channel();
         let context = RelayContext {
-            reports: tx,
+            reports: Mutex::new(Vec::new()),
             capture_bytes,
             acked: AtomicBool::new(false),
             quiet: Mutex::new(HashMap::new()),
@@ -373,7 +381,7 @@ impl Publisher {
         });
         reachability::watch(Arc::downgrade(&producer), metrics);
         tracing::debug!("kafka producer created");
-        Ok((Publisher { queue, producer }, rx))
+        Ok(Publisher { queue, producer })
     }
 
     /// Resolves once librdkafka has something for [`Publisher::serve_reports`] (cancel-safe: a
@@ -382,21 +390,23 @@ impl Publisher {
         self.queue.ready.notified().await
     }
 
-    /// Runs the callbacks of what waits on librdkafka's main queue, on this thread: delivery
-    /// reports land in the reports channel. Serves at most `MAX_EVENTS` events (each holds a
-    /// produce response's reports) and leaves a wake-up behind if more wait, so the relay loop
-    /// gets back to the stream in between.
-    pub fn serve_reports(&self) {
+    /// Runs the callbacks of what waits on librdkafka's main queue, on this thread, and appends
+    /// the reports they produced to `reports`, in the order they came. Serves at most
+    /// `MAX_EVENTS` events (each holds a produce response's reports) and leaves a wake-up
+    /// behind if more wait, so the relay loop gets back to the stream in between.
+    pub fn serve_reports(&self, reports: &mut VecDeque<Report>) {
         const MAX_EVENTS: usize = 64;
         for _ in 0..MAX_EVENTS {
             if self.queue.len() == 0 {
-                return;
+                break;
             }
             self.producer.poll(Duration::ZERO);
         }
         if self.queue.len() > 0 {
             self.queue.ready.notify_one();
         }
+        let context = self.producer.context();
+        reports.extend(context.reports.lock().unwrap_or_else(|e| e.into_inner()).drain(..));
     }
 
     /// The partitions of `topic` with fewer in-sync replicas than replicas (under-replicated),
@@ -474,17 +484,13 @@ mod tests {
     fn publisher_on_mock(
         partitions: i32,
         extra: &[(&str, &str)],
-    ) -> (
-        MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-        Publisher,
-        mpsc::UnboundedReceiver<Report>,
-    ) {
+    ) -> (MockCluster<'static, rdkafka::producer::DefaultProducerContext>, Publisher) {
         let mock = MockCluster::new(1).expect("mock cluster");
         mock.create_topic("outbox.event.order", partitions, 1).expect("topic");
-        let (publisher, rx) =
+        let publisher =
             Publisher::new(&kafka(&mock.bootstrap_servers(), extra), 0, Metrics::new(), None)
                 .unwrap();
-        (mock, publisher, rx)
+        (mock, publisher)
     }
 
     fn record(n: u32) -> Record {
@@ -501,18 +507,15 @@ mod tests {
 
     /// Waits (bounded) for reports, serving the queue as the relay loop does, until `want`
     /// delivered sequence numbers arrived.
-    async fn delivered(
-        publisher: &Publisher,
-        rx: &mut mpsc::UnboundedReceiver<Report>,
-        want: usize,
-    ) -> Vec<Seq> {
+    async fn delivered(publisher: &Publisher, want: usize) -> Vec<Seq> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut seqs = Vec::new();
         while seqs.len() < want {
             let woke = tokio::time::timeout_at(deadline, publisher.reports_ready()).await;
             assert!(woke.is_ok(), "no wake-up after {} of {want} reports", seqs.len());
-            publisher.serve_reports();
-            while let Ok(report) = rx.try_recv() {
+            let mut reports = VecDeque::new();
+            publisher.serve_reports(&mut reports);
+            for report in reports {
                 match report {
                     Report::Delivered { seq } => seqs.push(seq),
                     other => panic!("unexpected report {other:?}"),
@@ -524,23 +527,23 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn delivery_reports_wake_the_relay_thread_and_are_served_on_it() {
-        let (_mock, publisher, mut rx) = publisher_on_mock(4, &[]);
+        let (_mock, publisher) = publisher_on_mock(4, &[]);
         for n in 0..1_000u32 {
             assert!(publisher.send(&record(n), n as Seq).is_ok());
         }
         let woke = tokio::time::timeout(Duration::from_secs(20), publisher.reports_ready()).await;
         assert!(woke.is_ok(), "librdkafka never signalled its queue");
         // Signalled, but nothing was served behind this thread's back: no polling thread.
-        assert!(rx.try_recv().is_err());
+        assert!(publisher.producer.context().reports.lock().unwrap().is_empty());
         publisher.queue.ready.notify_one();
-        let mut seqs = delivered(&publisher, &mut rx, 1_000).await;
+        let mut seqs = delivered(&publisher, 1_000).await;
         seqs.sort_unstable();
         assert_eq!(seqs, (0..1_000).collect::<Vec<Seq>>());
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn every_burst_is_served_to_its_last_report_without_a_lost_wake_up() {
-        let (_mock, publisher, mut rx) = publisher_on_mock(4, &[]);
+        let (_mock, publisher) = publisher_on_mock(4, &[]);
         let mut next: Seq = 0;
         for burst in 0..300u64 {
             let size = 1 + (burst * 7919) % 97;
@@ -549,23 +552,22 @@ mod tests {
                 next += 1;
             }
             // After the burst nothing else arrives: its last reports must wake the loop.
-            let seqs = delivered(&publisher, &mut rx, size as usize).await;
+            let seqs = delivered(&publisher, size as usize).await;
             assert_eq!(seqs.len() as u64, size, "burst {burst}");
         }
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_producer_queue_empties_as_reports_are_served() {
-        let (_mock, publisher, mut rx) =
-            publisher_on_mock(1, &[("queue.buffering.max.messages", "10")]);
+        let (_mock, publisher) = publisher_on_mock(1, &[("queue.buffering.max.messages", "10")]);
         let mut sent = 0u32;
         while publisher.send(&record(sent), sent as Seq).is_ok() {
             sent += 1;
         }
         assert_eq!(sent, 10, "librdkafka holds queue.buffering.max.messages records");
         assert!(matches!(publisher.send(&record(sent), sent as Seq), Err(SendError::QueueFull)));
-        delivered(&publisher, &mut rx, 10).await;
+        delivered(&publisher, 10).await;
         assert!(publisher.send(&record(sent), sent as Seq).is_ok(), "room again once served");
-        assert_eq!(delivered(&publisher, &mut rx, 1).await, vec![sent as Seq]);
+        assert_eq!(delivered(&publisher, 1).await, vec![sent as Seq]);
     }
 }

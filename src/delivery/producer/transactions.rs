@@ -41,7 +41,8 @@ impl Publisher {
 
     /// Runs one of librdkafka's blocking transactional calls off the relay's thread, which
     /// must keep answering PostgreSQL meanwhile. Delivery reports a commit flushes are served
-    /// by that call, on that thread, into the same channel.
+    /// by that call, on that thread: they wait with the others for the next
+    /// [`Publisher::serve_reports`].
     async fn blocking(
         &self,
         call: impl FnOnce(&BaseProducer<RelayContext>) -> rdkafka::error::KafkaResult<()>
