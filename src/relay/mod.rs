@@ -5,7 +5,7 @@
 //!  PostgreSQL ──events──▶ Assembler ──rows─▶ Encoder ──records──▶ Delivery ──▶ Kafka
 //!      ▲                  (assembler.rs)  (route, then wrap)      (delivery/)     │
 //!      │                                                               ▲          │ reports
-//!      └── update_applied_lsn(min(acked, vouched)) ◀── Delivery::progress ◀───┴──────────┘
+//!      └── Progress::report(min(acked, vouched)) ◀──── Delivery::progress ◀───┴──────────┘
 //!                                   ▲
 //!                   source::watch ──┘ (the catalog checks vouch for WAL positions)
 //! ```
@@ -20,6 +20,7 @@
 
 mod assembler;
 mod message;
+mod progress;
 mod step;
 mod takeover;
 
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use pgwire_replication::ReplicationClient;
 
+use self::progress::{Progress, Reported};
 use crate::config::Config;
 use crate::delivery::producer::Publisher;
 use crate::encoder::Encoder;
@@ -197,8 +199,8 @@ struct Session<'c> {
     watch: watch::Watch,
     /// Samples the slot's retained WAL for `/metrics` (see `source::retained`).
     retained: tokio::task::JoinHandle<()>,
-    /// Last position handed to the replication client.
-    reported: Lsn,
+    /// What may be confirmed, and what was handed to the replication client.
+    progress: Progress,
     /// Skips what Debezium delivered, on the first run on its slot (see `takeover`).
     takeover: Option<takeover::Takeover>,
     metrics: Arc<Metrics>,
@@ -285,7 +287,7 @@ impl<'c> Session<'c> {
             encoder,
             txn: Txn::default(),
             watch,
-            reported: prepared.confirmed,
+            progress: Progress::new(prepared.confirmed, metrics),
             takeover,
             metrics: metrics.clone(),
         })
@@ -369,33 +371,27 @@ impl<'c> Session<'c> {
 
     /// Hands the replication client what may be confirmed: acknowledged (I2) and vouched for by
     /// the catalog watch. When acknowledgements are ahead, asks for a check now.
-    fn report_position(&mut self) {
+    fn report_position(&mut self) -> Reported {
         let acked = self.delivery.progress();
         let vouched = *self.watch.vouched.borrow();
-        if acked > vouched {
+        let reported = self.progress.report(acked, vouched, &self.stream);
+        if reported.check_wanted {
             self.watch.ask.notify_one();
         }
-        let target = acked.min(vouched);
-        if target > self.reported {
-            self.stream.update_applied_lsn(target.into());
-            self.reported = target;
-            self.metrics.confirmed_lsn.store(target.as_u64(), Relaxed);
-        }
+        reported
     }
 
     /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix (once a
     /// fresh catalog check vouches for it).
     async fn stop(&mut self) -> Result<Outcome> {
         self.delivery.drain(self.config.limits.shutdown_grace).await;
-        let acked = self.delivery.progress();
-        if acked > *self.watch.vouched.borrow() {
-            self.watch.ask.notify_one();
+        if self.report_position().check_wanted {
+            let acked = self.delivery.progress();
             let vouched = &mut self.watch.vouched;
             let _ = tokio::time::timeout(Duration::from_secs(2), vouched.wait_for(|v| *v >= acked))
                 .await;
         }
-        self.report_position();
-        let target = self.reported;
+        let target = self.report_position().at;
         self.confirm_on_server(target).await;
         tracing::info!(confirmed_lsn = %target, "stopped");
         Ok(Outcome::Stopped { confirmed: target })
