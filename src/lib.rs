@@ -2,15 +2,14 @@
 //!
 //! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
 //! [`encoder`] (route with [`router`], Debezium's Outbox Event Router, then wrap with
-//! [`envelope`], the format) → [`publish`] (librdkafka) → [`checkpoint`] (what may be
-//! confirmed) — driven by the loop in [`relay`]. [`message_selection`] selects the logical
+//! [`envelope`], the format) → [`delivery`] (librdkafka, dead letters and the ack frontier:
+//! what may be confirmed) — driven by the loop in [`relay`]. [`message_selection`] selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
 
 pub mod admin;
-pub(crate) mod checkpoint;
 pub mod config;
-pub(crate) mod dead_letter;
+pub(crate) mod delivery;
 pub(crate) mod duration;
 pub mod encoder;
 pub mod envelope;
@@ -23,7 +22,6 @@ pub(crate) mod message_selection;
 pub mod metrics;
 pub(crate) mod options;
 pub mod pgoutput;
-pub(crate) mod publish;
 pub mod relay;
 pub mod replay;
 pub mod retention;

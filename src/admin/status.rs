@@ -221,7 +221,7 @@ async fn delivery_status(config: &Config) -> Option<(String, String)> {
         "exactly-once (transactional.id {}, progress topic {})",
         d.transactional_id, d.progress_topic
     );
-    let read = crate::relay::exactly_once::read_progress(
+    let read = crate::delivery::exactly_once::read_progress(
         &config.kafka,
         &d.progress_topic,
         &d.transactional_id,

@@ -12,7 +12,7 @@ pub enum Guarantee {
     /// Records may repeat after a crash; consumers deduplicate by the `id` header.
     AtLeastOnce,
     /// Records go out in Kafka transactions that also hold the relay's position, so a
-    /// `read_committed` consumer sees each event once (see `relay::exactly_once`).
+    /// `read_committed` consumer sees each event once (see `delivery::exactly_once`).
     ExactlyOnce,
 }
 

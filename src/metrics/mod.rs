@@ -54,7 +54,7 @@ pub struct Metrics {
     pub reconnects: AtomicU64,
     /// A session is streaming from the slot right now.
     pub streaming: AtomicBool,
-    /// A broker answered the producer's last metadata probe (`publish::reachability`).
+    /// A broker answered the producer's last metadata probe (`delivery::producer::reachability`).
     pub broker_up: AtomicBool,
     /// The last delivery report was a failure and no record has been acknowledged since. Kept
     /// across sessions: a broker that refuses records (NOT_ENOUGH_REPLICAS) answers metadata

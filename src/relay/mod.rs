@@ -3,9 +3,9 @@
 //!
 //! ```text
 //!  PostgreSQL ──events──▶ Assembler ──rows─▶ Encoder ──records──▶ Delivery ──▶ Kafka
-//!      ▲                  (assembler.rs)  (route, then wrap)      (delivery.rs)   │
+//!      ▲                  (assembler.rs)  (route, then wrap)      (delivery/)     │
 //!      │                                                               ▲          │ reports
-//!      └── update_applied_lsn(min(acked, vouched)) ◀── Delivery::progress ◀───┴──────────┘
+//!      └── Progress::report(min(acked, vouched)) ◀──── Delivery::progress ◀───┴──────────┘
 //!                                   ▲
 //!                   source::watch ──┘ (the catalog checks vouch for WAL positions)
 //! ```
@@ -13,14 +13,13 @@
 //! This file keeps the select, the timeouts and the I/O: when to read, when to serve reports,
 //! what to confirm, when to stop. What each step of the assembler asks (a row to encode and
 //! deliver, a Relation to look up in the catalog) is `step.rs`; logical messages are
-//! `message.rs`. The [`Encoder`] is the run's: each session borrows it. A session is one
+//! `selected_message.rs`. The [`Encoder`] is the run's: each session borrows it. A session is one
 //! replication connection plus one producer; anything that breaks either ends the session, and
 //! the next one starts from the slot's confirmed position, so records are replayed, never
 //! skipped (I6).
 
 mod assembler;
-mod delivery;
-pub(crate) mod exactly_once;
+mod progress;
 mod selected_message;
 mod step;
 pub(crate) mod takeover;
@@ -31,17 +30,18 @@ use std::time::{Duration, Instant};
 
 use pgwire_replication::ReplicationClient;
 
+use self::progress::{Progress, Reported};
 use crate::config::Config;
+use crate::delivery::producer::Publisher;
 use crate::encoder::Encoder;
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::publish::Publisher;
 use crate::source::{self, slot, watch, OutboxTable};
 
 pub use self::assembler::{AssembleError, Assembler, Fate, SelectedMessage, Step};
-use self::delivery::Delivery;
+use crate::delivery::Delivery;
 
 /// How a relay that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +121,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
                     metrics.reconnects.fetch_add(1, Relaxed);
                 }
                 streamed = true;
-                // `broker_up` is the producer's probe's (publish::reachability); what the last
+                // `broker_up` is the producer's probe's (delivery::producer::reachability); what the last
                 // session left unacknowledged is read again by this one.
                 metrics.oldest_unacked_sent_micros.store(0, Relaxed);
                 metrics.streaming.store(true, Relaxed);
@@ -199,8 +199,8 @@ struct Session<'c> {
     watch: watch::Watch,
     /// Samples the slot's retained WAL for `/metrics` (see `source::retained`).
     retained: tokio::task::JoinHandle<()>,
-    /// Last position handed to the replication client.
-    reported: Lsn,
+    /// What may be confirmed, and what was handed to the replication client.
+    progress: Progress,
     /// Skips what Debezium delivered, on the first run on its slot (see `takeover`).
     takeover: Option<takeover::Takeover>,
     metrics: Arc<Metrics>,
@@ -287,7 +287,7 @@ impl<'c> Session<'c> {
             encoder,
             txn: Txn::default(),
             watch,
-            reported: prepared.confirmed,
+            progress: Progress::new(prepared.confirmed, metrics),
             takeover,
             metrics: metrics.clone(),
         })
@@ -371,33 +371,27 @@ impl<'c> Session<'c> {
 
     /// Hands the replication client what may be confirmed: acknowledged (I2) and vouched for by
     /// the catalog watch. When acknowledgements are ahead, asks for a check now.
-    fn report_position(&mut self) {
+    fn report_position(&mut self) -> Reported {
         let acked = self.delivery.progress();
         let vouched = *self.watch.vouched.borrow();
-        if acked > vouched {
+        let reported = self.progress.report(acked, vouched, &self.stream);
+        if reported.check_wanted {
             self.watch.ask.notify_one();
         }
-        let target = acked.min(vouched);
-        if target > self.reported {
-            self.stream.update_applied_lsn(target.into());
-            self.reported = target;
-            self.metrics.confirmed_lsn.store(target.as_u64(), Relaxed);
-        }
+        reported
     }
 
     /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix (once a
     /// fresh catalog check vouches for it).
     async fn stop(&mut self) -> Result<Outcome> {
         self.delivery.drain(self.config.limits.shutdown_grace).await;
-        let acked = self.delivery.progress();
-        if acked > *self.watch.vouched.borrow() {
-            self.watch.ask.notify_one();
+        if self.report_position().check_wanted {
+            let acked = self.delivery.progress();
             let vouched = &mut self.watch.vouched;
             let _ = tokio::time::timeout(Duration::from_secs(2), vouched.wait_for(|v| *v >= acked))
                 .await;
         }
-        self.report_position();
-        let target = self.reported;
+        let target = self.report_position().at;
         self.confirm_on_server(target).await;
         tracing::info!(confirmed_lsn = %target, "stopped");
         Ok(Outcome::Stopped { confirmed: target })

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::assembler::SelectedMessage;
-use super::delivery::{unix_micros, Unroutable};
 use super::Session;
+use crate::delivery::{unix_micros, Failed};
 use crate::envelope::Txn;
 use crate::error::Result;
 use crate::router::message_event_id;
@@ -24,26 +24,21 @@ impl Session<'_> {
             self.delivery.begin_alone(message.lsn);
         }
         let source = format!("message:{}", message.prefix);
-        let unroutable = |reason: String, hint: &'static str| Unroutable {
-            kind: KIND,
-            reason,
-            table: source.clone(),
-            lsn: message.lsn,
-            key: None,
+        let failed = |reason: String| Failed {
             value: Some(message.content.clone()),
             event_id: message_event_id(&message.content),
-            hint: hint.to_string(),
+            ..Failed::new(Arc::from(source.as_str()), message.lsn, reason)
         };
         if refused {
-            let refusal = unroutable(
+            let refusal = failed(
                 "it is non-transactional (pg_logical_emit_message(false, …)), and PostgreSQL sends \
                  those even when their transaction rolls back"
                     .into(),
-                "emit events with pg_logical_emit_message(true, …); set [outbox] \
-                 non_transactional_messages = \"relay\" only if events of rolled-back \
-                 transactions are acceptable",
             );
-            self.delivery.refuse(refusal).await?;
+            let hint = "emit events with pg_logical_emit_message(true, …); set [outbox] \
+                        non_transactional_messages = \"relay\" only if events of rolled-back \
+                        transactions are acceptable";
+            self.delivery.refuse(refusal, hint).await?;
         } else {
             // A non-transactional message has no transaction: its own time and position.
             let txn = match message.alone {
@@ -58,8 +53,8 @@ impl Session<'_> {
                 Err(e) => {
                     let hint = "fix what the application emits (see the reason), or configure \
                                 [dead_letter] topic";
-                    let letter = unroutable(e.to_string(), hint);
-                    self.delivery.undeliverable(letter, Some(Box::new(e))).await?;
+                    let letter = failed(e.to_string());
+                    self.delivery.undeliverable(letter, KIND, hint, Some(Box::new(e))).await?;
                 }
             }
         }

@@ -4,17 +4,21 @@
 //! keepalives go to delivery. The Debezium takeover screens every step first.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use pgwire_replication::ReplicationEvent;
 
-use super::delivery::{self, Unroutable};
 use super::{takeover, AssembleError, Fate, Handled, Session, Shutdown, Step, UNDECODABLE_HINT};
+use crate::delivery::{self, Failed};
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::pgoutput::{Relation, Tuple, Value};
-use crate::router::InvalidOpBehavior;
+use crate::router::{InvalidOpBehavior, RawColumn};
 use crate::source::catalog;
+
+/// What a row is called in a stop's message.
+const ROW: &str = "outbox row";
 
 impl Session<'_> {
     pub(super) async fn on_event(
@@ -62,21 +66,19 @@ impl Session<'_> {
                         self.delivery.publish(record, &table, lsn).await?;
                     }
                     Err(e) => {
-                        let raw = self.encoder.router().raw(binding, &tuple);
-                        let row = Unroutable {
-                            kind: "outbox row",
-                            reason: e.to_string(),
-                            table: raw.table,
-                            lsn,
-                            key: raw.key,
-                            value: raw.payload,
-                            event_id: raw.event_id,
-                            hint: delivery::poison_row_hint(
-                                &self.config.source.slot,
-                                self.txn.commit_lsn,
-                            ),
+                        let raw = |c| self.encoder.router().raw(binding, &tuple, c);
+                        let row = Failed {
+                            key: raw(RawColumn::Key),
+                            value: raw(RawColumn::Payload),
+                            event_id: raw(RawColumn::EventId)
+                                .map(|t| String::from_utf8_lossy(&t).into_owned()),
+                            ..Failed::new(binding.table().clone(), lsn, e.to_string())
                         };
-                        self.delivery.undeliverable(row, Some(Box::new(e))).await?;
+                        let hint = delivery::poison_row_hint(
+                            &self.config.source.slot,
+                            self.txn.commit_lsn,
+                        );
+                        self.delivery.undeliverable(row, ROW, &hint, Some(Box::new(e))).await?;
                     }
                 }
             }
@@ -87,17 +89,12 @@ impl Session<'_> {
             Step::Message(message) => self.on_message(message, false).await?,
             Step::RefusedMessage(message) => self.on_message(message, true).await?,
             Step::Unplaceable { relation, reason, tuple, lsn } => {
-                let row = Unroutable {
-                    kind: "outbox row",
-                    reason,
-                    table: relation,
-                    lsn,
-                    key: None,
+                let row = Failed {
                     value: Some(tuple_json(&tuple)),
-                    event_id: None,
-                    hint: "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic".into(),
+                    ..Failed::new(Arc::from(relation), lsn, reason)
                 };
-                self.delivery.undeliverable(row, None).await?;
+                let hint = "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic";
+                self.delivery.undeliverable(row, ROW, hint, None).await?;
             }
             Step::Lookup(relation) => {
                 let fate = tokio::select! {

@@ -29,7 +29,7 @@ use crate::encoder::Encoder;
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::router::Record;
+use crate::router::{RawColumn, Record};
 use crate::source::{self, catalog, Control};
 
 pub use self::read::{index_for, order as read_order, Order};
@@ -219,7 +219,8 @@ impl<'c> Replay<'c> {
                     let txn =
                         Txn { commit_micros: row.commit_micros, xid: row.xid, ..Txn::default() };
                     let mut record = encoder.row(&binding, &row.tuple, &txn).map_err(|e| {
-                        unroutable(&encoder.router().raw(&binding, &row.tuple).event_id, e)
+                        let id = encoder.router().raw(&binding, &row.tuple, RawColumn::EventId);
+                        unroutable(id.as_deref(), e)
                     })?;
                     place(&mut record, &to_topic, &header);
                     if let Some(sender) = sender.as_mut() {
@@ -257,8 +258,8 @@ fn place(record: &mut Record, to_topic: &Option<Arc<str>>, header: &(Arc<str>, B
     record.headers.push(header.clone());
 }
 
-fn unroutable(event_id: &Option<String>, e: crate::router::RouteError) -> Error {
-    let id = event_id.as_deref().unwrap_or("(no id)");
+fn unroutable(event_id: Option<&[u8]>, e: crate::router::RouteError) -> Error {
+    let id = event_id.map_or("(no id)".into(), String::from_utf8_lossy);
     Error::definite(
         format!("replay stopped at event {id}, which cannot be routed: {e}"),
         "fix the row (the live relay dead-lettered or stopped on it too), or narrow the selection to leave it out; `--dry-run` finds such rows without sending anything",

@@ -5,16 +5,15 @@
 //! A replay confirms nothing anywhere: it only counts acknowledgements, and any failed delivery
 //! stops it. Running it again is safe, since every record carries its event id.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-
 use crate::config::Config;
+use crate::delivery::producer::{Publisher, Report, SendError};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::publish::{Publisher, Report, SendError};
 use crate::router::Record;
 
 /// Pacing sleeps only once this far ahead: shorter sleeps cost more than they smooth.
@@ -28,7 +27,8 @@ const RETRY_HINT: &str = "fix the cause, then run the same replay again: consume
 
 pub(super) struct Sender {
     publisher: Publisher,
-    reports: mpsc::UnboundedReceiver<Report>,
+    /// Delivery reports served and not yet taken in.
+    reports: VecDeque<Report>,
     metrics: Arc<Metrics>,
     sent: u64,
     delivered: u64,
@@ -39,7 +39,7 @@ pub(super) struct Sender {
 
 impl Sender {
     pub fn new(config: &Config, metrics: Arc<Metrics>, rate: Option<u32>) -> Result<Sender> {
-        let (publisher, reports) = Publisher::new(&config.kafka, 0, metrics.clone(), None)?;
+        let publisher = Publisher::new(&config.kafka, 0, metrics.clone(), None)?;
         let timeout_ms = config
             .kafka
             .properties
@@ -48,7 +48,7 @@ impl Sender {
             .unwrap_or(300_000);
         Ok(Sender {
             publisher,
-            reports,
+            reports: VecDeque::new(),
             metrics,
             sent: 0,
             delivered: 0,
@@ -92,8 +92,8 @@ impl Sender {
 
     /// Takes in delivery reports; the first failure ends the replay.
     pub fn serve(&mut self) -> Result<()> {
-        self.publisher.serve_reports();
-        while let Ok(report) = self.reports.try_recv() {
+        self.publisher.serve_reports(&mut self.reports);
+        while let Some(report) = self.reports.pop_front() {
             match report {
                 Report::Delivered { .. } => {
                     self.delivered += 1;
@@ -102,11 +102,11 @@ impl Sender {
                 Report::Failed { error, .. } => {
                     return Err(self.stopped(&format!("a record was not delivered: {error}")))
                 }
-                Report::Rejected { error, record, .. } => {
-                    let id = record.event_id.as_deref().unwrap_or("(no id)");
+                Report::Rejected { error, failed, .. } => {
+                    let id = failed.event_id.as_deref().unwrap_or("(no id)");
                     return Err(self.stopped(&format!(
                         "event {id} to {} was refused by the broker: {error}",
-                        record.topic
+                        failed.topic.as_deref().unwrap_or_default()
                     )));
                 }
                 Report::Fatal(why) => {

@@ -4,10 +4,12 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::column::{self, Cv, Kind};
 use super::convert::{Prim, Schema};
 use super::options::{MissingBehavior, PlacementKind};
-use super::{RawRow, RouteError, Router};
+use super::{RawColumn, RouteError, Router};
 use super::{ROLE_ID, ROLE_KEY, ROLE_PARTITION, ROLE_PAYLOAD, ROLE_PLACEMENT, ROLE_ROUTE};
 use super::{ROLE_TIMESTAMP, ROLE_TYPE, ROLE_VERSION};
 use crate::pgoutput::{Relation, Tuple, Value};
@@ -297,18 +299,17 @@ impl Router {
         })
     }
 
-    /// The raw text of a row's key, payload and event id columns, whatever their state: what a
+    /// The raw text of a row's key, payload or event id column, whatever its state: what a
     /// dead letter carries when [`Router::route`] could not map the row.
-    pub fn raw(&self, b: &Binding, row: &Tuple) -> RawRow {
-        let text = |c: &Col| match row.0.get(c.index) {
+    pub fn raw(&self, b: &Binding, row: &Tuple, column: RawColumn) -> Option<Bytes> {
+        let col = match column {
+            RawColumn::Key => &b.key,
+            RawColumn::Payload => &b.payload,
+            RawColumn::EventId => &b.id,
+        };
+        match row.0.get(col.index) {
             Some(Value::Text(t) | Value::Binary(t)) => Some(t.clone()),
             _ => None,
-        };
-        RawRow {
-            table: b.table.to_string(),
-            key: text(&b.key),
-            payload: text(&b.payload),
-            event_id: text(&b.id).map(|t| String::from_utf8_lossy(&t).into_owned()),
         }
     }
 }

@@ -125,14 +125,12 @@ const ROLE_PARTITION: &str = "partition placement (`table.fields.additional.plac
 const ROLE_TYPE: &str =
     "event type (`table.field.event.type`), which CloudEvents require as the `type` attribute";
 
-/// A row's raw columns, for dead letters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawRow {
-    /// `schema.table`.
-    pub table: String,
-    pub key: Option<Bytes>,
-    pub payload: Option<Bytes>,
-    pub event_id: Option<String>,
+/// The columns of a row a dead letter carries when [`Router::route`] could not map it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawColumn {
+    Key,
+    Payload,
+    EventId,
 }
 
 /// One Kafka record, ready for the producer.

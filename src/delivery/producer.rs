@@ -1,9 +1,9 @@
 //! Kafka: the librdkafka producer and its delivery reports.
 //!
 //! Delivery reports wait on librdkafka's main queue until the relay loop serves them on its own
-//! thread ([`Publisher::reports_ready`], [`Publisher::serve_reports`]); each one is passed on,
-//! with the record's sequence number, over a channel the loop drains right after. The loop owns
-//! the frontier, so nothing here decides what is confirmed.
+//! thread ([`Publisher::reports_ready`], [`Publisher::serve_reports`]); the serve returns the
+//! reports its callbacks produced, each with the record's sequence number. The loop owns the
+//! frontier, so nothing here decides what is confirmed.
 
 use std::time::{Duration, Instant};
 
@@ -14,19 +14,21 @@ use rdkafka::message::Headers;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Message};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
 mod reachability;
 
-use crate::checkpoint::Seq;
+use super::failed::Failed;
+use super::frontier::Seq;
 use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
+use crate::lsn::Lsn;
 use crate::router::Record;
 
 mod transactions;
@@ -43,24 +45,19 @@ pub enum Report {
     /// A failure retrying may cure (timeout, broker gone): replay from the confirmed position.
     Failed { seq: Seq, error: KafkaError },
     /// The broker or librdkafka refuses this record for good (too large, unknown partition…);
-    /// replaying would fail again. Carries what a dead letter needs.
-    Rejected { seq: Seq, error: KafkaError, record: Box<Rejected> },
+    /// replaying would fail again. Carries what a dead letter needs of the record; the row's
+    /// source and position are the frontier's, set by whoever owns it.
+    Rejected { seq: Seq, error: KafkaError, failed: Box<Failed> },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
 }
 
-/// The parts of a refused record a dead letter keeps.
-#[derive(Debug)]
-pub struct Rejected {
-    pub topic: String,
-    pub key: Option<Vec<u8>>,
-    /// The first `capture_bytes` of the value.
-    pub value: Option<Vec<u8>>,
-    pub event_id: Option<String>,
-}
-
 pub struct RelayContext {
-    reports: mpsc::UnboundedSender<Report>,
+    /// Reports the callbacks produced, until [`Publisher::serve_reports`] hands them over. The
+    /// callbacks run on the relay's thread, inside that serve, except while a transactional call
+    /// flushes (on its own thread) or the producer is dropped; either way one report per record
+    /// in flight at most, which the in-flight limits bound (I7).
+    reports: Mutex<Vec<Report>>,
     /// How much of a refused record's value to keep for its dead letter.
     capture_bytes: usize,
     /// The broker acknowledged a record of this producer (ends the start-up metadata requests).
@@ -154,6 +151,12 @@ pub fn principal(kafka: &KafkaConfig) -> String {
     }
 }
 
+impl RelayContext {
+    fn collect(&self, report: Report) {
+        self.reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
+    }
+}
+
 impl ClientContext for RelayContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         // Connection failures arrive here and again through `error` below: they are logged
@@ -183,7 +186,7 @@ impl ClientContext for RelayContext {
     fn error(&self, error: KafkaError, reason: &str) {
         let code = error.rdkafka_error_code();
         if code == Some(RDKafkaErrorCode::Fatal) {
-            let _ = self.reports.send(Report::Fatal(format!("{error}: {reason}")));
+            self.collect(Report::Fatal(format!("{error}: {reason}")));
         } else if code == Some(RDKafkaErrorCode::AllBrokersDown) {
             // The reachability probe logs the outage and its end, once each.
             tracing::debug!(%error, reason, "kafka client error");
@@ -212,18 +215,22 @@ impl ProducerContext for RelayContext {
                         .and_then(|h| h.value)
                         .map(|v| String::from_utf8_lossy(v).into_owned())
                 });
-                let record = Rejected {
-                    topic: m.topic().to_string(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(|v| v[..v.len().min(self.capture_bytes)].to_vec()),
+                // The row's source and position are not known here: the frontier's owner sets
+                // them by `seq`.
+                let failed = Failed {
+                    topic: Some(Arc::from(m.topic())),
+                    key: m.key().map(bytes::Bytes::copy_from_slice),
+                    value: m.payload().map(|v| {
+                        bytes::Bytes::copy_from_slice(&v[..v.len().min(self.capture_bytes)])
+                    }),
                     event_id,
+                    ..Failed::new(Arc::from(""), Lsn::default(), error.to_string())
                 };
-                Report::Rejected { seq, error: error.clone(), record: Box::new(record) }
+                Report::Rejected { seq, error: error.clone(), failed: Box::new(failed) }
             }
             Err((error, _)) => Report::Failed { seq, error: error.clone() },
         };
-        // The receiver is gone only when the session ended; its reports no longer matter.
-        let _ = self.reports.send(report);
+        self.collect(report);
     }
 }
 
@@ -324,7 +331,7 @@ impl Publisher {
         capture_bytes: usize,
         metrics: Arc<Metrics>,
         transactional_id: Option<&str>,
-    ) -> Result<(Publisher, mpsc::UnboundedReceiver<Report>)> {
+    ) -> Result<Publisher> {
         let mut cfg = ClientConfig::new();
         for (k, v) in &kafka.properties {
             cfg.set(k, v);
@@ -339,9 +346,8 @@ impl Publisher {
         if !kafka.properties.contains_key("reconnect.backoff.max.ms") {
             cfg.set("reconnect.backoff.max.ms", "2000");
         }
-        let (tx, rx) = mpsc::unbounded_channel();
         let context = RelayContext {
-            reports: tx,
+            reports: Mutex::new(Vec::new()),
             capture_bytes,
             acked: AtomicBool::new(false),
             quiet: Mutex::new(HashMap::new()),
@@ -371,7 +377,7 @@ impl Publisher {
         });
         reachability::watch(Arc::downgrade(&producer), metrics);
         tracing::debug!("kafka producer created");
-        Ok((Publisher { queue, producer }, rx))
+        Ok(Publisher { queue, producer })
     }
 
     /// Resolves once librdkafka has something for [`Publisher::serve_reports`] (cancel-safe: a
@@ -380,21 +386,23 @@ impl Publisher {
         self.queue.ready.notified().await
     }
 
-    /// Runs the callbacks of what waits on librdkafka's main queue, on this thread: delivery
-    /// reports land in the reports channel. Serves at most `MAX_EVENTS` events (each holds a
-    /// produce response's reports) and leaves a wake-up behind if more wait, so the relay loop
-    /// gets back to the stream in between.
-    pub fn serve_reports(&self) {
+    /// Runs the callbacks of what waits on librdkafka's main queue, on this thread, and appends
+    /// the reports they produced to `reports`, in the order they came. Serves at most
+    /// `MAX_EVENTS` events (each holds a produce response's reports) and leaves a wake-up
+    /// behind if more wait, so the relay loop gets back to the stream in between.
+    pub fn serve_reports(&self, reports: &mut VecDeque<Report>) {
         const MAX_EVENTS: usize = 64;
         for _ in 0..MAX_EVENTS {
             if self.queue.len() == 0 {
-                return;
+                break;
             }
             self.producer.poll(Duration::ZERO);
         }
         if self.queue.len() > 0 {
             self.queue.ready.notify_one();
         }
+        let context = self.producer.context();
+        reports.extend(context.reports.lock().unwrap_or_else(|e| e.into_inner()).drain(..));
     }
 
     /// The partitions of `topic` with fewer in-sync replicas than replicas (under-replicated),
@@ -472,17 +480,13 @@ mod tests {
     fn publisher_on_mock(
         partitions: i32,
         extra: &[(&str, &str)],
-    ) -> (
-        MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-        Publisher,
-        mpsc::UnboundedReceiver<Report>,
-    ) {
+    ) -> (MockCluster<'static, rdkafka::producer::DefaultProducerContext>, Publisher) {
         let mock = MockCluster::new(1).expect("mock cluster");
         mock.create_topic("outbox.event.order", partitions, 1).expect("topic");
-        let (publisher, rx) =
+        let publisher =
             Publisher::new(&kafka(&mock.bootstrap_servers(), extra), 0, Metrics::new(), None)
                 .unwrap();
-        (mock, publisher, rx)
+        (mock, publisher)
     }
 
     fn record(n: u32) -> Record {
@@ -500,18 +504,15 @@ mod tests {
 
     /// Waits (bounded) for reports, serving the queue as the relay loop does, until `want`
     /// delivered sequence numbers arrived.
-    async fn delivered(
-        publisher: &Publisher,
-        rx: &mut mpsc::UnboundedReceiver<Report>,
-        want: usize,
-    ) -> Vec<Seq> {
+    async fn delivered(publisher: &Publisher, want: usize) -> Vec<Seq> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut seqs = Vec::new();
         while seqs.len() < want {
             let woke = tokio::time::timeout_at(deadline, publisher.reports_ready()).await;
             assert!(woke.is_ok(), "no wake-up after {} of {want} reports", seqs.len());
-            publisher.serve_reports();
-            while let Ok(report) = rx.try_recv() {
+            let mut reports = VecDeque::new();
+            publisher.serve_reports(&mut reports);
+            for report in reports {
                 match report {
                     Report::Delivered { seq, .. } => seqs.push(seq),
                     other => panic!("unexpected report {other:?}"),
@@ -523,23 +524,23 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn delivery_reports_wake_the_relay_thread_and_are_served_on_it() {
-        let (_mock, publisher, mut rx) = publisher_on_mock(4, &[]);
+        let (_mock, publisher) = publisher_on_mock(4, &[]);
         for n in 0..1_000u32 {
             assert!(publisher.send(&record(n), n as Seq).is_ok());
         }
         let woke = tokio::time::timeout(Duration::from_secs(20), publisher.reports_ready()).await;
         assert!(woke.is_ok(), "librdkafka never signalled its queue");
         // Signalled, but nothing was served behind this thread's back: no polling thread.
-        assert!(rx.try_recv().is_err());
+        assert!(publisher.producer.context().reports.lock().unwrap().is_empty());
         publisher.queue.ready.notify_one();
-        let mut seqs = delivered(&publisher, &mut rx, 1_000).await;
+        let mut seqs = delivered(&publisher, 1_000).await;
         seqs.sort_unstable();
         assert_eq!(seqs, (0..1_000).collect::<Vec<Seq>>());
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn every_burst_is_served_to_its_last_report_without_a_lost_wake_up() {
-        let (_mock, publisher, mut rx) = publisher_on_mock(4, &[]);
+        let (_mock, publisher) = publisher_on_mock(4, &[]);
         let mut next: Seq = 0;
         for burst in 0..300u64 {
             let size = 1 + (burst * 7919) % 97;
@@ -548,23 +549,22 @@ mod tests {
                 next += 1;
             }
             // After the burst nothing else arrives: its last reports must wake the loop.
-            let seqs = delivered(&publisher, &mut rx, size as usize).await;
+            let seqs = delivered(&publisher, size as usize).await;
             assert_eq!(seqs.len() as u64, size, "burst {burst}");
         }
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_producer_queue_empties_as_reports_are_served() {
-        let (_mock, publisher, mut rx) =
-            publisher_on_mock(1, &[("queue.buffering.max.messages", "10")]);
+        let (_mock, publisher) = publisher_on_mock(1, &[("queue.buffering.max.messages", "10")]);
         let mut sent = 0u32;
         while publisher.send(&record(sent), sent as Seq).is_ok() {
             sent += 1;
         }
         assert_eq!(sent, 10, "librdkafka holds queue.buffering.max.messages records");
         assert!(matches!(publisher.send(&record(sent), sent as Seq), Err(SendError::QueueFull)));
-        delivered(&publisher, &mut rx, 10).await;
+        delivered(&publisher, 10).await;
         assert!(publisher.send(&record(sent), sent as Seq).is_ok(), "room again once served");
-        assert_eq!(delivered(&publisher, &mut rx, 1).await, vec![sent as Seq]);
+        assert_eq!(delivered(&publisher, 1).await, vec![sent as Seq]);
     }
 }

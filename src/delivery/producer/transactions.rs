@@ -1,4 +1,4 @@
-//! The transactional producer's calls (exactly-once, see `relay::exactly_once`): librdkafka's
+//! The transactional producer's calls (exactly-once, see `delivery::exactly_once`): librdkafka's
 //! blocking ones run off the relay's thread, and their failures are sorted by what happens next.
 
 use std::sync::Arc;
@@ -41,7 +41,8 @@ impl Publisher {
 
     /// Runs one of librdkafka's blocking transactional calls off the relay's thread, which
     /// must keep answering PostgreSQL meanwhile. Delivery reports a commit flushes are served
-    /// by that call, on that thread, into the same channel.
+    /// by that call, on that thread: they wait with the others for the next
+    /// [`Publisher::serve_reports`].
     async fn blocking(
         &self,
         call: impl FnOnce(&BaseProducer<RelayContext>) -> rdkafka::error::KafkaResult<()>

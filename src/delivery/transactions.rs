@@ -1,13 +1,13 @@
 //! Exactly-once delivery's Kafka transactions in a session: initialising them once the slot is
 //! ours, and committing the open one (with its progress record) when it is due. The policy —
-//! which PostgreSQL transactions go in which Kafka transaction — is `relay::exactly_once`'s.
+//! which PostgreSQL transactions go in which Kafka transaction — is `delivery::exactly_once`'s.
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::exactly_once::{self, Transactions};
+use super::frontier::Seq;
 use super::Delivery;
-use crate::checkpoint::Seq;
 use crate::error::Result;
-use crate::relay::exactly_once::{self, Transactions};
 
 /// The delivery-report number of the progress record: outside the frontier's sequence, since
 /// the commit of its Kafka transaction, not its report, is what counts.

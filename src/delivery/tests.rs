@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
+use bytes::Bytes;
+
 use super::*;
 
 fn record(n: u32) -> Record {

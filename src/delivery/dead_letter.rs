@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::failed::Failed;
 use crate::config::DeadLetterConfig;
-use crate::lsn::Lsn;
 use crate::router::Record;
 
 pub const HEADER_ERROR: &str = "walrelay.error";
@@ -19,40 +19,28 @@ pub const HEADER_LSN: &str = "walrelay.lsn";
 pub const HEADER_EVENT_ID: &str = "walrelay.event.id";
 pub const HEADER_TOPIC: &str = "walrelay.topic";
 
-/// The row or record that could not be delivered.
-pub struct Letter<'a> {
-    pub reason: String,
-    /// `schema.table` of the outbox.
-    pub table: &'a str,
-    pub lsn: Lsn,
-    /// The topic the record was meant for, when routing got that far.
-    pub topic: Option<&'a str>,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub event_id: Option<String>,
-}
-
-pub fn record(cfg: &DeadLetterConfig, letter: Letter<'_>) -> Record {
+/// The dead letter of what failed, for the topic of `cfg`.
+pub fn record(cfg: &DeadLetterConfig, failed: Failed) -> Record {
     let mut headers: Vec<(Arc<str>, Bytes)> = vec![
-        (Arc::from(HEADER_ERROR), Bytes::from(letter.reason.into_bytes())),
-        (Arc::from(HEADER_TABLE), Bytes::copy_from_slice(letter.table.as_bytes())),
-        (Arc::from(HEADER_LSN), Bytes::from(letter.lsn.to_string().into_bytes())),
+        (Arc::from(HEADER_ERROR), Bytes::from(failed.reason.into_bytes())),
+        (Arc::from(HEADER_TABLE), Bytes::copy_from_slice(failed.source.as_bytes())),
+        (Arc::from(HEADER_LSN), Bytes::from(failed.lsn.to_string().into_bytes())),
     ];
-    if let Some(id) = &letter.event_id {
+    if let Some(id) = &failed.event_id {
         headers.push((Arc::from(HEADER_EVENT_ID), Bytes::copy_from_slice(id.as_bytes())));
     }
-    if let Some(topic) = letter.topic {
+    if let Some(topic) = &failed.topic {
         headers.push((Arc::from(HEADER_TOPIC), Bytes::copy_from_slice(topic.as_bytes())));
     }
-    let value = letter.value.map(|v| v.slice(..v.len().min(cfg.max_value_bytes)));
+    let value = failed.value.map(|v| v.slice(..v.len().min(cfg.max_value_bytes)));
     Record {
         topic: Arc::from(cfg.topic.as_str()),
-        key: letter.key,
+        key: failed.key,
         value,
         headers,
         partition: None,
         timestamp_ms: None,
-        event_id: letter.event_id.unwrap_or_default(),
+        event_id: failed.event_id.unwrap_or_default(),
         trace: None,
     }
 }
@@ -60,20 +48,19 @@ pub fn record(cfg: &DeadLetterConfig, letter: Letter<'_>) -> Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lsn::Lsn;
 
     #[test]
     fn dead_letter_keeps_key_truncates_value_and_names_error_table_lsn_and_id() {
         let cfg = DeadLetterConfig { topic: "dlq".into(), max_value_bytes: 4 };
         let r = record(
             &cfg,
-            Letter {
-                reason: "too large".into(),
-                table: "public.outbox",
-                lsn: Lsn(0x1_0000_0010),
-                topic: Some("outbox.event.Order"),
+            Failed {
+                topic: Some(Arc::from("outbox.event.Order")),
                 key: Some(Bytes::from_static(b"order-1")),
                 value: Some(Bytes::from_static(b"0123456789")),
                 event_id: Some("e-1".into()),
+                ..Failed::new(Arc::from("public.outbox"), Lsn(0x1_0000_0010), "too large".into())
             },
         );
         assert_eq!(&*r.topic, "dlq");

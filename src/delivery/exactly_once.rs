@@ -15,7 +15,7 @@
 //! ahead of the events.
 //!
 //! This file holds the policy (when to begin, skip and commit) and the progress topic's I/O;
-//! `delivery.rs` drives it, `publish/transactions.rs` makes librdkafka's transactional calls.
+//! `delivery/transactions.rs` drives it, `delivery/producer/transactions.rs` makes librdkafka's transactional calls.
 
 use std::time::{Duration, Instant};
 

@@ -5,44 +5,30 @@
 //! Every record takes the next sequence number of the [`Frontier`]; a refused record is replaced
 //! by its dead letter under the same number (or stops the relay), so the frontier never moves
 //! past a record that did not reach Kafka in some form (I2, I8).
+//!
+//! The Kafka side is this folder: `producer.rs` (librdkafka and its delivery reports, with the
+//! broker probe and the transactional calls under `producer/`), `frontier.rs` (what may be
+//! confirmed), `dead_letter.rs` (the record sent in place of a refused one), `transactions.rs`
+//! and `exactly_once.rs` (exactly-once: the session's Kafka transactions and their policy).
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use tokio::sync::mpsc;
 
+use self::exactly_once::Transactions;
+pub use self::failed::Failed;
+use self::frontier::{Frontier, Sent, Seq};
+use self::producer::{Publisher, Report, SendError};
 use self::transactions::PROGRESS_SEQ;
-use super::exactly_once::Transactions;
-use crate::checkpoint::{Frontier, Sent, Seq};
 use crate::config::{Config, DeadLetterConfig, Limits};
-use crate::dead_letter::{self, Letter};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::publish::{self, Publisher, Rejected, Report, SendError};
 use crate::router::Record;
 use crate::spans::Exporter;
 use crate::trace::Pending;
-
-/// A row (or logical message) that could not become its record, for
-/// [`Delivery::undeliverable`] and [`Delivery::refuse`].
-pub struct Unroutable {
-    /// What it is, for messages: "outbox row" or "logical message".
-    pub kind: &'static str,
-    /// What went wrong, for the log and the dead letter's `walrelay.error` header.
-    pub reason: String,
-    /// `schema.table` the row came from, or `message:<prefix>` (the dead letter's
-    /// `walrelay.table` header).
-    pub table: String,
-    pub lsn: Lsn,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub event_id: Option<String>,
-    /// What the operator should do when there is no dead-letter topic.
-    pub hint: String,
-}
 
 /// What can work for a row the router refuses. Changing the row in the table changes nothing:
 /// walrelay reads it from the WAL, where it stays as it was committed.
@@ -56,7 +42,8 @@ pub struct Delivery {
     publisher: Publisher,
     /// `[tracing]`: where each record's span goes once the broker acknowledged it.
     exporter: Option<Exporter>,
-    reports: mpsc::UnboundedReceiver<Report>,
+    /// Delivery reports served and not yet handled (a failure stops the handling: the rest wait).
+    reports: VecDeque<Report>,
     frontier: Frontier,
     limits: Limits,
     dead_letter: Option<DeadLetterConfig>,
@@ -88,7 +75,7 @@ impl Delivery {
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
         let transactions =
             config.delivery.exactly_once().then(|| Transactions::new(config.delivery.clone()));
-        let (publisher, reports) = Publisher::new(
+        let publisher = Publisher::new(
             &config.kafka,
             capture,
             metrics.clone(),
@@ -96,7 +83,7 @@ impl Delivery {
         )?;
         Ok(Delivery {
             publisher,
-            reports,
+            reports: VecDeque::new(),
             frontier: Frontier::new(confirmed),
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
@@ -107,7 +94,7 @@ impl Delivery {
             acked: Vec::new(),
             resumed: confirmed,
             transactions,
-            principal: publish::principal(&config.kafka),
+            principal: producer::principal(&config.kafka),
             refused: 0,
             exporter: Exporter::for_config(config, metrics),
             metrics: metrics.clone(),
@@ -202,24 +189,26 @@ impl Delivery {
     }
 
     /// A row that cannot become its record: its dead letter is published in its place, or —
-    /// without a dead-letter topic — the relay stops at it with a hint (I8).
+    /// without a dead-letter topic — the relay stops at it with `hint` (I8). `kind` names it
+    /// for the operator: "outbox row" or "logical message".
     pub async fn undeliverable(
         &mut self,
-        row: Unroutable,
+        row: Failed,
+        kind: &'static str,
+        hint: &str,
         cause: Option<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Result<()> {
         let what = format!(
-            "{} {} of {} at LSN {} cannot be turned into a record: {}",
-            row.kind,
-            row.event_id.as_deref().unwrap_or("(no event id)"),
-            row.table,
+            "{kind} {} of {} at LSN {} cannot be turned into a record: {}",
+            row.event_id_or_none(),
+            row.source,
             row.lsn,
             row.reason
         );
         let Some(dl) = &self.dead_letter else {
             // "row" or "message": the noun the operator reads elsewhere in the text.
-            let noun = row.kind.rsplit(' ').next().unwrap_or(row.kind).to_string();
-            let hint = format!("{}; nothing after this {noun} was confirmed", row.hint);
+            let noun = kind.rsplit(' ').next().unwrap_or(kind);
+            let hint = format!("{hint}; nothing after this {noun} was confirmed");
             return Err(match cause {
                 Some(cause) => Error::definite_with(what, hint, cause),
                 None => Error::definite(what, hint),
@@ -231,20 +220,20 @@ impl Delivery {
 
     /// A non-transactional logical message `[outbox] non_transactional_messages` refuses:
     /// logged with its LSN and prefix, counted, and dead-lettered when `[dead_letter]` is
-    /// configured. Refused loudly, it does not stop the relay.
-    pub async fn refuse(&mut self, message: Unroutable) -> Result<()> {
+    /// configured. Refused loudly, it does not stop the relay; `hint` says what to do.
+    pub async fn refuse(&mut self, message: Failed, hint: &str) -> Result<()> {
         self.metrics.messages_refused.fetch_add(1, Relaxed);
-        let id = message.event_id.as_deref().unwrap_or("(no event id)").to_owned();
+        let id = message.event_id_or_none().to_owned();
         match &self.dead_letter {
             Some(dl) => {
-                tracing::warn!(lsn = %message.lsn, source = %message.table, event_id = %id,
+                tracing::warn!(lsn = %message.lsn, source = %message.source, event_id = %id,
                     topic = %dl.topic, reason = %message.reason,
                     "non-transactional logical message refused; sent to the dead-letter topic");
                 self.dead_letter(message).await
             }
             None => {
-                tracing::error!(lsn = %message.lsn, source = %message.table, event_id = %id,
-                    reason = %message.reason, hint = message.hint,
+                tracing::error!(lsn = %message.lsn, source = %message.source, event_id = %id,
+                    reason = %message.reason, hint,
                     "non-transactional logical message refused and not relayed");
                 Ok(())
             }
@@ -252,23 +241,12 @@ impl Delivery {
     }
 
     /// Publishes `row`'s dead letter in its place.
-    async fn dead_letter(&mut self, row: Unroutable) -> Result<()> {
+    async fn dead_letter(&mut self, row: Failed) -> Result<()> {
         let dl = self.dead_letter.as_ref().expect("checked by the caller");
         self.metrics.dead_lettered.fetch_add(1, Relaxed);
-        let letter = dead_letter::record(
-            dl,
-            Letter {
-                reason: row.reason,
-                table: &row.table,
-                lsn: row.lsn,
-                topic: None,
-                key: row.key,
-                value: row.value,
-                event_id: row.event_id,
-            },
-        );
-        let table: Arc<str> = Arc::from(row.table.as_str());
-        self.publish(letter, &table, row.lsn).await
+        let (source, lsn) = (row.source.clone(), row.lsn);
+        let letter = dead_letter::record(dl, row);
+        self.publish(letter, &source, lsn).await
     }
 
     /// Hands a record to librdkafka under `seq`; its delivery report settles that number.
@@ -281,11 +259,12 @@ impl Delivery {
                 // Refused before it left the process (too large, unknown partition): replaced by
                 // its dead letter under the same number, or the relay stops here.
                 Err(SendError::Rejected(e)) => {
-                    let rejected = Rejected {
-                        topic: record.topic.to_string(),
-                        key: record.key.as_deref().map(<[u8]>::to_vec),
-                        value: record.value.as_deref().map(<[u8]>::to_vec),
+                    let rejected = Failed {
+                        topic: Some(record.topic.clone()),
+                        key: record.key.clone(),
+                        value: record.value.clone(),
                         event_id: Some(record.event_id.clone()).filter(|id| !id.is_empty()),
+                        ..Failed::new(Arc::from(""), Lsn::default(), e.to_string())
                     };
                     self.on_rejected(seq, e, rejected)?;
                     match self.pending_dead.pop() {
@@ -305,18 +284,12 @@ impl Delivery {
     /// Runs librdkafka's waiting callbacks and handles the delivery reports they produced.
     /// Returns whether there was any.
     pub fn serve_reports(&mut self) -> Result<bool> {
-        self.publisher.serve_reports();
-        let mut any = false;
-        loop {
-            match self.reports.try_recv() {
-                Ok(report) => self.on_report(Some(report))?,
-                Err(mpsc::error::TryRecvError::Empty) => return Ok(any),
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    return self.on_report(None).map(|_| any)
-                }
-            }
-            any = true;
+        self.publisher.serve_reports(&mut self.reports);
+        let any = !self.reports.is_empty();
+        while let Some(report) = self.reports.pop_front() {
+            self.on_report(report)?;
         }
+        Ok(any)
     }
 
     /// Waits until at least one delivery report was handled.
@@ -327,16 +300,16 @@ impl Delivery {
         Ok(())
     }
 
-    fn on_report(&mut self, report: Option<Report>) -> Result<()> {
+    fn on_report(&mut self, report: Report) -> Result<()> {
         match report {
             // The commit of its transaction is what counts; a failure fails the commit too.
-            Some(Report::Delivered { seq: PROGRESS_SEQ, .. }) => Ok(()),
-            Some(Report::Failed { seq: PROGRESS_SEQ, error })
-            | Some(Report::Rejected { seq: PROGRESS_SEQ, error, .. }) => Err(Error::transient(
+            Report::Delivered { seq: PROGRESS_SEQ, .. } => Ok(()),
+            Report::Failed { seq: PROGRESS_SEQ, error }
+            | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => Err(Error::transient(
                 "kafka did not take the progress record of the open transaction",
                 error,
             )),
-            Some(Report::Delivered { seq, partition, offset }) => {
+            Report::Delivered { seq, partition, offset } => {
                 if let Some(mut sent) = self.frontier.ack(seq) {
                     if let (Some(span), Some(exporter)) = (sent.span.take(), &self.exporter) {
                         exporter.acked(*span, &sent.topic, partition, offset, unix_micros());
@@ -347,7 +320,7 @@ impl Delivery {
             }
             // Never skipped: the session ends, confirming only the acked prefix, and the next one
             // replays from there.
-            Some(Report::Failed { seq, error }) => {
+            Report::Failed { seq, error } => {
                 self.metrics.delivery_errors.fetch_add(1, Relaxed);
                 self.metrics.delivery_failing.store(true, Relaxed);
                 // librdkafka's report says only "Message timed out" when the leader kept
@@ -367,30 +340,33 @@ impl Delivery {
                 };
                 Err(Error::transient(what, error))
             }
-            Some(Report::Rejected { seq, error, record }) => self.on_rejected(seq, error, *record),
-            Some(Report::Fatal(reason)) => Err(Error::transient_msg(format!(
+            Report::Rejected { seq, error, failed } => self.on_rejected(seq, error, *failed),
+            Report::Fatal(reason) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
-            None => Err(Error::transient_msg("the kafka producer went away")),
         }
     }
 
-    /// A record refused for good: queue its dead letter, or stop naming the row.
-    fn on_rejected(&mut self, seq: Seq, error: KafkaError, rejected: Rejected) -> Result<()> {
-        let lsn = self.frontier.lsn_of(seq).unwrap_or_default();
-        let table =
-            self.frontier.sent_of(seq).map(|s| s.table.clone()).unwrap_or_else(|| Arc::from(""));
+    /// A record refused for good: queue its dead letter, or stop naming the row. `rejected`
+    /// holds what the refusal knew of the record; the row's source and position are the
+    /// frontier's, by `seq`.
+    fn on_rejected(&mut self, seq: Seq, error: KafkaError, mut rejected: Failed) -> Result<()> {
+        rejected.lsn = self.frontier.lsn_of(seq).unwrap_or_default();
+        if let Some(sent) = self.frontier.sent_of(seq) {
+            rejected.source = sent.table.clone();
+        }
+        let topic: Arc<str> = rejected.topic.clone().unwrap_or_else(|| Arc::from(""));
         let what = format!(
-            "kafka refused the record of outbox row {} at LSN {lsn} (topic {})",
-            rejected.event_id.as_deref().unwrap_or("(no event id)"),
-            rejected.topic
+            "kafka refused the record of outbox row {} at LSN {} (topic {topic})",
+            rejected.event_id_or_none(),
+            rejected.lsn,
         );
-        let acl_fix = publish::refusal_fix(&error, &rejected.topic, &self.principal);
-        if self.dead_letter.as_ref().is_none_or(|dl| dl.topic == rejected.topic) {
+        let acl_fix = producer::refusal_fix(&error, &topic, &self.principal);
+        if self.dead_letter.as_ref().is_none_or(|dl| *dl.topic == *topic) {
             self.refused += 1;
         }
         let dl = match &self.dead_letter {
-            Some(dl) if dl.topic != rejected.topic => dl,
+            Some(dl) if *dl.topic != *topic => dl,
             Some(_) => {
                 let fix = acl_fix.unwrap_or_else(|| "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes".into());
                 return Err(Error::definite_with(
@@ -400,7 +376,7 @@ impl Delivery {
                 ));
             }
             None => {
-                let fix = acl_fix.unwrap_or_else(|| record_fix(&error, &rejected.topic));
+                let fix = acl_fix.unwrap_or_else(|| record_fix(&error, &topic));
                 return Err(Error::definite_with(
                     what,
                     format!("{fix}, or configure [dead_letter] topic; nothing after this row was confirmed"),
@@ -409,18 +385,7 @@ impl Delivery {
             }
         };
         tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
-        let letter = dead_letter::record(
-            dl,
-            Letter {
-                reason: error.to_string(),
-                table: &table,
-                lsn,
-                topic: Some(&rejected.topic),
-                key: rejected.key.map(Bytes::from),
-                value: rejected.value.map(Bytes::from),
-                event_id: rejected.event_id,
-            },
-        );
+        let letter = dead_letter::record(dl, rejected);
         self.metrics.dead_lettered.fetch_add(1, Relaxed);
         self.pending_dead.push((seq, letter));
         Ok(())
@@ -549,6 +514,11 @@ pub fn unix_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
+pub(crate) mod dead_letter;
+pub(crate) mod exactly_once;
+mod failed;
+pub(crate) mod frontier;
+pub(crate) mod producer;
 #[cfg(test)]
 mod tests;
 mod transactions;
