@@ -56,7 +56,7 @@ for v in $versions; do
     # the panic; the summary is often all a CI page shows of a long log.
     while IFS= read -r line; do summaries+=("      ${line:0:400}"); done < <(
       awk -v name="---- $t stdout ----" '$0 == name { on = 1; next } on && /^---- .* stdout ----$/ { exit }
-        on && /panicked at/ { p = 1 } p && n < 6 { print; n++ }' "$log")
+        on && /panicked at/ { p = 1 } p && /^stack backtrace:/ { exit } p && n < 6 { print; n++ }' "$log")
   done < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
   # Tests that ran on another server than the selected one say so (TLS, pg_stat_statements, ...).
   while IFS= read -r line; do summaries+=("    ${line#\[support\] }"); done < <(grep -v 'services up in' "$notes" | sort -u)

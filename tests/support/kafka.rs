@@ -267,6 +267,36 @@ pub enum Next {
     Idle,
 }
 
+/// How many records `topic` holds, from its partitions' high watermarks: `None` on tansu (its
+/// memory engine reports wrong ones) or while the topic's metadata is not there. Unlike a
+/// reader, which joins a group first (seconds on Kafka), this answers in a round trip.
+pub fn records_in(bootstrap: &str, topic: &str) -> Option<i64> {
+    if !matches!(super::broker::Kind::selected(), Ok(super::broker::Kind::Kafka)) {
+        return None;
+    }
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<rdkafka::consumer::BaseConsumer>>>> =
+        OnceLock::new();
+    let client = CLIENTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(bootstrap.to_string())
+        .or_insert_with(|| Arc::new(client_config(bootstrap).create().expect("a metadata client")))
+        .clone();
+    let timeout = Duration::from_secs(5);
+    let metadata = client.fetch_metadata(Some(topic), timeout).ok()?;
+    let partitions = metadata.topics().first().filter(|t| t.error().is_none())?.partitions().len();
+    if partitions == 0 {
+        return None;
+    }
+    let mut total = 0;
+    for p in 0..partitions as i32 {
+        let (low, high) = client.fetch_watermarks(topic, p, timeout).ok()?;
+        total += high - low;
+    }
+    Some(total)
+}
+
 /// Reads `topics` from their start and calls `f` for each record and on every 100 ms without
 /// one (also while the topics are not there yet), until `f` returns false or `deadline` passes.
 /// A record read twice because a rebalance handed its partition back is passed on once (by
