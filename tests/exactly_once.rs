@@ -174,5 +174,10 @@ async fn exactly_once_read_committed_consumer_gets_each_event_once_through_kills
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_same_chaos_loses_nothing_and_prints_its_duplicates() {
     let (v, logs) = chaos("at-least-once").await;
-    assert!(v.ok(), "{}\nlost {:?}\n{logs}", v.summary(), v.lost_ids);
+    // Nothing fences the thawed relay here: records still queued in its librdkafka may land
+    // after the stand-by's, so an aggregate can be seen out of order once (a run printed
+    // "reordered aggregates 1" beside 4,891 duplicates). That is what exactly-once's fencing
+    // is for; at-least-once promises no loss, and this prints what it cost.
+    println!("at-least-once: {} (reordered: {:?})", v.summary(), v.reordered_detail);
+    assert!(v.lost == 0 && v.unexpected == 0, "{}\nlost {:?}\n{logs}", v.summary(), v.lost_ids);
 }
