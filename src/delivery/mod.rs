@@ -25,7 +25,7 @@ use self::transactions::PROGRESS_SEQ;
 use crate::config::{Config, DeadLetterConfig, Limits};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
-use crate::metrics::Metrics;
+use crate::metrics::{unix_micros, Metrics};
 use crate::router::Record;
 use crate::spans::Exporter;
 use crate::trace::Pending;
@@ -505,13 +505,6 @@ fn record_fix(error: &KafkaError, topic: &str) -> String {
         ),
         _ => "make the record fit (message.max.bytes, the topic's partitions)".to_string(),
     }
-}
-
-/// Microseconds since the Unix epoch.
-pub fn unix_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }
 
 pub(crate) mod dead_letter;
