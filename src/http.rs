@@ -301,7 +301,7 @@ fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String>
     if m.delivery_failing.load(Relaxed) {
         return Some("Kafka did not acknowledge the last records sent (see the log)".into());
     }
-    let lag = m.lag_bytes();
+    let lag = m.positions().lag_bytes();
     (lag > max_lag)
         .then(|| format!("lag {lag} bytes is over [http] ready_max_lag_bytes = {max_lag}"))
 }

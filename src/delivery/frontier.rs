@@ -48,10 +48,9 @@ pub struct Frontier {
     /// commit time in µs since the Unix epoch).
     commits: VecDeque<(Seq, Lsn, i64)>,
     bytes: usize,
-    /// Between Begin and Commit: the stream is inside a transaction.
-    open: bool,
-    /// The open transaction's commit time, µs since the Unix epoch.
-    open_commit_micros: i64,
+    /// Between Begin and Commit: the commit time (µs since the Unix epoch) of the transaction
+    /// the stream is inside, which its commit mark will carry.
+    open: Option<i64>,
     /// The commit time of the last transaction behind the frontier, once there is one.
     last_confirmed_commit: Option<i64>,
     /// The highest position that is safe to confirm.
@@ -79,15 +78,14 @@ impl Frontier {
     /// A transaction that committed at `commit_micros` (µs since the Unix epoch) starts;
     /// keepalives are not confirmable until it commits.
     pub fn begin(&mut self, commit_micros: i64) {
-        self.open = true;
-        self.open_commit_micros = commit_micros;
+        self.open = Some(commit_micros);
     }
 
     /// Marks the end of a transaction whose records were all `sent` before this call.
     pub fn commit(&mut self, end_lsn: Lsn) {
-        self.open = false;
+        let commit_micros = self.open.take().unwrap_or_default();
         let after = self.base + self.slots.len() as Seq;
-        self.commits.push_back((after, end_lsn, self.open_commit_micros));
+        self.commits.push_back((after, end_lsn, commit_micros));
         self.advance();
     }
 
@@ -108,7 +106,7 @@ impl Frontier {
     /// A primary keepalive's `wal_end` may be confirmed when nothing is in flight and no
     /// transaction is open (I3): everything before it on the socket has been handled.
     pub fn idle(&mut self, wal_end: Lsn) {
-        if !self.open && self.slots.is_empty() && self.commits.is_empty() {
+        if self.open.is_none() && self.slots.is_empty() && self.commits.is_empty() {
             self.confirmed = self.confirmed.max(wal_end);
         }
     }
@@ -153,7 +151,7 @@ impl Frontier {
     pub fn oldest_unconfirmed_commit(&self) -> Option<i64> {
         match self.commits.front() {
             Some(&(_, _, commit_micros)) => Some(commit_micros),
-            None => self.open.then_some(self.open_commit_micros),
+            None => self.open,
         }
     }
 

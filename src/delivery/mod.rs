@@ -8,8 +8,9 @@
 //!
 //! The Kafka side is this folder: `producer.rs` (librdkafka and its delivery reports, with the
 //! broker probe and the transactional calls under `producer/`), `frontier.rs` (what may be
-//! confirmed), `dead_letter.rs` (the record sent in place of a refused one), `transactions.rs`
-//! and `exactly_once.rs` (exactly-once: the session's Kafka transactions and their policy).
+//! confirmed), `dead_letter.rs` (the record sent in place of a refused one), `failed.rs` (what
+//! did not reach Kafka as itself) and `exactly_once/` (the Kafka transactions: their policy, the
+//! progress topic, and the session's commits).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,12 +18,12 @@ use std::sync::Arc;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use self::exactly_once::Transactions;
+use self::exactly_once::{Transactions, PROGRESS_SEQ};
 pub use self::failed::Failed;
 use self::frontier::{Frontier, Sent, Seq};
-use self::producer::{Publisher, Report, SendError};
-use self::transactions::PROGRESS_SEQ;
+use self::producer::{Publisher, Refused, Report, SendError};
 use crate::config::{Config, DeadLetterConfig, Limits};
+use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::{unix_micros, Metrics};
@@ -38,6 +39,19 @@ pub fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
     )
 }
 
+/// What delivery says may be confirmed, with the commit times around it (for the lag metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    /// Every record before it acknowledged (I2), and — exactly-once — in a committed Kafka
+    /// transaction.
+    pub lsn: Lsn,
+    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not behind the
+    /// frontier yet; `None` when there is none.
+    pub oldest_unconfirmed_commit: Option<i64>,
+    /// Commit time of the last transaction behind the frontier, once there is one.
+    pub last_confirmed_commit: Option<i64>,
+}
+
 pub struct Delivery {
     publisher: Publisher,
     /// `[tracing]`: where each record's span goes once the broker acknowledged it.
@@ -49,16 +63,12 @@ pub struct Delivery {
     dead_letter: Option<DeadLetterConfig>,
     /// Dead letters for refused records, waiting to be sent under the refused record's number.
     pending_dead: Vec<(Seq, Record)>,
-    /// The current transaction's commit time, microseconds since the Unix epoch.
-    commit_micros: i64,
-    /// How long after its commit the current transaction was read, in seconds.
+    /// How long after its commit the transaction being read was read, in seconds.
     read_lag: f64,
     /// Records of the current transaction, counted into commit→read at its Commit.
     read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
-    /// The slot's confirmed position this session resumed from.
-    resumed: Lsn,
     /// Exactly-once: the Kafka transactions records go out in (`None`: at-least-once).
     transactions: Option<Transactions>,
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
@@ -88,11 +98,9 @@ impl Delivery {
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
             pending_dead: Vec::new(),
-            commit_micros: 0,
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
-            resumed: confirmed,
             transactions,
             principal: producer::principal(&config.kafka),
             refused: 0,
@@ -107,16 +115,16 @@ impl Delivery {
             && self.frontier.inflight_bytes() < self.limits.inflight_bytes
     }
 
-    /// A transaction that commits at `commit_lsn` (at `commit_micros`) starts.
-    pub fn begin(&mut self, commit_micros: i64, commit_lsn: Lsn) {
+    /// Transaction `txn` starts; its rows follow, each with the same `txn`.
+    pub fn begin(&mut self, txn: &Txn) {
         if let Some(txns) = &mut self.transactions {
-            if txns.begin(commit_lsn) {
+            if txns.begin(txn.commit_lsn) {
+                let commit_lsn = txn.commit_lsn;
                 tracing::debug!(%commit_lsn, "transaction in Kafka already (exactly-once); skipped");
             }
         }
-        self.frontier.begin(commit_micros);
-        self.commit_micros = commit_micros;
-        self.read_lag = (unix_micros() - commit_micros).max(0) as f64 / 1e6;
+        self.frontier.begin(txn.commit_micros);
+        self.read_lag = (unix_micros() - txn.commit_micros).max(0) as f64 / 1e6;
     }
 
     pub async fn commit(&mut self, end_lsn: Lsn) -> Result<()> {
@@ -134,14 +142,14 @@ impl Delivery {
         self.commit_kafka_if_due().await
     }
 
-    /// Starts an event outside any transaction (a non-transactional logical message): what is
-    /// published until [`Delivery::end_alone`] is confirmable at the message's own position.
-    pub fn begin_alone(&mut self, lsn: Lsn) {
+    /// Starts an event outside any transaction (a non-transactional logical message, `txn` its
+    /// own: its position and read time): what is published until [`Delivery::end_alone`] is
+    /// confirmable at the message's own position.
+    pub fn begin_alone(&mut self, txn: &Txn) {
         if let Some(txns) = &mut self.transactions {
-            txns.alone(lsn);
+            txns.alone(txn.commit_lsn);
         }
-        self.commit_micros = unix_micros();
-        self.frontier.begin(self.commit_micros);
+        self.frontier.begin(txn.commit_micros);
         self.read_lag = 0.0;
     }
 
@@ -163,8 +171,14 @@ impl Delivery {
         self.frontier.idle(wal_end);
     }
 
-    /// Hands the record of the row of `table` at `lsn` to librdkafka.
-    pub async fn publish(&mut self, record: Record, table: &Arc<str>, lsn: Lsn) -> Result<()> {
+    /// Hands the record of the row of `table` at `lsn`, in transaction `txn`, to librdkafka.
+    pub async fn publish(
+        &mut self,
+        record: Record,
+        table: &Arc<str>,
+        lsn: Lsn,
+        txn: &Txn,
+    ) -> Result<()> {
         if let Some(txns) = &mut self.transactions {
             if txns.skipping() {
                 return Ok(());
@@ -173,14 +187,12 @@ impl Delivery {
                 self.publisher.begin_transaction()?;
             }
         }
-        let bytes = record.key.as_ref().map_or(0, |k| k.len())
-            + record.value.as_ref().map_or(0, |v| v.len())
-            + record.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        let span = Pending::of(record.trace.as_ref(), &record.event_id, lsn, self.commit_micros);
+        let bytes = record.size();
+        let span = Pending::of(record.trace.as_ref(), &record.event_id, lsn, txn.commit_micros);
         let sent = Sent {
             topic: record.topic.clone(),
             table: table.clone(),
-            commit_micros: self.commit_micros,
+            commit_micros: txn.commit_micros,
             span,
         };
         self.read_records += 1;
@@ -190,10 +202,12 @@ impl Delivery {
 
     /// A row that cannot become its record: its dead letter is published in its place, or —
     /// without a dead-letter topic — the relay stops at it with `hint` (I8). `kind` names it
-    /// for the operator: "outbox row" or "logical message".
+    /// for the operator: "outbox row" or "logical message"; `txn` is the transaction it was
+    /// read in.
     pub async fn undeliverable(
         &mut self,
         row: Failed,
+        txn: &Txn,
         kind: &'static str,
         hint: &str,
         cause: Option<Box<dyn std::error::Error + Send + Sync>>,
@@ -215,13 +229,13 @@ impl Delivery {
             });
         };
         tracing::warn!(topic = %dl.topic, "{what}; sent to the dead-letter topic");
-        self.dead_letter(row).await
+        self.dead_letter(row, txn).await
     }
 
     /// A non-transactional logical message `[outbox] non_transactional_messages` refuses:
     /// logged with its LSN and prefix, counted, and dead-lettered when `[dead_letter]` is
     /// configured. Refused loudly, it does not stop the relay; `hint` says what to do.
-    pub async fn refuse(&mut self, message: Failed, hint: &str) -> Result<()> {
+    pub async fn refuse(&mut self, message: Failed, txn: &Txn, hint: &str) -> Result<()> {
         self.metrics.messages_refused.fetch_add(1, Relaxed);
         let id = message.event_id_or_none().to_owned();
         match &self.dead_letter {
@@ -229,7 +243,7 @@ impl Delivery {
                 tracing::warn!(lsn = %message.lsn, source = %message.source, event_id = %id,
                     topic = %dl.topic, reason = %message.reason,
                     "non-transactional logical message refused; sent to the dead-letter topic");
-                self.dead_letter(message).await
+                self.dead_letter(message, txn).await
             }
             None => {
                 tracing::error!(lsn = %message.lsn, source = %message.source, event_id = %id,
@@ -241,12 +255,12 @@ impl Delivery {
     }
 
     /// Publishes `row`'s dead letter in its place.
-    async fn dead_letter(&mut self, row: Failed) -> Result<()> {
+    async fn dead_letter(&mut self, row: Failed, txn: &Txn) -> Result<()> {
         let dl = self.dead_letter.as_ref().expect("checked by the caller");
         self.metrics.dead_lettered.fetch_add(1, Relaxed);
         let (source, lsn) = (row.source.clone(), row.lsn);
         let letter = dead_letter::record(dl, row);
-        self.publish(letter, &source, lsn).await
+        self.publish(letter, &source, lsn, txn).await
     }
 
     /// Hands a record to librdkafka under `seq`; its delivery report settles that number.
@@ -259,14 +273,7 @@ impl Delivery {
                 // Refused before it left the process (too large, unknown partition): replaced by
                 // its dead letter under the same number, or the relay stops here.
                 Err(SendError::Rejected(e)) => {
-                    let rejected = Failed {
-                        topic: Some(record.topic.clone()),
-                        key: record.key.clone(),
-                        value: record.value.clone(),
-                        event_id: Some(record.event_id.clone()).filter(|id| !id.is_empty()),
-                        ..Failed::new(Arc::from(""), Lsn::default(), e.to_string())
-                    };
-                    self.on_rejected(seq, e, rejected)?;
+                    self.on_rejected(seq, e, Refused::of(&record))?;
                     match self.pending_dead.pop() {
                         Some((_, letter)) => record = letter,
                         None => return Ok(()),
@@ -340,22 +347,26 @@ impl Delivery {
                 };
                 Err(Error::transient(what, error))
             }
-            Report::Rejected { seq, error, failed } => self.on_rejected(seq, error, *failed),
+            Report::Rejected { seq, error, record } => self.on_rejected(seq, error, *record),
             Report::Fatal(reason) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
         }
     }
 
-    /// A record refused for good: queue its dead letter, or stop naming the row. `rejected`
-    /// holds what the refusal knew of the record; the row's source and position are the
-    /// frontier's, by `seq`.
-    fn on_rejected(&mut self, seq: Seq, error: KafkaError, mut rejected: Failed) -> Result<()> {
-        rejected.lsn = self.frontier.lsn_of(seq).unwrap_or_default();
-        if let Some(sent) = self.frontier.sent_of(seq) {
-            rejected.source = sent.table.clone();
-        }
-        let topic: Arc<str> = rejected.topic.clone().unwrap_or_else(|| Arc::from(""));
+    /// A record refused for good: queue its dead letter, or stop naming the row. `record` is
+    /// what the refusal knew of it; the row's source and position are the frontier's, by `seq`.
+    fn on_rejected(&mut self, seq: Seq, error: KafkaError, record: Refused) -> Result<()> {
+        let lsn = self.frontier.lsn_of(seq).unwrap_or_default();
+        let source = self.frontier.sent_of(seq).map_or_else(|| Arc::from(""), |s| s.table.clone());
+        let topic = record.topic.clone();
+        let rejected = Failed {
+            topic: Some(record.topic),
+            key: record.key,
+            value: record.value,
+            event_id: record.event_id,
+            ..Failed::new(source, lsn, error.to_string())
+        };
         let what = format!(
             "kafka refused the record of outbox row {} at LSN {} (topic {topic})",
             rejected.event_id_or_none(),
@@ -399,18 +410,23 @@ impl Delivery {
         Ok(())
     }
 
-    /// Counts acknowledged records into the metrics; returns the confirmable position (every
-    /// record before it acknowledged, I2).
-    pub fn progress(&mut self) -> Lsn {
-        let confirmable = self.acked_progress();
-        match &self.transactions {
-            Some(txns) => txns.cap(confirmable),
-            None => confirmable,
+    /// Counts acknowledged records into the metrics; returns what may be confirmed (every
+    /// record before it acknowledged, I2) with the commit times around it.
+    pub fn progress(&mut self) -> Acked {
+        self.count_acked();
+        let confirmable = self.frontier.confirmed();
+        Acked {
+            lsn: match &self.transactions {
+                Some(txns) => txns.cap(confirmable),
+                None => confirmable,
+            },
+            oldest_unconfirmed_commit: self.frontier.oldest_unconfirmed_commit(),
+            last_confirmed_commit: self.frontier.last_confirmed_commit(),
         }
     }
 
-    /// The acknowledged prefix (I2), with the metrics that follow from it.
-    fn acked_progress(&mut self) -> Lsn {
+    /// Counts the records acknowledged since the last call, and what is in flight.
+    fn count_acked(&mut self) {
         if !self.acked.is_empty() {
             // Kafka acknowledges again: a failed delivery no longer holds /readyz.
             self.metrics.delivery_failing.store(false, Relaxed);
@@ -426,20 +442,6 @@ impl Delivery {
         m.inflight_bytes.store(self.frontier.inflight_bytes() as u64, Relaxed);
         m.oldest_unacked_sent_micros
             .store(self.frontier.oldest_unacked_sent().unwrap_or(0), Relaxed);
-        if let Some(last) = self.frontier.last_confirmed_commit() {
-            m.last_confirmed_commit_micros.store(last, Relaxed);
-        }
-        match self.frontier.oldest_unconfirmed_commit() {
-            Some(oldest) => m.set_oldest_unconfirmed_commit(Some(oldest)),
-            // Caught up, once this session has moved past where it resumed. Before that, what
-            // the last session left unconfirmed is still to be replayed: its lag keeps growing
-            // through the reconnects instead of reading 0.
-            None if self.frontier.confirmed() > self.resumed => {
-                m.set_oldest_unconfirmed_commit(None)
-            }
-            None => {}
-        }
-        self.frontier.confirmed()
     }
 
     /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop. Exactly-once:
@@ -514,4 +516,3 @@ pub(crate) mod frontier;
 pub(crate) mod producer;
 #[cfg(test)]
 mod tests;
-mod transactions;

@@ -24,11 +24,9 @@ use crate::metrics::Metrics;
 
 mod reachability;
 
-use super::failed::Failed;
 use super::frontier::Seq;
 use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
-use crate::lsn::Lsn;
 use crate::router::Record;
 
 mod transactions;
@@ -45,11 +43,36 @@ pub enum Report {
     /// A failure retrying may cure (timeout, broker gone): replay from the confirmed position.
     Failed { seq: Seq, error: KafkaError },
     /// The broker or librdkafka refuses this record for good (too large, unknown partition…);
-    /// replaying would fail again. Carries what a dead letter needs of the record; the row's
-    /// source and position are the frontier's, set by whoever owns it.
-    Rejected { seq: Seq, error: KafkaError, failed: Box<Failed> },
+    /// replaying would fail again.
+    Rejected { seq: Seq, error: KafkaError, record: Box<Refused> },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
+}
+
+/// What a dead letter needs of a record Kafka refused, as the refusal saw it. The row's source
+/// and position are the frontier's, by the record's number: `Delivery` makes the [`Failed`]
+/// (`delivery/failed.rs`) from both.
+///
+/// [`Failed`]: super::Failed
+#[derive(Debug)]
+pub struct Refused {
+    pub topic: Arc<str>,
+    pub key: Option<bytes::Bytes>,
+    /// Its first bytes, up to what a dead letter keeps.
+    pub value: Option<bytes::Bytes>,
+    pub event_id: Option<String>,
+}
+
+impl Refused {
+    /// What was handed to librdkafka.
+    pub fn of(record: &Record) -> Refused {
+        Refused {
+            topic: record.topic.clone(),
+            key: record.key.clone(),
+            value: record.value.clone(),
+            event_id: Some(record.event_id.clone()).filter(|id| !id.is_empty()),
+        }
+    }
 }
 
 pub struct RelayContext {
@@ -215,18 +238,15 @@ impl ProducerContext for RelayContext {
                         .and_then(|h| h.value)
                         .map(|v| String::from_utf8_lossy(v).into_owned())
                 });
-                // The row's source and position are not known here: the frontier's owner sets
-                // them by `seq`.
-                let failed = Failed {
-                    topic: Some(Arc::from(m.topic())),
+                let record = Refused {
+                    topic: Arc::from(m.topic()),
                     key: m.key().map(bytes::Bytes::copy_from_slice),
                     value: m.payload().map(|v| {
                         bytes::Bytes::copy_from_slice(&v[..v.len().min(self.capture_bytes)])
                     }),
                     event_id,
-                    ..Failed::new(Arc::from(""), Lsn::default(), error.to_string())
                 };
-                Report::Rejected { seq, error: error.clone(), failed: Box::new(failed) }
+                Report::Rejected { seq, error: error.clone(), record: Box::new(record) }
             }
             Err((error, _)) => Report::Failed { seq, error: error.clone() },
         };

@@ -45,8 +45,10 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
     );
-    delivery.begin(unix_micros(), Lsn::from(0x200));
-    delivery.publish(record(1), &Arc::from("public.outbox"), Lsn::from(0x180)).await.unwrap();
+    let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(0x200), xid: 7 };
+    delivery.begin(&txn);
+    let table = Arc::from("public.outbox");
+    delivery.publish(record(1), &table, Lsn::from(0x180), &txn).await.unwrap();
     delivery.commit(Lsn::from(0x210)).await.unwrap();
 
     // The stop starts before the refusal is served: the loop serves reports, and it is stopping.
@@ -54,7 +56,7 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     let started = Instant::now();
     delivery.drain(grace).await;
     let took = started.elapsed();
-    let confirmable = delivery.progress();
+    let confirmable = delivery.progress().lsn;
     println!(
         "stop with a record refused in flight: drain took {took:.1?} (grace {grace:?}); \
          dead letters {}; confirmable {confirmable} (commit at 0/210)",

@@ -10,6 +10,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::Config;
+use crate::lsn::Lsn;
+use crate::metrics::Positions;
 
 /// The test config's secrets: no response may ever contain one.
 const SECRETS: [&str; 2] = ["pg-S3cret-do-not-echo", "kafka-S3cret-do-not-echo"];
@@ -108,10 +110,12 @@ fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
     m.streaming.store(true, Relaxed);
     assert!(ready().contains("no Kafka broker"));
     m.broker_up.store(true, Relaxed);
-    m.server_wal_end.store(1000, Relaxed);
+    let mut positions = Positions { received: Lsn(1000), ..Positions::default() };
+    m.publish_positions(positions);
     let lagging = ready();
     assert!(lagging.starts_with("HTTP/1.1 503") && lagging.contains("lag 1000 bytes"), "{lagging}");
-    m.confirmed_lsn.store(950, Relaxed);
+    positions.confirmed = Lsn(950);
+    m.publish_positions(positions);
     assert!(ready().starts_with("HTTP/1.1 200 OK"));
     // A record waiting 16 s for the broker, over the default 15 s.
     let sent = crate::metrics::unix_micros() - 16_000_000;

@@ -34,6 +34,8 @@ where
 impl Collector for Exposition {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         let m = &*self.0;
+        // One snapshot: the lag is the server's position and the confirmation of one moment.
+        let positions = m.positions();
         let published = m.published.lock().map(|p| p.clone()).unwrap_or_default();
         let mut family = e.encode_descriptor(
             "walrelay_records_published",
@@ -85,16 +87,16 @@ impl Collector for Exposition {
             &mut e,
             "walrelay_confirmed_lsn",
             "The WAL position confirmed to PostgreSQL.",
-            m.confirmed_lsn.load(Relaxed),
+            positions.confirmed.as_u64(),
         )?;
         gauge(
             &mut e,
             "walrelay_lag_bytes",
             "Server WAL end minus the confirmed position.",
-            m.lag_bytes(),
+            positions.lag_bytes(),
         )?;
-        gauge(&mut e, "walrelay_lag_seconds", "Seconds since the commit of the oldest transaction read but not yet confirmed; 0 when caught up.", m.lag_seconds())?;
-        let last = m.last_confirmed_commit_micros.load(Relaxed) as f64 / 1e6;
+        gauge(&mut e, "walrelay_lag_seconds", "Seconds since the commit of the oldest transaction read but not yet confirmed; 0 when caught up.", positions.lag_seconds())?;
+        let last = positions.last_confirmed_commit.unwrap_or(0) as f64 / 1e6;
         gauge(&mut e, "walrelay_last_confirmed_commit_timestamp_seconds", "Commit time (Unix seconds) of the last transaction confirmed to PostgreSQL; 0 until one is.", last)?;
         c(
             &mut e,

@@ -16,6 +16,8 @@ use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::lsn::Lsn;
+
 /// Upper bounds of the latency histograms' buckets, in seconds. Millisecond steps up to 10 ms
 /// and narrow ones up to 50 ms, so a p99 read from the histogram is good to about 10 % where
 /// latency targets live (a 10 ms p99 must be told apart from 12 ms); coarse above.
@@ -41,9 +43,9 @@ pub struct Metrics {
     pub spans_dropped: AtomicU64,
     pub inflight_records: AtomicU64,
     pub inflight_bytes: AtomicU64,
-    pub confirmed_lsn: AtomicU64,
-    /// The newest WAL position the server reported (keepalives, data).
-    pub server_wal_end: AtomicU64,
+    /// Where the relay stands in the WAL: one snapshot, published by the relay loop's
+    /// `Progress` only.
+    positions: Mutex<Positions>,
     pub transactions: AtomicU64,
     /// Exactly-once: Kafka transactions committed, and those whose commit failed.
     pub kafka_transactions: AtomicU64,
@@ -70,15 +72,10 @@ pub struct Metrics {
     pub purge_last_success: AtomicU64,
     /// Events `walrelay replay` sent and the broker acknowledged.
     pub replayed_events: AtomicU64,
-    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not yet
-    /// confirmed; 0 when there is none. Kept across sessions: the next one replays it.
-    pub oldest_unconfirmed_commit_micros: AtomicI64,
     /// When the oldest record not yet acknowledged by the broker was handed to the producer
     /// (µs since the Unix epoch); 0 when none waits. `/readyz` compares its age with
     /// `[http] ready_max_unacked_s`.
     pub oldest_unacked_sent_micros: AtomicI64,
-    /// Commit time (µs since the Unix epoch) of the last transaction confirmed; 0: none yet.
-    pub last_confirmed_commit_micros: AtomicI64,
     /// The slot's retained WAL (server position minus `restart_lsn`), sampled while streaming.
     pub slot_retained_wal_bytes: AtomicU64,
     /// `max_slot_wal_keep_size` in bytes: -1 unlimited, 0 not read yet.
@@ -125,9 +122,14 @@ impl Metrics {
         self.commit_to_read.observe(seconds, records);
     }
 
-    /// Replication lag: the server's WAL end minus what the slot has confirmed.
-    pub fn lag_bytes(&self) -> u64 {
-        self.server_wal_end.load(Relaxed).saturating_sub(self.confirmed_lsn.load(Relaxed))
+    /// Where the relay stands in the WAL, all of it from one moment.
+    pub fn positions(&self) -> Positions {
+        *self.positions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes where the relay stands: the relay loop's `Progress` alone calls this.
+    pub fn publish_positions(&self, positions: Positions) {
+        *self.positions.lock().unwrap_or_else(|e| e.into_inner()) = positions;
     }
 
     /// Counts acknowledged records of `topic`. Past [`MAX_TOPIC_LABELS`] topics, the topics
@@ -146,27 +148,12 @@ impl Metrics {
         }
     }
 
-    /// The relay read transactions it has not confirmed yet: the oldest one committed at
-    /// `commit_micros` (microseconds since the Unix epoch), or none when `None`.
-    pub fn set_oldest_unconfirmed_commit(&self, commit_micros: Option<i64>) {
-        self.oldest_unconfirmed_commit_micros.store(commit_micros.unwrap_or(0), Relaxed);
-    }
-
     /// How long the oldest record not yet acknowledged has waited for the broker; zero when
     /// none waits.
     pub fn oldest_unacked_age(&self) -> std::time::Duration {
         match self.oldest_unacked_sent_micros.load(Relaxed) {
             0 => std::time::Duration::ZERO,
             sent => std::time::Duration::from_micros((unix_micros() - sent).max(0) as u64),
-        }
-    }
-
-    /// Seconds since the commit of the oldest transaction read but not confirmed; 0 when
-    /// caught up. PostgreSQL's clock against this host's: skew shows up here, never below 0.
-    pub fn lag_seconds(&self) -> f64 {
-        match self.oldest_unconfirmed_commit_micros.load(Relaxed) {
-            0 => 0.0,
-            oldest => (unix_micros() - oldest).max(0) as f64 / 1e6,
         }
     }
 
@@ -179,6 +166,47 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+}
+
+/// Where the relay stands in the WAL. The relay loop's `Progress` (relay/progress.rs) owns these
+/// facts and publishes them together once per turn of the loop; `/metrics` and `/readyz` read
+/// one snapshot, so a scrape never pairs the server's newest position with an older
+/// confirmation, and nothing else writes them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Positions {
+    /// The newest WAL position the server reported (data and keepalives). Kept across sessions.
+    pub received: Lsn,
+    /// Every record before it acknowledged by Kafka (I2; capped by the committed Kafka
+    /// transactions when exactly-once).
+    pub acked: Lsn,
+    /// What the catalog checks vouched for (`source::watch`).
+    pub vouched: Lsn,
+    /// What the slot is confirmed to: the lower of `acked` and `vouched`, as handed to the
+    /// replication client.
+    pub confirmed: Lsn,
+    /// The slot's confirmed position when this session started.
+    pub resumed: Lsn,
+    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not yet
+    /// confirmed; `None` when caught up. Kept across sessions: the next one replays it.
+    pub oldest_unconfirmed_commit: Option<i64>,
+    /// Commit time (µs since the Unix epoch) of the last transaction confirmed.
+    pub last_confirmed_commit: Option<i64>,
+}
+
+impl Positions {
+    /// Replication lag: the server's WAL end minus what the slot has confirmed.
+    pub fn lag_bytes(&self) -> u64 {
+        self.received.bytes_since(self.confirmed)
+    }
+
+    /// Seconds since the commit of the oldest transaction read but not confirmed; 0 when
+    /// caught up. PostgreSQL's clock against this host's: skew shows up here, never below 0.
+    pub fn lag_seconds(&self) -> f64 {
+        match self.oldest_unconfirmed_commit {
+            None => 0.0,
+            Some(oldest) => (unix_micros() - oldest).max(0) as f64 / 1e6,
+        }
     }
 }
 
@@ -236,8 +264,11 @@ mod tests {
         m.observe_commit_to_ack(0.2);
         m.observe_commit_to_ack(0.005);
         m.observe_commit_to_ack(61.0);
-        m.server_wal_end.store(1000, Relaxed);
-        m.confirmed_lsn.store(400, Relaxed);
+        m.publish_positions(Positions {
+            received: Lsn(1000),
+            confirmed: Lsn(400),
+            ..Positions::default()
+        });
         let text = m.render();
         assert!(
             text.contains("walrelay_records_published_total{topic=\"outbox.event.Order\"} 3"),
@@ -285,14 +316,15 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
-        m.set_oldest_unconfirmed_commit(Some(unix_micros() - 3_000_000));
-        let lag = m.lag_seconds();
+        let oldest =
+            |commit| Positions { oldest_unconfirmed_commit: commit, ..Positions::default() };
+        let lag = oldest(Some(unix_micros() - 3_000_000)).lag_seconds();
         assert!((3.0..4.0).contains(&lag), "{lag}");
-        m.set_oldest_unconfirmed_commit(None);
-        assert_eq!(m.lag_seconds(), 0.0);
+        assert_eq!(oldest(None).lag_seconds(), 0.0);
         // A commit "in the future" (PostgreSQL's clock ahead of this host's) is no lag.
-        m.set_oldest_unconfirmed_commit(Some(unix_micros() + 60_000_000));
-        assert_eq!(m.lag_seconds(), 0.0);
+        assert_eq!(oldest(Some(unix_micros() + 60_000_000)).lag_seconds(), 0.0);
+        m.publish_positions(oldest(Some(unix_micros() - 3_000_000)));
+        assert!(m.render().contains("walrelay_lag_seconds 3."), "{}", m.render());
     }
 
     #[test]

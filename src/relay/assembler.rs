@@ -19,6 +19,7 @@ use bytes::Bytes;
 use pgwire_replication::ReplicationEvent;
 
 use crate::config::TableName;
+use crate::envelope::Txn;
 use crate::lsn::Lsn;
 use crate::message_selection::{MessageSelection, Verdict};
 use crate::pgoutput::{self, DecodeError, Message, Relation, Tuple};
@@ -46,17 +47,14 @@ pub enum Fate {
 pub enum Step<'a> {
     /// Nothing for delivery (a skipped relation's row, a DELETE, a cached Relation message).
     Skip,
-    Begin {
-        commit_micros: i64,
-        /// The commit record's position, and the transaction id.
-        final_lsn: Lsn,
-        xid: u32,
-    },
-    /// An INSERT into an outbox table.
+    /// A transaction starts: each row and message in it carries the same [`Txn`].
+    Begin(Txn),
+    /// An INSERT into an outbox table, in transaction `txn`.
     Row {
         binding: &'a Binding,
         tuple: Tuple,
         lsn: Lsn,
+        txn: Txn,
     },
     /// An UPDATE of an outbox row (`table.op.invalid.behavior` decides).
     Update {
@@ -77,12 +75,13 @@ pub enum Step<'a> {
     },
     /// Ask the catalog about this relation, then call [`Assembler::place`].
     Lookup(Relation),
-    /// A row of a relation the relay cannot place.
+    /// A row of a relation the relay cannot place, in transaction `txn`.
     Unplaceable {
         relation: String,
         reason: String,
         tuple: Tuple,
         lsn: Lsn,
+        txn: Txn,
     },
 }
 
@@ -93,9 +92,17 @@ pub struct SelectedMessage {
     pub content: Bytes,
     /// The message's own WAL position.
     pub lsn: Lsn,
-    /// Outside any transaction on the stream (non-transactional): no Commit follows, so once it
-    /// is handled, its own position may be confirmed.
-    pub alone: bool,
+    /// The transaction it was read in; `None` outside any transaction on the stream
+    /// (non-transactional): no Commit follows, so once it is handled, its own position may be
+    /// confirmed.
+    pub txn: Option<Txn>,
+}
+
+impl SelectedMessage {
+    /// Outside any transaction on the stream (see `txn`).
+    pub fn alone(&self) -> bool {
+        self.txn.is_none()
+    }
 }
 
 /// Why the stream cannot be assembled.
@@ -142,8 +149,9 @@ pub struct Assembler {
     change_lsn: Lsn,
     /// Which logical messages are events; `None`: every message is skipped.
     messages: Option<MessageSelection>,
-    /// Between a Begin and its Commit.
-    in_transaction: bool,
+    /// The transaction being read, from its Begin to its Commit: the one holder of it. Every
+    /// step inside it carries a copy, so nothing downstream keeps its own.
+    txn: Option<Txn>,
 }
 
 /// How many bytes of an undecodable message its error shows.
@@ -163,15 +171,16 @@ impl Assembler {
         Ok(match event {
             ReplicationEvent::Begin { final_lsn, xid, commit_time_micros } => {
                 self.change_lsn = final_lsn.into();
-                self.in_transaction = true;
-                Step::Begin {
+                let txn = Txn {
                     commit_micros: commit_time_micros + PG_EPOCH_UNIX_MICROS,
-                    final_lsn: final_lsn.into(),
+                    commit_lsn: final_lsn.into(),
                     xid,
-                }
+                };
+                self.txn = Some(txn);
+                Step::Begin(txn)
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
-                self.in_transaction = false;
+                self.txn = None;
                 Step::Commit { end_lsn: end_lsn.into() }
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
@@ -181,12 +190,7 @@ impl Assembler {
                 self.change_lsn = lsn.into();
                 let Some(selection) = &self.messages else { return Ok(Step::Skip) };
                 let verdict = selection.verdict(transactional, &prefix);
-                let message = SelectedMessage {
-                    prefix,
-                    content,
-                    lsn: lsn.into(),
-                    alone: !self.in_transaction,
-                };
+                let message = SelectedMessage { prefix, content, lsn: lsn.into(), txn: self.txn };
                 match verdict {
                     Verdict::Filtered => Step::Skip,
                     Verdict::Event => Step::Message(message),
@@ -214,6 +218,8 @@ impl Assembler {
 
     fn on_message(&mut self, message: Message) -> Result<Step<'_>, AssembleError> {
         let lsn = self.change_lsn;
+        // pgoutput sends changes between a Begin and its Commit only.
+        let txn = self.txn.unwrap_or_default();
         Ok(match message {
             Message::Relation(relation) => match self.relations.get(&relation.id) {
                 // pgoutput resends a relation after every cache invalidation (ANALYZE, …); the
@@ -223,7 +229,7 @@ impl Assembler {
             },
             Message::Insert(insert) => match self.relations.get(&insert.relation_id) {
                 Some(Placed::Outbox { binding, .. }) => {
-                    Step::Row { binding, tuple: insert.new, lsn }
+                    Step::Row { binding, tuple: insert.new, lsn, txn }
                 }
                 Some(Placed::Other { .. }) => Step::Skip,
                 Some(Placed::Unplaceable { name, reason, .. }) => Step::Unplaceable {
@@ -231,6 +237,7 @@ impl Assembler {
                     reason: reason.clone(),
                     tuple: insert.new,
                     lsn,
+                    txn,
                 },
                 None => {
                     return Err(AssembleError::UnknownRelation { oid: insert.relation_id, lsn })
@@ -448,10 +455,8 @@ mod tests {
     #[test]
     fn assembler_turns_boundaries_into_steps() {
         let mut a = assembler();
-        assert!(matches!(
-            a.on_event(begin(90)).unwrap(),
-            Step::Begin { commit_micros: PG_EPOCH_UNIX_MICROS, .. }
-        ));
+        let txn = Txn { commit_micros: PG_EPOCH_UNIX_MICROS, commit_lsn: Lsn(90), xid: 1 };
+        assert!(matches!(a.on_event(begin(90)).unwrap(), Step::Begin(t) if t == txn));
         assert!(matches!(a.on_event(commit(92)).unwrap(), Step::Commit { end_lsn: Lsn(100) }));
     }
 
@@ -468,7 +473,8 @@ mod tests {
         a.on_event(begin(90)).unwrap();
         match a.on_event(message(true, "OUTBOX", 91)).unwrap() {
             Step::Message(m) => {
-                assert_eq!((m.prefix.as_str(), m.lsn, m.alone), ("OUTBOX", Lsn(91), false));
+                assert_eq!((m.prefix.as_str(), m.lsn, m.alone()), ("OUTBOX", Lsn(91), false));
+                assert_eq!(m.txn.map(|t| t.commit_lsn), Some(Lsn(90)), "its transaction's");
                 assert_eq!(m.content, Bytes::from_static(b"{}"));
             }
             other => panic!("expected a message, got {other:?}"),
@@ -482,20 +488,20 @@ mod tests {
         let include = [("message.prefix.include.list", "outbox")];
         let mut a = selecting(&include, None);
         match a.on_event(message(false, "outbox", 50)).unwrap() {
-            Step::RefusedMessage(m) => assert!(m.alone && m.lsn == Lsn(50)),
+            Step::RefusedMessage(m) => assert!(m.alone() && m.lsn == Lsn(50)),
             other => panic!("expected a refusal, got {other:?}"),
         }
         assert!(matches!(a.on_event(message(false, "audit", 51)).unwrap(), Step::Skip));
         let mut a = selecting(&include, Some("relay"));
         match a.on_event(message(false, "outbox", 52)).unwrap() {
-            Step::Message(m) => assert!(m.alone, "outside Begin/Commit"),
+            Step::Message(m) => assert!(m.alone(), "outside Begin/Commit"),
             other => panic!("expected a message, got {other:?}"),
         }
         // pgoutput never sends one inside a transaction's Begin/Commit, but if it did, the
         // transaction's Commit would confirm it.
         a.on_event(begin(60)).unwrap();
         assert!(
-            matches!(a.on_event(message(false, "outbox", 61)).unwrap(), Step::Message(m) if !m.alone)
+            matches!(a.on_event(message(false, "outbox", 61)).unwrap(), Step::Message(m) if !m.alone())
         );
     }
 }

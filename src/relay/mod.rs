@@ -34,7 +34,6 @@ use self::progress::{Progress, Reported};
 use crate::config::Config;
 use crate::delivery::producer::Publisher;
 use crate::encoder::Encoder;
-use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
@@ -191,8 +190,6 @@ struct Session<'c> {
     delivery: Delivery,
     /// Routes and wraps rows and messages; the run's, lent to each session.
     encoder: &'c mut Encoder,
-    /// The transaction being read (for the envelope).
-    txn: Txn,
     /// Checks the publication and the outbox tables while streaming, on a task of its own so a
     /// slow catalog never holds the loop; the position it vouches for caps what is confirmed
     /// (see `source::watch`), and it ends with the error that ends the session.
@@ -285,7 +282,6 @@ impl<'c> Session<'c> {
             assembler: Assembler::new(config.messages.clone()),
             delivery,
             encoder,
-            txn: Txn::default(),
             watch,
             progress: Progress::new(prepared.confirmed, metrics),
             takeover,
@@ -386,7 +382,7 @@ impl<'c> Session<'c> {
     async fn stop(&mut self) -> Result<Outcome> {
         self.delivery.drain(self.config.limits.shutdown_grace).await;
         if self.report_position().check_wanted {
-            let acked = self.delivery.progress();
+            let acked = self.delivery.progress().lsn;
             let vouched = &mut self.watch.vouched;
             let _ = tokio::time::timeout(Duration::from_secs(2), vouched.wait_for(|v| *v >= acked))
                 .await;

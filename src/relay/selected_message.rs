@@ -21,8 +21,13 @@ impl Session<'_> {
         message: SelectedMessage,
         refused: bool,
     ) -> Result<()> {
-        if message.alone {
-            self.delivery.begin_alone(message.lsn);
+        // A non-transactional message is a transaction of its own: its position, read now.
+        let (txn, alone) = match message.txn {
+            Some(txn) => (txn, false),
+            None => (Txn { commit_micros: unix_micros(), commit_lsn: message.lsn, xid: 0 }, true),
+        };
+        if alone {
+            self.delivery.begin_alone(&txn);
         }
         let source = format!("message:{}", message.prefix);
         let failed = |reason: String| Failed {
@@ -39,27 +44,24 @@ impl Session<'_> {
             let hint = "emit events with pg_logical_emit_message(true, …); set [outbox] \
                         non_transactional_messages = \"relay\" only if events of rolled-back \
                         transactions are acceptable";
-            self.delivery.refuse(refusal, hint).await?;
+            self.delivery.refuse(refusal, &txn, hint).await?;
         } else {
-            // A non-transactional message has no transaction: its own time and position.
-            let txn = match message.alone {
-                true => Txn { commit_micros: unix_micros(), commit_lsn: message.lsn, xid: 0 },
-                false => self.txn,
-            };
             let routed = self.encoder.message(&message.content, &source, &message.prefix, &txn);
             match routed {
                 Ok(record) => {
-                    self.delivery.publish(record, &Arc::from(source.as_str()), message.lsn).await?
+                    let source = Arc::from(source.as_str());
+                    self.delivery.publish(record, &source, message.lsn, &txn).await?
                 }
                 Err(e) => {
                     let hint = "fix what the application emits (see the reason), or configure \
                                 [dead_letter] topic";
                     let letter = failed(e.to_string());
-                    self.delivery.undeliverable(letter, KIND, hint, Some(Box::new(e))).await?;
+                    let cause = Some(Box::new(e) as _);
+                    self.delivery.undeliverable(letter, &txn, KIND, hint, cause).await?;
                 }
             }
         }
-        if message.alone {
+        if alone {
             self.delivery.end_alone(message.lsn).await?;
         }
         Ok(())

@@ -10,7 +10,6 @@ use pgwire_replication::ReplicationEvent;
 
 use super::{takeover, AssembleError, Fate, Handled, Session, Shutdown, Step, UNDECODABLE_HINT};
 use crate::delivery::{self, Failed};
-use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::pgoutput::{Relation, Tuple, Value};
@@ -28,22 +27,22 @@ impl Session<'_> {
     ) -> Result<Handled> {
         match &event {
             ReplicationEvent::XLogData { wal_end, .. } => {
-                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
+                self.progress.received(Lsn(wal_end.0));
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 self.metrics.keepalives.fetch_add(1, Relaxed);
-                self.metrics.server_wal_end.fetch_max(wal_end.0, Relaxed);
+                self.progress.received(Lsn(wal_end.0));
             }
             _ => {}
         }
         let step = self.assembler.on_event(event).map_err(assemble_error)?;
         if let Some(takeover) = self.takeover.as_mut() {
-            match takeover.screen(&step, self.encoder, &self.txn) {
+            match takeover.screen(&step, self.encoder) {
                 takeover::Screened::Pass => {}
                 takeover::Screened::Taken => return Ok(Handled::Continue),
                 takeover::Screened::Release(held) => {
-                    for (record, table, lsn) in held {
-                        self.delivery.publish(record, &table, lsn).await?;
+                    for h in held {
+                        self.delivery.publish(h.record, &h.table, h.lsn, &h.txn).await?;
                     }
                 }
             }
@@ -53,17 +52,14 @@ impl Session<'_> {
         }
         match step {
             Step::Skip => {}
-            Step::Begin { commit_micros, final_lsn, xid } => {
-                self.txn = Txn { commit_micros, commit_lsn: final_lsn, xid };
-                self.delivery.begin(commit_micros, final_lsn)
-            }
+            Step::Begin(txn) => self.delivery.begin(&txn),
             Step::Commit { end_lsn } => self.delivery.commit(end_lsn).await?,
             Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
-            Step::Row { binding, tuple, lsn } => {
-                match self.encoder.row(binding, &tuple, &self.txn) {
+            Step::Row { binding, tuple, lsn, txn } => {
+                match self.encoder.row(binding, &tuple, &txn) {
                     Ok(record) => {
                         let table = binding.table().clone();
-                        self.delivery.publish(record, &table, lsn).await?;
+                        self.delivery.publish(record, &table, lsn, &txn).await?;
                     }
                     Err(e) => {
                         let raw = |c| self.encoder.router().raw(binding, &tuple, c);
@@ -74,11 +70,10 @@ impl Session<'_> {
                                 .map(|t| String::from_utf8_lossy(&t).into_owned()),
                             ..Failed::new(binding.table().clone(), lsn, e.to_string())
                         };
-                        let hint = delivery::poison_row_hint(
-                            &self.config.source.slot,
-                            self.txn.commit_lsn,
-                        );
-                        self.delivery.undeliverable(row, ROW, &hint, Some(Box::new(e))).await?;
+                        let hint =
+                            delivery::poison_row_hint(&self.config.source.slot, txn.commit_lsn);
+                        let cause = Some(Box::new(e) as _);
+                        self.delivery.undeliverable(row, &txn, ROW, &hint, cause).await?;
                     }
                 }
             }
@@ -88,13 +83,13 @@ impl Session<'_> {
             }
             Step::Message(message) => self.on_message(message, false).await?,
             Step::RefusedMessage(message) => self.on_message(message, true).await?,
-            Step::Unplaceable { relation, reason, tuple, lsn } => {
+            Step::Unplaceable { relation, reason, tuple, lsn, txn } => {
                 let row = Failed {
                     value: Some(tuple_json(&tuple)),
                     ..Failed::new(Arc::from(relation), lsn, reason)
                 };
                 let hint = "check which table this is (its rows are sent by the publication but it is not the outbox walrelay resolved at start), fix [outbox] tables or the publication, or configure [dead_letter] topic";
-                self.delivery.undeliverable(row, ROW, hint, None).await?;
+                self.delivery.undeliverable(row, &txn, ROW, hint, None).await?;
             }
             Step::Lookup(relation) => {
                 let fate = tokio::select! {

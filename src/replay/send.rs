@@ -102,11 +102,11 @@ impl Sender {
                 Report::Failed { error, .. } => {
                     return Err(self.stopped(&format!("a record was not delivered: {error}")))
                 }
-                Report::Rejected { error, failed, .. } => {
-                    let id = failed.event_id.as_deref().unwrap_or("(no id)");
+                Report::Rejected { error, record, .. } => {
+                    let id = record.event_id.as_deref().unwrap_or("(no id)");
                     return Err(self.stopped(&format!(
                         "event {id} to {} was refused by the broker: {error}",
-                        failed.topic.as_deref().unwrap_or_default()
+                        record.topic
                     )));
                 }
                 Report::Fatal(why) => {

@@ -154,6 +154,16 @@ pub struct Record {
     pub trace: Option<Trace>,
 }
 
+impl Record {
+    /// What the record weighs in memory and on the wire: key, value and headers. The in-flight
+    /// limits (I7) count this.
+    pub fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, |k| k.len())
+            + self.value.as_ref().map_or(0, |v| v.len())
+            + self.headers.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    }
+}
+
 /// Why a Relation cannot be bound or a row cannot be routed. Each message names the column or
 /// value and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -36,7 +36,14 @@ use super::Step;
 
 /// A row held back while it is open whether Debezium delivered its whole transaction, encoded
 /// as every other row is: released, it goes out as it is.
-pub type Held = (Record, Arc<str>, Lsn);
+pub struct Held {
+    pub record: Record,
+    /// `schema.table` of the row.
+    pub table: Arc<str>,
+    pub lsn: Lsn,
+    /// The transaction it was read in.
+    pub txn: Txn,
+}
 
 /// What the relay does with a step.
 pub enum Screened {
@@ -169,11 +176,10 @@ impl Takeover {
         self.finished
     }
 
-    /// What the relay does with `step`; `txn` is the transaction it is in, which a held row is
-    /// encoded with.
-    pub fn screen(&mut self, step: &Step<'_>, encoder: &mut Encoder, txn: &Txn) -> Screened {
+    /// What the relay does with `step`; a held row is encoded as it would be otherwise.
+    pub fn screen(&mut self, step: &Step<'_>, encoder: &mut Encoder) -> Screened {
         match (step, self.current) {
-            (Step::Begin { final_lsn, xid, .. }, _) => {
+            (Step::Begin(Txn { commit_lsn: final_lsn, xid, .. }), _) => {
                 // The commit record starts before lsn_commit exactly when it ends at or before
                 // it: commit records don't overlap, and lsn_commit is one's end.
                 if *final_lsn < self.delivered.commit {
@@ -210,7 +216,7 @@ impl Takeover {
                 self.events += 1;
                 Screened::Taken
             }
-            (Step::Row { binding, tuple, lsn }, Current::InFlight { rows_at_event }) => {
+            (Step::Row { binding, tuple, lsn, txn }, Current::InFlight { rows_at_event }) => {
                 let Some(f) = self.delivered.in_flight else {
                     return self.release("Debezium's offsets name no transaction");
                 };
@@ -222,8 +228,7 @@ impl Takeover {
                 }
                 match encoder.row(binding, tuple, txn) {
                     Ok(record) => {
-                        let size = record.key.as_ref().map_or(0, |k| k.len())
-                            + record.value.as_ref().map_or(0, |v| v.len());
+                        let size = record.size();
                         if self.held.len() + 1 > self.max_held.0
                             || self.held_bytes + size > self.max_held.1
                         {
@@ -231,7 +236,8 @@ impl Takeover {
                             return self.release("it is larger than [limits] inflight_records / inflight_bytes, which bound what is held back");
                         }
                         self.held_bytes += size;
-                        self.held.push((record, binding.table().clone(), *lsn));
+                        let table = binding.table().clone();
+                        self.held.push(Held { record, table, lsn: *lsn, txn: *txn });
                         self.current =
                             Current::InFlight { rows_at_event: rows_at_event + at_event };
                         Screened::Taken
@@ -246,7 +252,7 @@ impl Takeover {
             ) => self.release(
                 "it holds a logical message or a row walrelay can't place, which are never held back",
             ),
-            (Step::Message(m) | Step::RefusedMessage(m), Current::Between) if m.alone => {
+            (Step::Message(m) | Step::RefusedMessage(m), Current::Between) if m.alone() => {
                 // A non-transactional message moves lsn_commit to its own position.
                 if m.lsn <= self.delivered.commit {
                     self.events += 1;

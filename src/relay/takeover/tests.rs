@@ -38,7 +38,13 @@ fn row(id: &str) -> Tuple {
 /// before it ending at 100.
 /// An outbox row of `b` at `lsn` (every test row carries the same event id).
 fn row_at(b: &Binding, lsn: u64) -> Step<'_> {
-    Step::Row { binding: b, tuple: row("00000000-0000-0000-0000-000000000001"), lsn: Lsn(lsn) }
+    row_in(b, lsn, Txn::default())
+}
+
+/// An outbox row of `b` at `lsn`, read in transaction `txn`.
+fn row_in(b: &Binding, lsn: u64, txn: Txn) -> Step<'_> {
+    let tuple = row("00000000-0000-0000-0000-000000000001");
+    Step::Row { binding: b, tuple, lsn: Lsn(lsn), txn }
 }
 
 fn takeover(event: u64, events_at_lsn: Option<u64>) -> Takeover {
@@ -54,7 +60,7 @@ fn takeover(event: u64, events_at_lsn: Option<u64>) -> Takeover {
 fn run(t: &mut Takeover, steps: &[Step<'_>], encoder: &mut Encoder) -> String {
     let mut out = Vec::new();
     for step in steps {
-        out.push(match t.screen(step, encoder, &Txn::default()) {
+        out.push(match t.screen(step, encoder) {
             Screened::Pass => "P".to_string(),
             Screened::Taken => "T".to_string(),
             Screened::Release(held) => format!("R{}", held.len()),
@@ -64,7 +70,7 @@ fn run(t: &mut Takeover, steps: &[Step<'_>], encoder: &mut Encoder) -> String {
 }
 
 fn begin(final_lsn: u64, xid: u32) -> Step<'static> {
-    Step::Begin { commit_micros: 0, final_lsn: Lsn(final_lsn), xid }
+    Step::Begin(Txn { commit_micros: 0, commit_lsn: Lsn(final_lsn), xid })
 }
 
 fn commit(end: u64) -> Step<'static> {
@@ -141,7 +147,7 @@ fn takeover_skips_non_transactional_messages_up_to_lsn_commit() {
             prefix: "outbox".into(),
             content: Bytes::new(),
             lsn: Lsn(lsn),
-            alone: true,
+            txn: None,
         })
     };
     let mut t = takeover(130, None);
@@ -222,6 +228,7 @@ fn replay_recorded(name: &str) -> (String, Takeover) {
             binding: &b,
             tuple: row(id),
             lsn: *lsn,
+            txn: Txn { commit_micros: 0, commit_lsn: final_lsn, xid },
         }));
         steps.push(commit(end.0));
         verdicts.push(run(&mut t, &steps, &mut router));
@@ -255,14 +262,15 @@ fn takeover_holds_rows_in_the_configured_envelope() {
     let b = binding(&encoder);
     let mut t = takeover(130, None);
     let txn = Txn { commit_micros: 1_764_612_000_000_000, commit_lsn: Lsn(160), xid: 9 };
-    for step in [begin(160, 9), row_at(&b, 120), row_at(&b, 130)] {
-        t.screen(&step, &mut encoder, &txn);
+    for step in [begin(160, 9), row_in(&b, 120, txn), row_in(&b, 130, txn)] {
+        t.screen(&step, &mut encoder);
     }
-    let Screened::Release(held) = t.screen(&row_at(&b, 140), &mut encoder, &txn) else {
+    let Screened::Release(held) = t.screen(&row_in(&b, 140, txn), &mut encoder) else {
         panic!("the row past Debezium's releases the held ones");
     };
     assert_eq!(held.len(), 2);
-    for (record, _, _) in &held {
+    for Held { record, txn: held_in, .. } in &held {
+        assert_eq!(*held_in, txn, "released in the transaction it was read in");
         let spec = record.headers.iter().find(|(name, _)| &**name == "ce_specversion");
         assert_eq!(spec.map(|(_, v)| &v[..]), Some(&b"1.0"[..]), "{record:?}");
     }

@@ -4,14 +4,14 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::exactly_once::{self, Transactions};
-use super::frontier::Seq;
-use super::Delivery;
+use super::{read_progress, Transactions};
+use crate::delivery::frontier::Seq;
+use crate::delivery::Delivery;
 use crate::error::Result;
 
 /// The delivery-report number of the progress record: outside the frontier's sequence, since
 /// the commit of its Kafka transaction, not its report, is what counts.
-pub(super) const PROGRESS_SEQ: Seq = Seq::MAX;
+pub(crate) const PROGRESS_SEQ: Seq = Seq::MAX;
 
 /// How long librdkafka's blocking transactional calls may take.
 const TXN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -24,8 +24,7 @@ impl Delivery {
         let Some(txns) = &mut self.transactions else { return Ok(()) };
         self.publisher.init_transactions(TXN_CALL_TIMEOUT).await?;
         let topic = txns.progress_topic();
-        let committed =
-            exactly_once::read_progress(kafka, topic, txns.transactional_id(), true).await?;
+        let committed = read_progress(kafka, topic, txns.transactional_id(), true).await?;
         tracing::info!(
             transactional_id = txns.transactional_id(),
             progress_topic = topic,
