@@ -370,7 +370,10 @@ impl<'c> Session<'c> {
     fn report_position(&mut self) -> Reported {
         let acked = self.delivery.progress();
         let vouched = *self.watch.vouched.borrow();
-        let reported = self.progress.report(acked, vouched, &self.stream);
+        let reported = self.progress.report(acked, vouched);
+        if let Some(target) = reported.moved {
+            self.stream.update_applied_lsn(target.into());
+        }
         if reported.check_wanted {
             self.watch.ask.notify_one();
         }
@@ -382,7 +385,7 @@ impl<'c> Session<'c> {
     async fn stop(&mut self) -> Result<Outcome> {
         self.delivery.drain(self.config.limits.shutdown_grace).await;
         if self.report_position().check_wanted {
-            let acked = self.delivery.progress().lsn;
+            let acked = self.progress.acked();
             let vouched = &mut self.watch.vouched;
             let _ = tokio::time::timeout(Duration::from_secs(2), vouched.wait_for(|v| *v >= acked))
                 .await;

@@ -5,14 +5,12 @@
 //! Two sides have a say in what may be confirmed: delivery, up to which every record is
 //! acknowledged (I2, `Delivery::progress`), and the catalog watch, up to which the publication
 //! and the outbox tables are known to be what the relay expects (`source::watch`). The target
-//! is the lower of the two; it is computed here only, and only here is it written to the
-//! replication client (which sends it in its standby status updates). The positions are
-//! published to the metrics as one snapshot (`metrics::Positions`), which `/metrics` and
-//! `/readyz` read.
+//! is the lower of the two; it is computed here only, and what it says to hand the replication
+//! client (which sends it in its standby status updates) is the only position the session hands
+//! it (`Session::report_position`). The positions are published to the metrics as one snapshot
+//! (`metrics::Positions`), which `/metrics` and `/readyz` read.
 
 use std::sync::Arc;
-
-use pgwire_replication::ReplicationClient;
 
 use crate::delivery::Acked;
 use crate::lsn::Lsn;
@@ -25,8 +23,11 @@ pub(super) struct Progress {
 }
 
 /// What a report found.
+#[derive(Debug, PartialEq, Eq)]
 pub(super) struct Reported {
-    /// The position the replication client holds now.
+    /// What may be confirmed now, when it moved: to hand the replication client.
+    pub moved: Option<Lsn>,
+    /// What may be confirmed.
     pub at: Lsn,
     /// Acknowledgements are ahead of what the catalog watch vouched for: a check now would let
     /// the slot follow them.
@@ -57,17 +58,20 @@ impl Progress {
         self.positions.received = self.positions.received.max(wal_end);
     }
 
-    /// Hands the replication client what may be confirmed, if it moved: acknowledged (`acked`)
-    /// and vouched for by the catalog watch (`vouched`). Publishes the positions.
-    pub fn report(&mut self, acked: Acked, vouched: Lsn, stream: &ReplicationClient) -> Reported {
+    /// What Kafka acknowledged at the last report.
+    pub fn acked(&self) -> Lsn {
+        self.positions.acked
+    }
+
+    /// What may be confirmed: acknowledged (`acked`) and vouched for by the catalog watch
+    /// (`vouched`). Publishes the positions.
+    pub fn report(&mut self, acked: Acked, vouched: Lsn) -> Reported {
         let p = &mut self.positions;
         p.acked = acked.lsn;
         p.vouched = vouched;
         let target = acked.lsn.min(vouched);
-        if target > p.confirmed {
-            stream.update_applied_lsn(target.into());
-            p.confirmed = target;
-        }
+        let moved = (target > p.confirmed).then_some(target);
+        p.confirmed = p.confirmed.max(target);
         if acked.last_confirmed_commit.is_some() {
             p.last_confirmed_commit = acked.last_confirmed_commit;
         }
@@ -79,6 +83,62 @@ impl Progress {
             None => {}
         }
         self.metrics.publish_positions(*p);
-        Reported { at: p.confirmed, check_wanted: acked.lsn > vouched }
+        Reported { moved, at: p.confirmed, check_wanted: acked.lsn > vouched }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acked(lsn: u64, oldest: Option<i64>, last: Option<i64>) -> Acked {
+        Acked { lsn: Lsn(lsn), oldest_unconfirmed_commit: oldest, last_confirmed_commit: last }
+    }
+
+    #[test]
+    fn progress_confirms_the_lower_of_acked_and_vouched_and_publishes_one_snapshot() {
+        let metrics = Metrics::new();
+        let mut p = Progress::new(Lsn(100), &metrics);
+        p.received(Lsn(500));
+        let r = p.report(acked(300, Some(7), Some(5)), Lsn(200));
+        assert_eq!(r, Reported { moved: Some(Lsn(200)), at: Lsn(200), check_wanted: true });
+        let want = Positions {
+            received: Lsn(500),
+            acked: Lsn(300),
+            vouched: Lsn(200),
+            confirmed: Lsn(200),
+            resumed: Lsn(100),
+            oldest_unconfirmed_commit: Some(7),
+            last_confirmed_commit: Some(5),
+        };
+        assert_eq!(metrics.positions(), want);
+        assert_eq!(metrics.positions().lag_bytes(), 300);
+        // Nothing new: nothing to hand over; a smaller server position never moves back.
+        p.received(Lsn(400));
+        let r = p.report(acked(300, Some(7), None), Lsn(200));
+        assert_eq!(r, Reported { moved: None, at: Lsn(200), check_wanted: true });
+        assert_eq!(metrics.positions(), want, "the last confirmed commit is kept");
+        let r = p.report(acked(300, None, Some(9)), Lsn(300));
+        assert_eq!(r, Reported { moved: Some(Lsn(300)), at: Lsn(300), check_wanted: false });
+        let caught_up = metrics.positions();
+        assert_eq!((caught_up.oldest_unconfirmed_commit, caught_up.lag_bytes()), (None, 200));
+    }
+
+    #[test]
+    fn a_new_session_keeps_the_servers_position_and_the_unconfirmed_commit_until_it_moves_on() {
+        let metrics = Metrics::new();
+        let mut first = Progress::new(Lsn(100), &metrics);
+        first.received(Lsn(900));
+        first.report(acked(100, Some(42), None), Lsn(1000));
+        // The session ends before anything was confirmed; the next resumes where it did.
+        let mut next = Progress::new(Lsn(100), &metrics);
+        let resumed = metrics.positions();
+        assert_eq!((resumed.received, resumed.confirmed), (Lsn(900), Lsn(100)));
+        assert_eq!(resumed.oldest_unconfirmed_commit, Some(42), "replayed, still unconfirmed");
+        next.report(acked(100, None, None), Lsn(1000));
+        assert_eq!(metrics.positions().oldest_unconfirmed_commit, Some(42), "not past it yet");
+        next.report(acked(150, None, Some(42)), Lsn(1000));
+        assert_eq!(metrics.positions().oldest_unconfirmed_commit, None, "caught up");
+        assert_eq!(metrics.positions().last_confirmed_commit, Some(42));
     }
 }
