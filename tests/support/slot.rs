@@ -92,3 +92,10 @@ pub async fn wait_inactive(url: &str, slot: &str, deadline: Duration) -> bool {
     })
     .await
 }
+
+/// After a SIGKILL of the relay: waits until PostgreSQL has noticed and ended its walsender, so
+/// the next relay finds the slot free instead of standing by; fails the test after 15 s.
+pub async fn assert_released_after_kill(url: &str, slot: &str) {
+    let gone = wait_inactive(url, slot, Duration::from_secs(15)).await;
+    assert!(gone, "walsender of a SIGKILLed relay still active after 15 s");
+}
