@@ -158,15 +158,8 @@ async fn walsender_terminated_relay_reconnects_and_loses_nothing() {
     assert!(after.is_some(), "the relay never reconnected\n{}", s.diagnostics(&relay));
 
     let report = writer.join().await;
-    let v = read_back(
-        services().broker.bootstrap(),
-        &topics,
-        &[&report],
-        QUIET,
-        Duration::from_secs(60),
-    )
-    .await
-    .verdict;
+    let bootstrap = services().broker.bootstrap();
+    let v = read_back(bootstrap, &topics, &[&report], QUIET, Duration::from_secs(60)).await.verdict;
     println!(
         "walsender {before} terminated after {} events; relay reconnected as walsender {} in {reconnect:.1?}; {}",
         60,
@@ -204,15 +197,8 @@ async fn postgres_fast_restart_relay_reconnects_and_loses_nothing() {
     assert!(after.is_some(), "the relay never reconnected\n{}", diag(&relay, &pg.pg.log()));
 
     let report = writer.join().await;
-    let v = read_back(
-        services().broker.bootstrap(),
-        &topics,
-        &[&report],
-        QUIET,
-        Duration::from_secs(60),
-    )
-    .await
-    .verdict;
+    let bootstrap = services().broker.bootstrap();
+    let v = read_back(bootstrap, &topics, &[&report], QUIET, Duration::from_secs(60)).await.verdict;
     println!(
         "pg_ctl restart -m fast took {restart:.1?}; relay streaming again {reconnect:.1?} later; writer reconnected {}× ({} commits confirmed after reconnect); {}",
         report.reconnects,
