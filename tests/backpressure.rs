@@ -1,15 +1,17 @@
 //! Memory under load (issue 3): the in-flight limit holds while the broker is frozen, and one
 //! transaction of 100,000 rows is delivered and confirmed only after its last acknowledgement.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::{release_slot, Setup};
 use crate::support::kafka::{self, consume_while, private_broker, Next};
-use crate::support::process::{freeze, hwm_kb, mb, rss_kb, thaw, transactions_read, RelayProcess};
-use crate::support::slot::{slot_active_pid, slot_confirmed};
+use crate::support::process::{first_read_after, freeze, hwm_kb, mb, rss_kb, thaw};
+use crate::support::readback::{
+    assert_no_loss_in_order, read_back, write_and_await_delivery, QUIET,
+};
+use crate::support::services;
+use crate::support::slot::{slot_active_pid, slot_confirmed, wait_confirmed};
 use crate::support::writer::{collect_deliveries, verify, Event, Writer, WriterConfig};
-use crate::support::{services, wait_until};
 
 /// `[limits] inflight_records = 2000` and a frozen broker with a long `message.timeout.ms`:
 /// 30,000 rows of ~2 KB (60 MB) are committed, the relay stops reading at the limit, keeps its
@@ -29,24 +31,14 @@ async fn backpressure_with_hung_broker_keeps_memory_bounded_and_delivers_everyth
         "\"message.timeout.ms\" = 120000",
         &format!("[limits]\ninflight_records = {INFLIGHT}\n"),
     );
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     // Warm up (producer, topic, router caches), then take the baseline.
     let mut warm = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 10);
     warm.agg_prefix = "warm".into();
     warm.max_events = Some(50);
     warm.pad = PAD;
     let topics = warm.topics();
-    let warm = Writer::spawn(warm).join().await;
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &warm.ids(),
-        Duration::ZERO,
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(verify(&warm.events, &got).ok(), "{}", relay.log());
+    let warm = write_and_await_delivery(broker.bootstrap(), warm, &relay).await;
     let baseline = rss_kb(relay.pid()).unwrap();
     let walsender = slot_active_pid(&s.db.url, &s.slot).await.unwrap();
 
@@ -74,18 +66,9 @@ async fn backpressure_with_hung_broker_keeps_memory_bounded_and_delivers_everyth
     thaw(broker.pid());
     let resumed = Instant::now();
 
-    let mut events = warm.events.clone();
-    events.extend(report.events.iter().cloned());
-    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_millis(500),
-        Duration::from_secs(90),
-    )
-    .await;
-    let v = verify(&events, &got);
+    let all = [&warm, &report];
+    let v =
+        read_back(broker.bootstrap(), &topics, &all, QUIET, Duration::from_secs(90)).await.verdict;
     let record_kb = ((PAD + 200) as u64).div_ceil(1024);
     let bound = INFLIGHT as u64 * record_kb;
     let growth = peak.saturating_sub(baseline);
@@ -146,8 +129,7 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
     let s = Setup::new("hugetx").await;
     let topic = s.topic("Order");
     kafka::create_topic(services().broker.bootstrap(), &topic, 4).await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&s.config()).await;
     let c0 = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
 
     let started = Instant::now();
@@ -217,7 +199,7 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
     let hwm_frozen = hwm_kb(pid).unwrap_or(0);
     thaw(pid);
 
-    let want: HashSet<String> = truth.iter().map(|t| t.0.clone()).collect();
+    let want = truth.iter().map(|t| t.0.clone()).collect();
     let got = collect_deliveries(
         &bootstrap,
         &topics,
@@ -237,18 +219,8 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
         })
         .collect();
     let v = verify(&events, &got);
-    let end = transactions_read(&relay.log())
-        .into_iter()
-        .filter(|l| *l > c0)
-        .min()
-        .expect("the transaction's commit in the log");
-    let (url, slot) = (s.db.url.clone(), s.slot.clone());
-    let confirmed_after =
-        wait_until("the slot confirms the transaction", Duration::from_secs(20), || {
-            let (url, slot) = (url.clone(), slot.clone());
-            async move { slot_confirmed(&url, &slot).await.unwrap_or_default() >= end }
-        })
-        .await;
+    let end = first_read_after(&relay.log(), c0).expect("the transaction's commit in the log");
+    let confirmed_after = wait_confirmed(&s.db.url, &s.slot, end, Duration::from_secs(20)).await;
     let hwm = hwm_kb(pid).unwrap_or(0);
     println!(
         "one transaction of {ROWS} rows committed in {committed_in:.1?}; relay frozen with {in_kafka} of them in Kafka and the slot at {} (commit ends at {}); all delivered {delivered_in:.1?} after the insert began; relay peak RSS (VmHWM) {:.1} MB ({:.1} MB when frozen); {}",
@@ -268,7 +240,7 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
         confirmed_frozen,
         end
     );
-    assert!(v.ok(), "{}\nlost: {:?}\nreordered: {:?}", v.summary(), v.lost_ids, v.reordered_detail);
+    assert_no_loss_in_order(&v, "");
     assert!(
         confirmed_after,
         "the slot never confirmed the delivered transaction:\n{}",

@@ -7,7 +7,6 @@
 //! owned by the test so it can kill, stop and restart nodes. Each prints its figures;
 //! docs/reliability.md keeps them.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::release_slot;
@@ -16,10 +15,14 @@ use crate::dead_letters::dead_letter_section;
 use crate::support::broker::{Broker, KafkaNode};
 use crate::support::kafka_cluster::KafkaCluster;
 use crate::support::process::{
-    assert_stops_with_hint, http_get, lsn_after, metric, transactions_read, RelayProcess,
+    assert_stops_with_hint, first_read_after, http_get, lsn_after, metric, transactions_read,
+    RelayProcess,
 };
-use crate::support::slot::slot_confirmed;
-use crate::support::writer::{collect_deliveries, verify, Delivered, Writer, WriterConfig};
+use crate::support::readback::{
+    assert_no_loss_in_order, read_back, write_and_await_delivery, QUIET,
+};
+use crate::support::slot::{slot_confirmed, wait_confirmed};
+use crate::support::writer::{Delivered, Writer, WriterConfig};
 use crate::support::{free_port, kafka, scratch_dir, wait_until};
 use walrelay::lsn::Lsn;
 
@@ -44,12 +47,7 @@ async fn private_kafka(prefix: &str, properties: &[(&str, &str)]) -> Broker {
 /// Waits until the slot is confirmed at or past every transaction the relay has read so far.
 async fn wait_confirmed_all_read(s: &Setup, relay: &RelayProcess) -> Lsn {
     let last_end = transactions_read(&relay.log()).into_iter().max().expect("transactions read");
-    let (url, slot) = (s.db.url.clone(), s.slot.clone());
-    let ok = wait_until("the slot confirms what was read", Duration::from_secs(20), || {
-        let (url, slot) = (url.clone(), slot.clone());
-        async move { slot_confirmed(&url, &slot).await.unwrap_or_default() >= last_end }
-    })
-    .await;
+    let ok = wait_confirmed(&s.db.url, &s.slot, last_end, Duration::from_secs(20)).await;
     assert!(ok, "the slot never reached {}:\n{}", last_end, relay.log());
     slot_confirmed(&s.db.url, &s.slot).await.unwrap()
 }
@@ -98,32 +96,20 @@ async fn partition_leader_killed_mid_stream_loses_nothing_and_keeps_aggregate_or
     }
     let victim = (1..=3).max_by_key(|n| leaders.iter().filter(|l| *l == n).count()).unwrap();
     let led: Vec<i32> = (0..4).filter(|p| leaders[*p as usize] == victim).collect();
-    let mut relay = RelayProcess::start(&s.config_for_bootstrap(cluster.bootstrap(), "", "", ""));
-    s.wait_streaming(&mut relay).await;
+    let mut relay =
+        s.start_streaming(&s.config_for_bootstrap(cluster.bootstrap(), "", "", "")).await;
 
     wcfg.max_events = Some(600);
     wcfg.rate = Some(60.0);
     let writer = Writer::spawn(wcfg);
-    let w = &writer;
-    assert!(
-        wait_until("150 events committed", Duration::from_secs(30), || async move {
-            w.committed() >= 150
-        })
-        .await
-    );
+    assert!(writer.wait_committed(150, Duration::from_secs(30)).await);
     let killed_ms = unix_ms();
     tokio::task::block_in_place(|| cluster.node(victim).kill());
     let report = writer.join().await;
-    let got = collect_deliveries(
-        cluster.bootstrap(),
-        &topics,
-        &report.ids(),
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
-    let v = verify(&report.events, &got);
-    let (max_gap, first_after) = stall(&got, &led, killed_ms);
+    let read =
+        read_back(cluster.bootstrap(), &topics, &[&report], QUIET, Duration::from_secs(60)).await;
+    let v = read.verdict;
+    let (max_gap, first_after) = stall(&read.got, &led, killed_ms);
     let log = relay.log();
     println!(
         "leader killed mid-stream: node {victim} (leading partitions {led:?} of 4) SIGKILLed after 150 of 600 events; \
@@ -132,13 +118,7 @@ async fn partition_leader_killed_mid_stream_loses_nothing_and_keeps_aggregate_or
         log.matches("relay session ended").count(),
         v.summary()
     );
-    assert!(
-        v.ok(),
-        "{}\nlost: {:?}\nreordered: {:?}\n{log}",
-        v.summary(),
-        v.lost_ids,
-        v.reordered_detail
-    );
+    assert_no_loss_in_order(&v, &log);
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }
@@ -166,20 +146,10 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
         "\"message.timeout.ms\" = 5000",
         &format!("[http]\nlisten = \"127.0.0.1:{http}\"\n"),
     );
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     wcfg.agg_prefix = "before".into();
     wcfg.max_events = Some(20);
-    let before = Writer::spawn(wcfg.clone()).join().await;
-    let got = collect_deliveries(
-        cluster.bootstrap(),
-        &topics,
-        &before.ids(),
-        Duration::ZERO,
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(verify(&before.events, &got).ok(), "{}", relay.log());
+    let before = write_and_await_delivery(cluster.bootstrap(), wcfg.clone(), &relay).await;
     let c0 = wait_confirmed_all_read(&s, &relay).await;
 
     tokio::task::block_in_place(|| {
@@ -211,27 +181,17 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
         cluster.node(2).restart().unwrap_or_else(|e| panic!("restart node 2: {e}"))
     });
     let returned = Instant::now();
-    let mut events = before.events.clone();
-    events.extend(during.events.iter().cloned());
-    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(
-        cluster.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
+    let all = [&before, &during];
+    let v =
+        read_back(cluster.bootstrap(), &topics, &all, QUIET, Duration::from_secs(60)).await.verdict;
     let delivered_in = returned.elapsed();
-    let v = verify(&events, &got);
     let ready_again = wait_until("/readyz answers 200", Duration::from_secs(30), || async move {
         status_line(http, "/readyz").await.contains(" 200")
     })
     .await;
 
     let log = relay.log();
-    let first_unacked =
-        transactions_read(&log).into_iter().filter(|l| *l > c0).min().expect("transactions read");
+    let first_unacked = first_read_after(&log, c0).expect("transactions read");
     let refusal = log.lines().find(|l| l.contains("NOT_ENOUGH_REPLICAS")).unwrap_or("");
     let not_ready = readyz.iter().filter(|st| st.contains(" 503")).count();
     println!(
@@ -244,7 +204,7 @@ async fn isr_below_min_insync_replicas_refuses_records_confirms_nothing_past_the
         v.summary()
     );
     assert!(refused, "NOT_ENOUGH_REPLICAS never logged:\n{log}\n{}", cluster.logs());
-    assert!(v.ok(), "{}\nlost: {:?}\n{log}", v.summary(), v.lost_ids);
+    assert_no_loss_in_order(&v, &log);
     assert!(
         max_confirmed < first_unacked,
         "the slot was confirmed to {} past the first refused transaction ending at {}",
@@ -270,20 +230,10 @@ async fn whole_cluster_killed_and_restarted_on_its_data_loses_nothing() {
     kafka::create_topic_with(cluster.bootstrap(), &topics[0], 4, 3, &[]).await;
     let config =
         s.config_for_bootstrap(cluster.bootstrap(), "", "\"message.timeout.ms\" = 10000", "");
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     wcfg.agg_prefix = "before".into();
     wcfg.max_events = Some(100);
-    let before = Writer::spawn(wcfg.clone()).join().await;
-    let got = collect_deliveries(
-        cluster.bootstrap(),
-        &topics,
-        &before.ids(),
-        Duration::ZERO,
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(verify(&before.events, &got).ok(), "{}", relay.log());
+    let before = write_and_await_delivery(cluster.bootstrap(), wcfg.clone(), &relay).await;
 
     tokio::task::block_in_place(|| cluster.nodes().iter().for_each(Broker::kill));
     wcfg.agg_prefix = "down".into();
@@ -303,19 +253,9 @@ async fn whole_cluster_killed_and_restarted_on_its_data_loses_nothing() {
     wcfg.agg_prefix = "after".into();
     wcfg.seed += 1;
     let after = Writer::spawn(wcfg).join().await;
-    let mut events = before.events.clone();
-    events.extend(down.events.iter().cloned());
-    events.extend(after.events.iter().cloned());
-    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(
-        cluster.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
-    let v = verify(&events, &got);
+    let all = [&before, &down, &after];
+    let v =
+        read_back(cluster.bootstrap(), &topics, &all, QUIET, Duration::from_secs(60)).await.verdict;
     let log = relay.log();
     println!(
         "whole cluster SIGKILLed and restarted on its data: up again in {up_in:.1?}, everything delivered {:.1?} after the restart began; \
@@ -324,7 +264,7 @@ async fn whole_cluster_killed_and_restarted_on_its_data_loses_nothing() {
         log.matches("relay session ended").count(),
         v.summary()
     );
-    assert!(v.ok(), "{}\nlost: {:?}\n{log}", v.summary(), v.lost_ids);
+    assert_no_loss_in_order(&v, &log);
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }
@@ -346,8 +286,8 @@ async fn record_over_the_topics_max_message_bytes_stops_with_a_hint_or_is_dead_l
     // whole batch over max.message.bytes: without this, the small row after the large one,
     // batched with it, was refused (and dead-lettered) too.
     let kafka = "\"batch.size\" = 2048";
-    let mut relay = RelayProcess::start(&s.config_for_bootstrap(broker.bootstrap(), "", kafka, ""));
-    s.wait_streaming(&mut relay).await;
+    let mut relay =
+        s.start_streaming(&s.config_for_bootstrap(broker.bootstrap(), "", kafka, "")).await;
     let a = s.db.insert_outbox("outbox", "Order", "o-1", "E", Some("{\"small\": 1}")).await;
     let first = kafka::consume(broker.bootstrap(), &topic, 1, Duration::from_secs(30)).await;
     assert_eq!(crate::common::ids(&first), vec![a.clone()], "{}", relay.log());
@@ -391,8 +331,8 @@ async fn routed_topic_missing_with_auto_create_off_stops_naming_the_topic_and_th
         Setup::new("nocreate")
     );
     let topic = s.topic("Invoice");
-    let mut relay = RelayProcess::start(&s.config_for_bootstrap(broker.bootstrap(), "", "", ""));
-    s.wait_streaming(&mut relay).await;
+    let mut relay =
+        s.start_streaming(&s.config_for_bootstrap(broker.bootstrap(), "", "", "")).await;
     let inserted = Instant::now();
     let id = s.db.insert_outbox("outbox", "Invoice", "i-1", "E", Some("{}")).await;
     let line = assert_stops_with_hint(&mut relay, "routed topic missing");

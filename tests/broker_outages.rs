@@ -10,9 +10,14 @@ use std::time::{Duration, Instant};
 
 use crate::common::{release_slot, Setup};
 use crate::support::kafka::{self, private_broker};
-use crate::support::process::{freeze, http_get, metric, thaw, transactions_read, RelayProcess};
-use crate::support::slot::{slot_active_pid, slot_confirmed, walsender_timed_out};
-use crate::support::writer::{collect_deliveries, verify, Writer, WriterConfig};
+use crate::support::process::{
+    first_read_after, freeze, http_get, metric, thaw, transactions_read,
+};
+use crate::support::readback::{
+    assert_no_loss_in_order, read_back, write_and_await_delivery, QUIET,
+};
+use crate::support::slot::{slot_active_pid, slot_confirmed, wait_confirmed, walsender_timed_out};
+use crate::support::writer::{Writer, WriterConfig};
 use crate::support::{free_port, services, wait_until};
 
 /// A private broker frozen (SIGSTOP) for 15 s, five times `message.timeout.ms` and longer than
@@ -31,33 +36,16 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
         "\"message.timeout.ms\" = 3000",
         &format!("[http]\nlisten = \"127.0.0.1:{http}\"\n"),
     );
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
 
     // Before the hang: 20 events delivered and confirmed.
     let mut base = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 4);
     base.agg_prefix = "before".into();
     base.max_events = Some(20);
     let topics = base.topics();
-    let before = Writer::spawn(base).join().await;
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &before.ids(),
-        Duration::ZERO,
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(verify(&before.events, &got).ok(), "{}", relay.log());
+    let before = write_and_await_delivery(broker.bootstrap(), base, &relay).await;
     let last_end = *transactions_read(&relay.log()).iter().max().unwrap();
-    let (url, slot) = (s.db.url.clone(), s.slot.clone());
-    assert!(
-        wait_until("the slot confirms the delivered transactions", Duration::from_secs(10), || {
-            let (url, slot) = (url.clone(), slot.clone());
-            async move { slot_confirmed(&url, &slot).await.unwrap_or_default() >= last_end }
-        })
-        .await
-    );
+    assert!(wait_confirmed(&s.db.url, &s.slot, last_end, Duration::from_secs(10)).await);
     let c0 = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
 
     // The hang: 150 events committed while the broker is frozen.
@@ -92,26 +80,13 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
     thaw(broker.pid());
     let resumed = Instant::now();
 
-    let mut events = before.events.clone();
-    events.extend(during.events.iter().cloned());
-    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
+    let all = [&before, &during];
+    let read = read_back(broker.bootstrap(), &topics, &all, QUIET, Duration::from_secs(60)).await;
     let delivered_in = resumed.elapsed();
-    let v = verify(&events, &got);
+    let v = read.verdict;
 
     let log = relay.log();
-    let first_unacked = transactions_read(&log)
-        .into_iter()
-        .filter(|l| *l > c0)
-        .min()
-        .expect("transactions read during the hang");
+    let first_unacked = first_read_after(&log, c0).expect("transactions read during the hang");
     let max_confirmed = samples.iter().map(|(c, _)| *c).max().unwrap();
     let active = samples.iter().filter(|(_, p)| p.is_some()).count();
     let sessions = log.matches(" streaming").count();
@@ -124,14 +99,7 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
         first_unacked,
         v.summary()
     );
-    assert!(
-        v.ok(),
-        "{}\nlost: {:?}\nreordered: {:?}\n{}",
-        v.summary(),
-        v.lost_ids,
-        v.reordered_detail,
-        log
-    );
+    assert_no_loss_in_order(&v, &log);
     assert!(
         max_confirmed < first_unacked,
         "the slot was confirmed to {} past the first unacknowledged transaction ending at {}",
@@ -175,8 +143,7 @@ async fn broker_unreachable_at_start_relay_waits_and_delivers_when_it_appears() 
     let bootstrap = format!("127.0.0.1:{port}");
     let s = Setup::new("nobroker").await;
     let config = s.config_for_bootstrap(&bootstrap, "", "\"message.timeout.ms\" = 3000", "");
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     let c0 = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
 
     let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 3);
@@ -194,21 +161,15 @@ async fn broker_unreachable_at_start_relay_waits_and_delivers_when_it_appears() 
         "no failed delivery logged:\n{}",
         relay.log()
     );
-    let first = transactions_read(&relay.log()).into_iter().filter(|l| *l > c0).min().unwrap();
+    let first = first_read_after(&relay.log(), c0).unwrap();
     let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
     assert!(confirmed < first, "confirmed {} past an unacknowledged commit {}", confirmed, first);
 
     let broker = tokio::task::spawn_blocking(move || private_broker(Some(port))).await.unwrap();
     let appeared = Instant::now();
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &report.ids(),
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
-    let v = verify(&report.events, &got);
+    let v = read_back(broker.bootstrap(), &topics, &[&report], QUIET, Duration::from_secs(60))
+        .await
+        .verdict;
     let failures = relay.log().matches("relay session ended").count();
     println!(
         "no broker for {} failed sessions; broker appeared, everything delivered {:.1?} later; {}",
@@ -216,7 +177,7 @@ async fn broker_unreachable_at_start_relay_waits_and_delivers_when_it_appears() 
         appeared.elapsed(),
         v.summary()
     );
-    assert!(v.ok(), "{}\nlost: {:?}\n{}", v.summary(), v.lost_ids, relay.log());
+    assert_no_loss_in_order(&v, &relay.log());
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }
@@ -248,20 +209,10 @@ async fn broker_killed_and_restarted_keeps_acked_records_and_relay_delivers_the_
     // producer. So recovery takes about message.timeout.ms there.)
     let config =
         s.config_for_bootstrap(broker.bootstrap(), "", "\"message.timeout.ms\" = 5000", "");
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     wcfg.max_events = Some(20);
     wcfg.agg_prefix = "before".into();
-    let before = Writer::spawn(wcfg.clone()).join().await;
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &before.ids(),
-        Duration::ZERO,
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(verify(&before.events, &got).ok(), "{}", relay.log());
+    let before = write_and_await_delivery(broker.bootstrap(), wcfg.clone(), &relay).await;
 
     broker.kill();
     wcfg.agg_prefix = "down".into();
@@ -285,19 +236,9 @@ async fn broker_killed_and_restarted_keeps_acked_records_and_relay_delivers_the_
     wcfg.seed += 1;
     let after = Writer::spawn(wcfg).join().await;
     // A memory-engine broker lost the records acknowledged before the crash with its memory.
-    let mut events = if persistent { before.events.clone() } else { Vec::new() };
-    events.extend(down.events.iter().cloned());
-    events.extend(after.events.iter().cloned());
-    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_millis(500),
-        Duration::from_secs(90),
-    )
-    .await;
-    let v = verify(&events, &got);
+    let all = if persistent { vec![&before, &down, &after] } else { vec![&down, &after] };
+    let v =
+        read_back(broker.bootstrap(), &topics, &all, QUIET, Duration::from_secs(90)).await.verdict;
     let log = relay.log();
     println!(
         "{} broker killed and restarted: {} failed sessions; everything delivered {:.1?} after the restart; {}",
@@ -306,7 +247,7 @@ async fn broker_killed_and_restarted_keeps_acked_records_and_relay_delivers_the_
         restarted.elapsed(),
         v.summary()
     );
-    assert!(v.ok(), "{}\nlost: {:?}\n{log}", v.summary(), v.lost_ids);
+    assert_no_loss_in_order(&v, &log);
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::support::kafka::{self, Consumed};
 use crate::support::postgres::{Postgres, TestDb};
 use crate::support::process::RelayProcess;
-use crate::support::slot::slot_active_pid;
-use crate::support::{services, unique, wait_until};
+use crate::support::slot::wait_inactive;
+use crate::support::{services, unique};
 
 pub struct Setup {
     pub db: TestDb,
@@ -101,6 +101,14 @@ table = "public.outbox"
 
     pub fn start_relay(&self) -> RelayProcess {
         RelayProcess::start(&self.config())
+    }
+
+    /// Starts a relay on `config` and waits until it streams from the slot: a fault injected
+    /// after this hits a running session, not a relay still connecting.
+    pub async fn start_streaming(&self, config: &str) -> RelayProcess {
+        let mut relay = RelayProcess::start(config);
+        self.wait_streaming(&mut relay).await;
+        relay
     }
 
     /// Waits until the relay's walsender streams from the slot.
@@ -203,12 +211,7 @@ pub fn ids(records: &[Consumed]) -> Vec<String> {
 /// Drops the test's slot once nothing streams from it: the shared PostgreSQL has
 /// `max_replication_slots = 40` for the whole suite and other tests keep theirs.
 pub async fn release_slot(s: &Setup) {
-    let (url, slot) = (s.db.url.clone(), s.slot.clone());
-    let inactive = wait_until("the slot is released", Duration::from_secs(15), || {
-        let (url, slot) = (url.clone(), slot.clone());
-        async move { slot_active_pid(&url, &slot).await.is_none() }
-    })
-    .await;
+    let inactive = wait_inactive(&s.db.url, &s.slot, Duration::from_secs(15)).await;
     if inactive {
         let _ =
             s.db.connect().await.query_one("SELECT pg_drop_replication_slot($1)", &[&s.slot]).await;

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use crate::common::Setup;
 use crate::support::kafka_cluster::KafkaCluster;
 use crate::support::process::{freeze, thaw, RelayProcess};
-use crate::support::slot::{slot_active_pid, slot_confirmed, terminate_walsender};
-use crate::support::writer::{collect_deliveries, verify, Rng, Verdict, Writer, WriterConfig};
+use crate::support::readback::read_back;
+use crate::support::slot::{assert_released_after_kill, slot_confirmed, terminate_walsender};
+use crate::support::writer::{Rng, Verdict, Writer, WriterConfig};
 use crate::support::{unique, wait_until};
 
 const KILLS: usize = 10;
@@ -31,17 +32,6 @@ fn delivery(guarantee: &str) -> String {
     )
 }
 
-/// Waits until the slot is free (the killed relay's walsender is gone).
-async fn slot_released(s: &Setup) {
-    let (url, slot) = (s.db.url.clone(), s.slot.clone());
-    let gone = wait_until("the killed relay's walsender exits", Duration::from_secs(15), || {
-        let (url, slot) = (url.clone(), slot.clone());
-        async move { slot_active_pid(&url, &slot).await.is_none() }
-    })
-    .await;
-    assert!(gone, "walsender of a SIGKILLed relay still active after 15 s");
-}
-
 /// The chaos run, on a 3-node cluster (RF 3, `min.insync.replicas=2`), while a writer commits:
 /// ten SIGKILLs of the relay; after the fourth, the leader of a partition being written is
 /// SIGKILLed (and restarted after the sixth); after the eighth, another node is hung (SIGSTOP)
@@ -54,8 +44,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
     let s = Setup::new(&format!("chaos_{}", guarantee.replace('-', "_"))).await;
     let kafka = "\"transaction.timeout.ms\" = 8000\n\"message.timeout.ms\" = 7000";
     let config = s.config_for_bootstrap(cluster.bootstrap(), "", kafka, &delivery(guarantee));
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
 
     let mut rng = Rng::from_time();
     let marker = Arc::new(AtomicU64::new(0));
@@ -76,7 +65,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
         relay.kill();
         marker.fetch_add(1, Ordering::SeqCst);
         logs += &relay.log();
-        slot_released(&s).await;
+        assert_released_after_kill(&s.db.url, &s.slot).await;
         match k {
             4 => {
                 let l = cluster.leader_of(&topics[0], 0).await;
@@ -122,15 +111,8 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
     // stand-by. With exactly-once its producer is fenced by the stand-by's init_transactions.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let report = writer.stop().await;
-    let got = collect_deliveries(
-        cluster.bootstrap(),
-        &topics,
-        &report.ids(),
-        Duration::from_secs(2),
-        Duration::from_secs(120),
-    )
-    .await;
-    let v = verify(&report.events, &got);
+    let (quiet, deadline) = (Duration::from_secs(2), Duration::from_secs(120));
+    let v = read_back(cluster.bootstrap(), &topics, &[&report], quiet, deadline).await.verdict;
     let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
     logs += &relay.log();
     logs += &standby.log();

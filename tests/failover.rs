@@ -9,8 +9,9 @@ use crate::common::Setup;
 use crate::support::cluster;
 use crate::support::postgres::{connect, PrivatePostgres};
 use crate::support::process::RelayProcess;
+use crate::support::readback::read_back;
 use crate::support::servers::{server_with, Capability};
-use crate::support::writer::{collect_deliveries, verify, Writer, WriterConfig};
+use crate::support::writer::{Writer, WriterConfig};
 use crate::support::{services, wait_until};
 
 fn unix_ms() -> i64 {
@@ -72,8 +73,7 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
 
     let (s, url, config) = on_primary_and_standby(&primary, &standby, "failover").await;
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     let failover: bool =
         s.db.connect()
             .await
@@ -105,13 +105,7 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
         relay.log()
     );
     let synced_after = sync_started.elapsed();
-    let w = &writer;
-    assert!(
-        wait_until("300 events written", Duration::from_secs(60), || async move {
-            w.committed() >= 300
-        })
-        .await
-    );
+    assert!(writer.wait_committed(300, Duration::from_secs(60)).await);
 
     // The failover: the primary dies (no shutdown checkpoint), the standby is promoted.
     let before_kill = writer.committed();
@@ -147,15 +141,9 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
         "the writer did not carry on after the promotion"
     );
     let report = writer.stop().await;
-    let got = collect_deliveries(
-        services().broker.bootstrap(),
-        &topics,
-        &report.ids(),
-        Duration::from_secs(2),
-        Duration::from_secs(120),
-    )
-    .await;
-    let v = verify(&report.events, &got);
+    let (quiet, deadline) = (Duration::from_secs(2), Duration::from_secs(120));
+    let read = read_back(services().broker.bootstrap(), &topics, &[&report], quiet, deadline).await;
+    let (got, v) = (read.got, read.verdict);
     let first_after = got.iter().filter_map(|d| d.timestamp_ms).filter(|t| *t >= promoted_ms).min();
     let log = relay.log();
     let sessions = log.lines().filter(|l| l.contains("resume_lsn=")).count();

@@ -12,8 +12,9 @@ use tokio::sync::watch;
 use crate::common::Setup;
 use crate::replay::replay;
 use crate::support::process::RelayProcess;
-use crate::support::slot::slot_active_pid;
-use crate::support::writer::{collect_deliveries, Rng, Writer, WriterConfig};
+use crate::support::readback::read_back;
+use crate::support::slot::assert_released_after_kill;
+use crate::support::writer::{Rng, Writer, WriterConfig};
 use crate::support::{services, unique, wait_until};
 
 #[allow(dead_code)]
@@ -25,8 +26,7 @@ async fn inbox_consumer_applies_each_event_once_through_relay_kills_and_a_replay
     const KILLS: usize = 3;
     let s = Setup::new("inbox").await;
     let app = services().pg.create_database("inbox_app").await;
-    let mut relay = RelayProcess::start(&s.config());
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&s.config()).await;
 
     let mut rng = Rng::from_time();
     let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 10);
@@ -52,27 +52,14 @@ async fn inbox_consumer_applies_each_event_once_through_relay_kills_and_a_replay
     for _ in 0..KILLS {
         tokio::time::sleep(rng.millis(600, 1800)).await;
         relay.kill();
-        let (url, slot) = (s.db.url.clone(), s.slot.clone());
-        let gone =
-            wait_until("the killed relay's walsender exits", Duration::from_secs(15), || {
-                let (url, slot) = (url.clone(), slot.clone());
-                async move { slot_active_pid(&url, &slot).await.is_none() }
-            })
-            .await;
-        assert!(gone, "walsender of a SIGKILLed relay still active after 15 s");
+        assert_released_after_kill(&s.db.url, &s.slot).await;
         relay = RelayProcess::start(&s.config());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let report = writer.stop().await;
     let want = report.ids();
-    let got = collect_deliveries(
-        services().broker.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-    )
-    .await;
+    let (bootstrap, quiet) = (services().broker.bootstrap(), Duration::from_secs(1));
+    let got = read_back(bootstrap, &topics, &[&report], quiet, Duration::from_secs(60)).await.got;
     let relayed: HashSet<&str> = got.iter().map(|d| d.id.as_str()).collect();
     let missing: Vec<&String> = want.iter().filter(|id| !relayed.contains(id.as_str())).collect();
     assert!(

@@ -5,7 +5,7 @@
 //! Each test checks, from Kafka and from the slot, the property in its name. Restarting
 //! PostgreSQL would disturb every other test, so those tests use a private PostgreSQL.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,8 +14,14 @@ use crate::common::{ids, release_slot, Setup};
 use crate::support::kafka::private_broker;
 use crate::support::postgres::PrivatePostgres;
 use crate::support::process::{freeze, hwm_kb, mb, thaw, RelayProcess};
-use crate::support::slot::{slot_active_pid, slot_confirmed, terminate_walsender, wait_active_pid};
-use crate::support::writer::{collect_deliveries, verify, Rng, Writer, WriterConfig};
+use crate::support::readback::{
+    assert_no_loss_in_order, read_back, write_and_await_delivery, QUIET,
+};
+use crate::support::slot::{
+    assert_released_after_kill, slot_active_pid, slot_confirmed, terminate_walsender,
+    wait_active_pid,
+};
+use crate::support::writer::{Rng, Writer, WriterConfig};
 use crate::support::{services, wait_until};
 use walrelay::lsn::Lsn;
 
@@ -29,6 +35,22 @@ fn diag(relay: &RelayProcess, pg_log: &str) -> String {
     )
 }
 
+/// Asserts that `pg_ctl restart -m fast` took under 10 s: a fast shutdown waits for no client,
+/// so longer means the relay's walsender held it up. `what` says which restart.
+#[track_caller]
+fn assert_shutdown_not_held(
+    restart: Duration,
+    what: &str,
+    relay: &RelayProcess,
+    pg: &PrivatePostgres,
+) {
+    assert!(
+        restart < Duration::from_secs(10),
+        "{what} {restart:.1?}: something held the shutdown\n{}",
+        diag(relay, &pg.pg.log())
+    );
+}
+
 /// SIGKILL of the relay five times at random moments while a writer commits transactions of
 /// 1–8 rows over 20 aggregates. After the last restart every committed event is in Kafka, each
 /// aggregate's first deliveries are in commit order, and every duplicate belongs to a
@@ -38,8 +60,7 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
     const KILLS: usize = 5;
     let s = Setup::new("kills").await;
     let config = s.config_with("", "", "[limits]\ninflight_records = 500\n");
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
 
     let kills = Arc::new(AtomicU64::new(0));
     let mut rng = Rng::from_time();
@@ -61,30 +82,17 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
         relay.kill();
         kills.fetch_add(1, Ordering::SeqCst);
         logs.push(relay.log());
-        let (url, slot) = (s.db.url.clone(), s.slot.clone());
-        let gone =
-            wait_until("the killed relay's walsender exits", Duration::from_secs(15), || {
-                let (url, slot) = (url.clone(), slot.clone());
-                async move { slot_active_pid(&url, &slot).await.is_none() }
-            })
-            .await;
-        assert!(gone, "walsender of a SIGKILLed relay still active after 15 s");
+        assert_released_after_kill(&s.db.url, &s.slot).await;
         confirmed_at_kill.push(slot_confirmed(&s.db.url, &s.slot).await.unwrap());
         relay = RelayProcess::start(&config);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let report = writer.stop().await;
-    let want = report.ids();
-    let got = collect_deliveries(
-        services().broker.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-    )
-    .await;
+    let bootstrap = services().broker.bootstrap();
+    let quiet = Duration::from_secs(1);
+    let read = read_back(bootstrap, &topics, &[&report], quiet, Duration::from_secs(60)).await;
     peak_hwm = peak_hwm.max(hwm_kb(relay.pid()).unwrap_or(0));
-    let v = verify(&report.events, &got);
+    let (got, v) = (read.got, read.verdict);
 
     // Which duplicates are allowed: a transaction committed before kill k (k ≥ the number of
     // kills done before it was sent) whose commit the slot had not confirmed at kill k.
@@ -116,14 +124,7 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
         mb(peak_hwm),
         confirmed_at_kill.iter().map(Lsn::to_string).collect::<Vec<_>>()
     );
-    assert!(
-        v.ok(),
-        "{}\nlost: {:?}\nreordered: {:?}\nlast relay log:\n{}",
-        v.summary(),
-        v.lost_ids,
-        v.reordered_detail,
-        relay.log()
-    );
+    assert_no_loss_in_order(&v, &format!("last relay log:\n{}", relay.log()));
     assert!(
         unexplained.is_empty(),
         "{} duplicated events belong to transactions already confirmed at every later kill:\n{}\nwarnings and errors of the relays:\n{}",
@@ -140,8 +141,7 @@ async fn relay_killed_repeatedly_while_rows_are_inserted_loses_nothing_and_keeps
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walsender_terminated_relay_reconnects_and_loses_nothing() {
     let s = Setup::new("walsnd").await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&s.config()).await;
     let before = slot_active_pid(&s.db.url, &s.slot).await.expect("walsender pid");
 
     let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 5);
@@ -149,13 +149,7 @@ async fn walsender_terminated_relay_reconnects_and_loses_nothing() {
     wcfg.pause = Duration::from_millis(10);
     let topics = wcfg.topics();
     let writer = Writer::spawn(wcfg);
-    let w = &writer;
-    assert!(
-        wait_until("60 events committed", Duration::from_secs(30), || async move {
-            w.committed() >= 60
-        })
-        .await
-    );
+    assert!(writer.wait_committed(60, Duration::from_secs(30)).await);
     let terminated = terminate_walsender(&s.db.url, &s.slot).await;
     assert_eq!(terminated, Some(before));
     let t = Instant::now();
@@ -164,29 +158,15 @@ async fn walsender_terminated_relay_reconnects_and_loses_nothing() {
     assert!(after.is_some(), "the relay never reconnected\n{}", s.diagnostics(&relay));
 
     let report = writer.join().await;
-    let got = collect_deliveries(
-        services().broker.bootstrap(),
-        &topics,
-        &report.ids(),
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
-    let v = verify(&report.events, &got);
+    let bootstrap = services().broker.bootstrap();
+    let v = read_back(bootstrap, &topics, &[&report], QUIET, Duration::from_secs(60)).await.verdict;
     println!(
         "walsender {before} terminated after {} events; relay reconnected as walsender {} in {reconnect:.1?}; {}",
         60,
         after.unwrap(),
         v.summary()
     );
-    assert!(
-        v.ok(),
-        "{}\nlost: {:?}\nreordered: {:?}\n{}",
-        v.summary(),
-        v.lost_ids,
-        v.reordered_detail,
-        s.diagnostics(&relay)
-    );
+    assert_no_loss_in_order(&v, &s.diagnostics(&relay));
     assert!(relay.log().contains("relay session ended"), "no reconnect logged:\n{}", relay.log());
     assert_eq!(relay.terminate(), Some(0));
     release_slot(&s).await;
@@ -199,8 +179,7 @@ async fn walsender_terminated_relay_reconnects_and_loses_nothing() {
 async fn postgres_fast_restart_relay_reconnects_and_loses_nothing() {
     let pg = tokio::task::spawn_blocking(|| PrivatePostgres::start("pgrestart")).await.unwrap();
     let s = Setup::on(&pg.pg, "pgrestart").await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&s.config()).await;
     let before = slot_active_pid(&s.db.url, &s.slot).await.expect("walsender pid");
 
     let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order", "Invoice"], 10);
@@ -208,13 +187,7 @@ async fn postgres_fast_restart_relay_reconnects_and_loses_nothing() {
     wcfg.pause = Duration::from_millis(10);
     let topics = wcfg.topics();
     let writer = Writer::spawn(wcfg);
-    let w = &writer;
-    assert!(
-        wait_until("100 events committed", Duration::from_secs(30), || async move {
-            w.committed() >= 100
-        })
-        .await
-    );
+    assert!(writer.wait_committed(100, Duration::from_secs(30)).await);
     let pg_ref = &pg;
     let restart = tokio::task::block_in_place(|| pg_ref.restart_fast())
         .unwrap_or_else(|e| panic!("{e}\n{}", diag(&relay, &pg.pg.log())));
@@ -224,34 +197,16 @@ async fn postgres_fast_restart_relay_reconnects_and_loses_nothing() {
     assert!(after.is_some(), "the relay never reconnected\n{}", diag(&relay, &pg.pg.log()));
 
     let report = writer.join().await;
-    let got = collect_deliveries(
-        services().broker.bootstrap(),
-        &topics,
-        &report.ids(),
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
-    let v = verify(&report.events, &got);
+    let bootstrap = services().broker.bootstrap();
+    let v = read_back(bootstrap, &topics, &[&report], QUIET, Duration::from_secs(60)).await.verdict;
     println!(
         "pg_ctl restart -m fast took {restart:.1?}; relay streaming again {reconnect:.1?} later; writer reconnected {}× ({} commits confirmed after reconnect); {}",
         report.reconnects,
         report.commits_confirmed_after_reconnect,
         v.summary()
     );
-    assert!(
-        v.ok(),
-        "{}\nlost: {:?}\nreordered: {:?}\n{}",
-        v.summary(),
-        v.lost_ids,
-        v.reordered_detail,
-        diag(&relay, &pg.pg.log())
-    );
-    assert!(
-        restart < Duration::from_secs(10),
-        "fast restart took {restart:?}: something held the shutdown\n{}",
-        diag(&relay, &pg.pg.log())
-    );
+    assert_no_loss_in_order(&v, &diag(&relay, &pg.pg.log()));
+    assert_shutdown_not_held(restart, "fast restart took", &relay, &pg);
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
 }
 
@@ -267,21 +222,11 @@ async fn postgres_fast_shutdown_is_not_blocked_while_the_relay_waits_for_kafka_a
     let s = Setup::on(&pg.pg, "pgunacked").await;
     let config =
         s.config_for_bootstrap(broker.bootstrap(), "", "\"message.timeout.ms\" = 60000", "");
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
+    let mut relay = s.start_streaming(&config).await;
     let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 3);
     wcfg.max_events = Some(5);
     let topics = wcfg.topics();
-    let first = Writer::spawn(wcfg.clone()).join().await;
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &first.ids(),
-        Duration::ZERO,
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(verify(&first.events, &got).ok(), "{}", relay.log());
+    let first = write_and_await_delivery(broker.bootstrap(), wcfg.clone(), &relay).await;
 
     freeze(broker.pid());
     wcfg.agg_prefix = "unacked".into();
@@ -305,18 +250,9 @@ async fn postgres_fast_shutdown_is_not_blocked_while_the_relay_waits_for_kafka_a
     let pg_ref = &pg;
     let restart = tokio::task::block_in_place(|| pg_ref.restart_fast());
     thaw(broker.pid());
-    let mut events = first.events.clone();
-    events.extend(second.events.iter().cloned());
-    let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(
-        broker.bootstrap(),
-        &topics,
-        &want,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-    )
-    .await;
-    let v = verify(&events, &got);
+    let both = [&first, &second];
+    let v =
+        read_back(broker.bootstrap(), &topics, &both, QUIET, Duration::from_secs(60)).await.verdict;
     println!(
         "fast restart with unacknowledged records in the relay: {restart:.1?}; {}",
         v.summary()
@@ -325,12 +261,8 @@ async fn postgres_fast_shutdown_is_not_blocked_while_the_relay_waits_for_kafka_a
         println!("{}", diag(&relay, &pg.pg.log()));
     }
     let restart = restart.unwrap_or_else(|e| panic!("{e}\n{}", diag(&relay, &pg.pg.log())));
-    assert!(v.ok(), "{}\nlost: {:?}\n{}", v.summary(), v.lost_ids, relay.log());
-    assert!(
-        restart < Duration::from_secs(10),
-        "the fast shutdown waited {restart:.1?} for the relay\n{}",
-        diag(&relay, &pg.pg.log())
-    );
+    assert_no_loss_in_order(&v, &relay.log());
+    assert_shutdown_not_held(restart, "the fast shutdown waited", &relay, &pg);
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
 }
 // ---------------------------------------------------------------------------------------------
@@ -371,20 +303,13 @@ async fn two_relays_on_one_slot_second_stands_by_and_takes_over_within_15s_of_th
     wcfg.max_events = Some(20);
     let topics = wcfg.topics();
     let late = Writer::spawn(wcfg).join().await;
-    let got = collect_deliveries(
-        services().broker.bootstrap(),
-        &topics,
-        &late.ids(),
-        Duration::from_millis(500),
-        Duration::from_secs(30),
-    )
-    .await;
-    let v = verify(&late.events, &got);
+    let bootstrap = services().broker.bootstrap();
+    let v = read_back(bootstrap, &topics, &[&late], QUIET, Duration::from_secs(30)).await.verdict;
     println!(
         "standby took over {takeover:.1?} after the active relay was killed; events committed after the kill: {}",
         v.summary()
     );
-    assert!(v.ok(), "{}\nlost: {:?}\n{}", v.summary(), v.lost_ids, second.log());
+    assert_no_loss_in_order(&v, &second.log());
     assert!(takeover <= Duration::from_secs(15), "takeover took {takeover:?}\n{}", second.log());
     assert_eq!(second.terminate(), Some(0), "{}", second.log());
     release_slot(&s).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::{ids, release_slot, Setup};
 use crate::support::kafka::consume;
-use crate::support::postgres::PrivatePostgres;
+use crate::support::postgres::{insert_numbered_row, PrivatePostgres};
 use crate::support::process::RelayProcess;
 use crate::support::servers::server_with;
 use crate::support::{services, unique, wait_until, Capability};
@@ -139,15 +139,7 @@ async fn tls_verify_full_and_scram_with_a_replication_only_role_delivers_and_a_w
     let mut relay = RelayProcess::start(&config("ca.pem"));
     let mut sent = Vec::new();
     for i in 0..10 {
-        let row = app
-            .query_one(
-                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
-                 VALUES (gen_random_uuid(), 'Order', 'o-1', 'Tls', $1::text::jsonb) RETURNING id::text",
-                &[&format!("{{\"n\": {i}}}")],
-            )
-            .await
-            .unwrap();
-        sent.push(row.get::<_, String>(0));
+        sent.push(insert_numbered_row(&app, "Tls", i).await);
     }
     let got = consume(
         services().broker.bootstrap(),

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
+use crate::support::postgres::insert_numbered_row;
 use crate::support::process::RelayProcess;
 use crate::support::{kafka, scratch_dir, services, unique};
 use walrelay::lsn::Lsn;
@@ -36,15 +37,7 @@ async fn insert_tx(s: &Setup, n: usize) -> Vec<String> {
     tx.batch_execute("SET LOCAL synchronous_commit = on").await.unwrap();
     let mut out = Vec::new();
     for i in 0..n {
-        let row = tx
-            .query_one(
-                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
-                 VALUES (gen_random_uuid(), 'Order', 'o-1', 'Tested', $1::text::jsonb) RETURNING id::text",
-                &[&format!("{{\"n\": {i}}}")],
-            )
-            .await
-            .unwrap();
-        out.push(row.get(0));
+        out.push(insert_numbered_row(&tx, "Tested", i).await);
     }
     tx.commit().await.unwrap();
     out

@@ -18,6 +18,7 @@ pub mod kafka_cluster;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
+pub mod readback;
 pub mod secure_kafka;
 pub mod servers;
 pub mod slot;

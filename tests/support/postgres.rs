@@ -8,7 +8,7 @@ use super::{free_port, is_root, scratch_dir, tail_file, PID_FILE};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, GenericClient, NoTls};
 
 /// Settings appended to postgresql.conf (plus listen/socket settings and, when the library is
 /// there, `shared_preload_libraries = 'pg_stat_statements'`).
@@ -518,4 +518,23 @@ impl Drop for PrivatePostgres {
             .status();
         let _ = std::fs::remove_file(self.dir.join(PID_FILE));
     }
+}
+
+/// Inserts the `n`th outbox row of aggregate Order/o-1 (`type` = `event_type`, payload
+/// `{"n": n}`) through `client`: a session of another role, or an open transaction, where
+/// [`TestDb::insert_outbox`] would open its own connection. Returns the row's id.
+pub async fn insert_numbered_row(
+    client: &impl GenericClient,
+    event_type: &str,
+    n: usize,
+) -> String {
+    let row = client
+        .query_one(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), 'Order', 'o-1', $1, $2::text::jsonb) RETURNING id::text",
+            &[&event_type, &format!("{{\"n\": {n}}}")],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("insert into outbox: {e}"));
+    row.get(0)
 }

@@ -318,6 +318,12 @@ pub fn transactions_read(log: &str) -> Vec<Lsn> {
         .collect()
 }
 
+/// The end of the first transaction the relay read past `lsn` (the slot's confirmed position
+/// before a fault): the commit the slot must not be confirmed past until Kafka acks it.
+pub fn first_read_after(log: &str, lsn: Lsn) -> Option<Lsn> {
+    transactions_read(log).into_iter().filter(|l| *l > lsn).min()
+}
+
 /// The LSN written right after `marker` on a log line (`… at LSN 0/1A2B3C …`).
 pub fn lsn_after(line: &str, marker: &str) -> Option<Lsn> {
     let rest = line.split(marker).nth(1)?;

@@ -76,3 +76,26 @@ pub async fn wait_active_pid(
     }
     None
 }
+
+/// Waits until the slot is confirmed at or past `lsn` (the relay confirmed what Kafka acked).
+pub async fn wait_confirmed(url: &str, slot: &str, lsn: Lsn, deadline: Duration) -> bool {
+    super::wait_until(&format!("the slot confirms {lsn}"), deadline, || async move {
+        slot_confirmed(url, slot).await.unwrap_or_default() >= lsn
+    })
+    .await
+}
+
+/// Waits until no walsender streams from the slot (a killed relay's session is gone).
+pub async fn wait_inactive(url: &str, slot: &str, deadline: Duration) -> bool {
+    super::wait_until("the slot's walsender exits", deadline, || async move {
+        slot_active_pid(url, slot).await.is_none()
+    })
+    .await
+}
+
+/// After a SIGKILL of the relay: waits until PostgreSQL has noticed and ended its walsender, so
+/// the next relay finds the slot free instead of standing by; fails the test after 15 s.
+pub async fn assert_released_after_kill(url: &str, slot: &str) {
+    let gone = wait_inactive(url, slot, Duration::from_secs(15)).await;
+    assert!(gone, "walsender of a SIGKILLed relay still active after 15 s");
+}

@@ -179,6 +179,15 @@ impl Writer {
         self.committed.load(Ordering::Relaxed)
     }
 
+    /// Waits until at least `n` events are committed: a fault is injected mid-stream, not
+    /// before the first row or after the last.
+    pub async fn wait_committed(&self, n: u64, deadline: Duration) -> bool {
+        super::wait_until(&format!("{n} events committed"), deadline, || async move {
+            self.committed() >= n
+        })
+        .await
+    }
+
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }
