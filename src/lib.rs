@@ -1,10 +1,10 @@
 //! walrelay relays transactional-outbox events from PostgreSQL to Kafka by streaming the WAL.
 //!
-//! The data path, one module each: [`source`] (the slot) → [`pgoutput`] (decoding) →
-//! [`encoder`] (route with [`router`], Debezium's Outbox Event Router, then wrap with
-//! [`envelope`], the format) → [`delivery`] (librdkafka, dead letters and the ack frontier:
-//! what may be confirmed) — driven by the loop in [`relay`], whose `Progress` alone confirms the
-//! slot and publishes where the relay stands in the WAL ([`metrics::Positions`]). [`message_selection`] selects the logical
+//! The data path, one module each: `source` (the slot) → [`pgoutput`] (decoding) → [`encoder`]
+//! (route with [`router`], Debezium's Outbox Event Router, then wrap with [`envelope`], the
+//! format) → `delivery` (librdkafka, dead letters and the ack frontier: what may be confirmed) —
+//! driven by the loop in [`relay`], whose `Progress` alone confirms the slot and publishes where
+//! the relay stands in the WAL ([`metrics::Positions`]). `message_selection` selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
 
