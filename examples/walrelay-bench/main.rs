@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo run --release --example walrelay-bench -- [--events 1000000] [--repeat 3] \
-//!     [--rates 2000,20000] [--rate-seconds 30] [--json FILE] [--quick]
+//!     [--rates 2000,20000] [--rate-seconds 30] [--json FILE] [--quick] [--baseline-bin PATH]
 //! ```
 //! It starts its own PostgreSQL and broker (the test harness's, tests/support) and builds the
 //! release `walrelay` binary first (`--no-build` or `WALRELAY_BIN` skip that). docs/benchmarks.md
@@ -16,6 +16,7 @@
 mod support;
 
 mod ackhist;
+mod baseline;
 mod fresh;
 mod kafka;
 mod latency;
@@ -117,6 +118,11 @@ struct Opts {
     /// propagated with OTLP span export; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages,exactly-once")]
     shapes: String,
+    /// Another walrelay binary (e.g. the build before a change) measured beside the current one
+    /// on the plain table: same backlog, same steady rates, interleaved in every repetition;
+    /// the report adds each figure's current / baseline ratio.
+    #[arg(long)]
+    baseline_bin: Option<PathBuf>,
     /// Don't build the release walrelay binary first.
     #[arg(long)]
     no_build: bool,
@@ -149,6 +155,8 @@ pub struct Settings {
     pub shapes: Vec<String>,
     pub sync_commit: bool,
     pub walrelay_bin: String,
+    /// --baseline-bin, when walrelay runs.
+    pub baseline: Option<baseline::Baseline>,
     /// `Apache Kafka 4.4.0 (KRaft, one node)` or `tansu 0.6.0 (memory engine)`.
     pub broker: String,
 }
@@ -195,6 +203,7 @@ fn main() {
             .collect(),
         sync_commit: !o.async_commit,
         walrelay_bin: String::new(),
+        baseline: None,
         broker: match cli.broker.as_str() {
             "tansu" => "tansu 0.6.0 (memory engine)".into(),
             _ => "Apache Kafka 4.4.0 (KRaft, one node)".into(),
@@ -203,6 +212,7 @@ fn main() {
     let mut settings = settings;
     if settings.runs("walrelay") {
         settings.walrelay_bin = prepare_walrelay(o.no_build).display().to_string();
+        settings.baseline = o.baseline_bin.as_deref().map(baseline::Baseline::prepare);
     }
     let json_path = o.json.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
@@ -216,12 +226,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let own_copy = std::env::var_os("WALRELAY_BIN")
-        .map(PathBuf::from)
-        .filter(|p| p.starts_with(target_dir().join("walrelay-bench").join("bin")));
     let ok = rt.block_on(run(settings, json_path));
-    if let Some(copy) = own_copy {
-        let _ = std::fs::remove_file(copy);
+    for name in ["walrelay", "baseline"] {
+        let _ = std::fs::remove_file(private_copy_path(name));
     }
     if !ok {
         std::process::exit(1);
@@ -251,23 +258,33 @@ fn prepare_walrelay(no_build: bool) -> PathBuf {
         assert!(status.success(), "cargo build --release --bin walrelay failed");
     }
     assert!(bin.is_file(), "{} is missing (build it, or set WALRELAY_BIN)", bin.display());
-    // A private copy: another `cargo build` may replace target/release/walrelay during a long
-    // run, and every repetition must run the same binary.
-    let dir = target_dir().join("walrelay-bench").join("bin");
-    let _ = std::fs::create_dir_all(&dir);
+    let copy = private_copy(&bin, "walrelay");
+    // Read by tests/support's walrelay_bin().
+    std::env::set_var("WALRELAY_BIN", &copy);
+    copy
+}
+
+/// Copies `bin` to target/walrelay-bench/bin/NAME-PID: another `cargo build` may replace it
+/// during a long run, and every repetition must run the same binary.
+pub fn private_copy(bin: &Path, name: &str) -> PathBuf {
+    let copy = private_copy_path(name);
+    let dir = copy.parent().expect("bin dir");
+    let _ = std::fs::create_dir_all(dir);
     // Copies left by runs that died.
-    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name.strip_prefix("walrelay-").and_then(|p| p.parse::<u32>().ok());
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let pid = file.rsplit_once('-').and_then(|(_, p)| p.parse::<u32>().ok());
         if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    let copy = dir.join(format!("walrelay-{}", std::process::id()));
-    std::fs::copy(&bin, &copy).unwrap_or_else(|e| panic!("copy {}: {e}", bin.display()));
-    // Read by tests/support's walrelay_bin().
-    std::env::set_var("WALRELAY_BIN", &copy);
+    std::fs::copy(bin, &copy).unwrap_or_else(|e| panic!("copy {}: {e}", bin.display()));
     copy
+}
+
+fn private_copy_path(name: &str) -> PathBuf {
+    let dir = target_dir().join("walrelay-bench").join("bin");
+    dir.join(format!("{name}-{}", std::process::id()))
 }
 
 /// One repetition of everything.
@@ -292,10 +309,18 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
     let meter = Meter { pg: PgCpu::new(svc.pg.data_dir()) };
     let ctx = Ctx {
         meter: &meter,
+        walrelay_bin: Path::new(&s.walrelay_bin),
+        steady_group: workload::STEADY_GROUP,
         aggregates: s.aggregates,
         poll_ms: s.poll_ms,
         sync_commit: s.sync_commit,
     };
+    // The binaries measured on the plain table: walrelay, and the baseline's with its row name.
+    let mut relays = vec![(ctx, "walrelay".to_string())];
+    if let Some(b) = &s.baseline {
+        let steady_group = workload::BASELINE_STEADY_GROUP;
+        relays.push((Ctx { walrelay_bin: &b.copy, steady_group, ..ctx }, b.system.clone()));
+    }
     eprintln!("[bench] settings: {s:?}");
     let mut reps: Vec<Rep> = Vec::new();
     for index in 0..s.repeat {
@@ -323,9 +348,13 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
         if s.runs("ceiling") || s.runs("walrelay") {
             let db = workload::create_db("bench_wal").await;
             let publication = support::unique("bench_pub");
-            let (ceil_slot, relay_slot) = (support::unique("ceil"), support::unique("relay"));
-            workload::create_publication_and_slots(&db, &publication, &[&ceil_slot, &relay_slot])
-                .await;
+            let ceil_slot = support::unique("ceil");
+            // One slot per binary; walrelay's is the first (replay and retention use it).
+            let slots: Vec<String> = relays.iter().map(|_| support::unique("relay")).collect();
+            let relay_slot = &slots[0];
+            let all_slots: Vec<&str> =
+                std::iter::once(&ceil_slot).chain(&slots).map(String::as_str).collect();
+            workload::create_publication_and_slots(&db, &publication, &all_slots).await;
             let load = workload::load(&db, s.events, s.rows_per_txn, s.aggregates).await;
             eprintln!(
                 "[bench] loaded {} rows in {:.1} s ({:.0}/s), {:.0} MB WAL, payload {:.0} B",
@@ -336,43 +365,55 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 load.avg_payload_bytes
             );
             rep.loads.push(("ceiling+walrelay".into(), load));
-            // Both read the same backlog from their own slot; the order alternates between
-            // repetitions so neither always reads the WAL first.
-            let walrelay_first = index % 2 == 1;
-            for turn in 0..2 {
-                let ceiling_turn = (turn == 0) != walrelay_first;
-                let d = if ceiling_turn && s.runs("ceiling") {
-                    systems::ceiling(&ctx, &db, &ceil_slot, &publication, &load).await
-                } else if !ceiling_turn && s.runs("walrelay") {
-                    systems::walrelay_drain(
-                        &ctx,
-                        &db,
-                        &relay_slot,
-                        &publication,
-                        &load,
-                        "walrelay",
-                        systems::PLAIN_OUTBOX,
-                    )
-                    .await
-                } else {
-                    continue;
+            // Each reads the same backlog from its own slot; the order reverses every other
+            // repetition so none always reads the WAL first (or always follows the other).
+            let mut turns: Vec<Option<usize>> = Vec::new();
+            if s.runs("ceiling") {
+                turns.push(None);
+            }
+            if s.runs("walrelay") {
+                turns.extend((0..relays.len()).map(Some));
+            }
+            if index % 2 == 1 {
+                turns.reverse();
+            }
+            for turn in turns {
+                let d = match turn {
+                    None => systems::ceiling(&ctx, &db, &ceil_slot, &publication, &load).await,
+                    Some(i) => {
+                        let (c, system) = &relays[i];
+                        let (slot, outbox) = (&slots[i], systems::PLAIN_OUTBOX);
+                        systems::walrelay_drain(c, &db, slot, &publication, &load, system, outbox)
+                            .await
+                    }
                 };
                 report::log_drain(&d);
                 rep.drains.push(d);
             }
             if s.runs("walrelay") && !s.rates.is_empty() {
-                eprintln!("[bench] walrelay steady phase");
-                let st = systems::walrelay_steady(
-                    &ctx,
-                    &db,
-                    &relay_slot,
-                    &publication,
-                    &s.rates,
-                    s.rate_seconds,
-                    &systems::PLAIN_STEADY,
-                )
-                .await;
-                rep.steady.push(st);
+                let mut order: Vec<usize> = (0..relays.len()).collect();
+                if index % 2 == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    let (c, system) = &relays[i];
+                    eprintln!("[bench] {system} steady phase");
+                    // Past the rows the other binary's steady phase wrote (none before the
+                    // first): each starts caught up, as walrelay does after its drain.
+                    workload::skip_slot_to_now(&db, &slots[i]).await;
+                    let mut st = systems::walrelay_steady(
+                        c,
+                        &db,
+                        &slots[i],
+                        &publication,
+                        &s.rates,
+                        s.rate_seconds,
+                        &systems::PLAIN_STEADY,
+                    )
+                    .await;
+                    st.system = system.clone();
+                    rep.steady.push(st);
+                }
                 if s.shapes.iter().any(|x| x == "exactly-once") {
                     // A database of its own: the steady writers number their events from 0.
                     eprintln!("[bench] walrelay exactly-once steady phase");
@@ -409,7 +450,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 rep.replays.push(
                     replay::retained(
                         &db,
-                        &relay_slot,
+                        relay_slot,
                         &publication,
                         s.replay_events,
                         live.map(|d| d.events_per_s),
@@ -419,7 +460,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             }
             if s.runs("walrelay") {
                 eprintln!("[bench] retention: purge what walrelay relayed, drop a partition");
-                rep.retention.push(retention::plain(&db, &relay_slot, &publication).await);
+                rep.retention.push(retention::plain(&db, relay_slot, &publication).await);
             }
             workload::drop_db(&db).await;
             if s.runs("walrelay") {

@@ -115,6 +115,8 @@ pub struct Summary {
     pub retention: Vec<RetentionRow>,
     pub targets: Vec<Target>,
     pub all_delivered: bool,
+    /// walrelay against --baseline-bin's binary.
+    pub baseline: Option<crate::baseline::Comparison>,
 }
 
 pub fn log_drain(d: &Drain) {
@@ -364,6 +366,7 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
         retention,
         targets,
         all_delivered,
+        baseline: s.baseline.as_ref().map(|b| crate::baseline::compare(b, &s.rates, reps)),
     }
 }
 
@@ -532,6 +535,9 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
             sum.first_record_ms.show(|x| format!("{x:.0}")),
             sum.steady_peak_rss_mb.show(|x| format!("{x:.1}"))
         );
+    }
+    if let Some(c) = &sum.baseline {
+        o.push_str(&crate::baseline::render(c));
     }
     let _ = writeln!(o, "\n### Targets (issue 4)\n");
     let _ = writeln!(o, "| target | goal | measured | met |");

@@ -2,6 +2,7 @@
 //! polling relay, each draining the same backlog; plus walrelay's first record and the steady
 //! phases.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,8 +33,15 @@ pub struct Drain {
     pub ok: bool,
 }
 
+#[derive(Clone, Copy)]
 pub struct Ctx<'a> {
     pub meter: &'a Meter,
+    /// The walrelay executable the drain and steady phases run: the current build, or the
+    /// baseline of --baseline-bin.
+    pub walrelay_bin: &'a Path,
+    /// The id group of the steady phases' events (`workload::STEADY_GROUP`; the baseline's
+    /// steady rows go to the same table and need ids of their own).
+    pub steady_group: u32,
     pub aggregates: u32,
     pub poll_ms: u64,
     /// `synchronous_commit` of the steady phase's writers.
@@ -193,9 +201,14 @@ listen = "127.0.0.1:{http_port}"
 }
 
 pub fn start_walrelay(config: &str) -> RelayProcess {
+    start_walrelay_bin(&crate::support::process::walrelay_bin(), config)
+}
+
+/// `bin` as walrelay, e.g. the baseline binary.
+pub fn start_walrelay_bin(bin: &Path, config: &str) -> RelayProcess {
     // Production log level (the harness default is debug, one line per transaction).
     let level = std::env::var("WALRELAY_BENCH_LOG").unwrap_or_else(|_| "info".into());
-    RelayProcess::start_with(config, &[], &[("RUST_LOG", level.as_str())])
+    RelayProcess::start_program(bin, config, &[], &[("RUST_LOG", level.as_str())])
 }
 
 async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> Lsn {
@@ -231,7 +244,7 @@ pub async fn walrelay_drain(
     let before = workload::try_table_stats(db).await;
     let watch = workload::connect(&db.url).await;
     let a = ctx.meter.snap(None);
-    let mut relay = start_walrelay(&config);
+    let mut relay = start_walrelay_bin(ctx.walrelay_bin, &config);
     let pid = relay.pid();
     let deadline = Instant::now() + drain_deadline(load.events);
     let mut done = false;
@@ -325,11 +338,11 @@ pub async fn walrelay_steady(
         false => None,
     };
     // One event committed while no relay runs: the first thing the new process must publish.
-    insert_one(db, ctx.sync_commit, 0, ctx.aggregates).await;
+    insert_one(db, ctx.sync_commit, ctx.steady_group, 0, ctx.aggregates).await;
     let http_port = crate::support::free_port();
     let t0 = now_us();
-    let mut relay =
-        start_walrelay(&walrelay_config(db, slot, publication, &prefix, http_port, path.toml));
+    let config = walrelay_config(db, slot, publication, &prefix, http_port, path.toml);
+    let mut relay = start_walrelay_bin(ctx.walrelay_bin, &config);
     // Published = acknowledged by the broker: the first ack counted in walrelay's histogram.
     let first_deadline = Instant::now() + Duration::from_secs(30);
     let mut first = None;
@@ -352,7 +365,7 @@ pub async fn walrelay_steady(
         ctx.meter,
         relay.pid(),
         ctx.sync_commit,
-        workload::STEADY_GROUP,
+        ctx.steady_group,
         if path.tail { Observer::Tail } else { Observer::Histogram(http_port) },
     )
     .await;
@@ -363,7 +376,7 @@ pub async fn walrelay_steady(
     }
     keep_log(&format!("{prefix}-steady"), &relay.log());
     let total = lat.iter().map(|l| l.events).sum::<u64>();
-    let delivery = read_back(&prefix, workload::STEADY_GROUP, 0..=total, ctx.aggregates).await;
+    let delivery = read_back(&prefix, ctx.steady_group, 0..=total, ctx.aggregates).await;
     SteadyRun {
         system: path.system.into(),
         first_record_ms,
@@ -464,7 +477,7 @@ pub async fn polling_steady(
         ctx.meter,
         child.pid(),
         ctx.sync_commit,
-        workload::STEADY_GROUP,
+        ctx.steady_group,
         Observer::Tail,
     )
     .await;
@@ -474,7 +487,7 @@ pub async fn polling_steady(
     child.finish();
     tail_consumer.stop();
     let total = lat.iter().map(|l| l.events).sum::<u64>();
-    let delivery = read_back(&prefix, workload::STEADY_GROUP, 1..=total, ctx.aggregates).await;
+    let delivery = read_back(&prefix, ctx.steady_group, 1..=total, ctx.aggregates).await;
     SteadyRun {
         system: format!("polling B={batch} ×1 (poll {} ms)", ctx.poll_ms),
         first_record_ms: None,

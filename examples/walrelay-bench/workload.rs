@@ -21,6 +21,8 @@ pub const BACKLOG_GROUP: u32 = 0;
 pub const STEADY_GROUP: u32 = 1;
 /// Ids of the pgoutput-alone latency floor (same table as walrelay's steady phase).
 pub const FLOOR_GROUP: u32 = 2;
+/// The steady phase of --baseline-bin's binary: same table as walrelay's, ids of its own.
+pub const BASELINE_STEADY_GROUP: u32 = 3;
 
 /// The row for event `g` (a bigint expression), as a SELECT list; `group` picks the id range.
 pub fn row_sql(g: &str, group: u32, aggregates: u32) -> String {
@@ -119,6 +121,29 @@ pub async fn create_publication_and_slots(db: &TestDb, publication: &str, slots:
             .await
             .unwrap_or_else(|e| panic!("create slot {slot}: {e}"));
     }
+}
+
+/// Moves `slot` past every row committed so far (once the WAL holding them is flushed, which
+/// under `synchronous_commit = off` can lag the commit), so a relay starting on it relays only
+/// what comes next. A slot already there stays.
+pub async fn skip_slot_to_now(db: &TestDb, slot: &str) {
+    let c = db.connect().await;
+    let lsn = |sql: &'static str| {
+        let c = &c;
+        async move { c.query_one(sql, &[]).await.expect("wal lsn").get::<_, Lsn>(0) }
+    };
+    let now = lsn("SELECT pg_current_wal_insert_lsn()").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lsn("SELECT pg_current_wal_flush_lsn()").await < now && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.query_one(
+        "SELECT pg_replication_slot_advance(slot_name, GREATEST($2::pg_lsn, confirmed_flush_lsn)) \
+         FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot, &now],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("advance slot {slot}: {e}"));
 }
 
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -378,13 +403,13 @@ pub async fn run_rate(
 /// sent that transaction (the dual-write floor produces the event's record there).
 pub type OnCommit = Arc<dyn Fn(u64, Instant) + Send + Sync>;
 
-/// Inserts steady-group event `n` in a transaction of its own, committed before return.
-pub async fn insert_one(db: &TestDb, sync_commit: bool, n: u64, aggregates: u32) {
+/// Inserts event `n` of `group` in a transaction of its own, committed before return.
+pub async fn insert_one(db: &TestDb, sync_commit: bool, group: u32, n: u64, aggregates: u32) {
     let c = connect(&db.url).await;
     set_sync_commit(&c, sync_commit).await;
     let sql = format!(
         "INSERT INTO outbox ({COLUMNS}) SELECT {} FROM (SELECT $1::bigint AS g) s",
-        row_sql("g", STEADY_GROUP, aggregates)
+        row_sql("g", group, aggregates)
     );
     c.execute(&sql, &[&(n as i64)]).await.expect("insert one");
 }
