@@ -129,7 +129,12 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
     let s = Setup::new("hugetx").await;
     let topic = s.topic("Order");
     kafka::create_topic(services().broker.bootstrap(), &topic, 4).await;
-    let mut relay = s.start_streaming(&s.config()).await;
+    // Small produce requests, one at a time: the transaction then takes seconds to deliver, so
+    // the relay is frozen part-way however busy the machine is (with librdkafka's defaults it
+    // once delivered all 100,000 rows before the watermarks were read).
+    let kafka = "\"batch.size\" = 4096\n\"max.in.flight.requests.per.connection\" = 1\n";
+    let config = s.config_with("", kafka, "");
+    let mut relay = s.start_streaming(&config).await;
     let c0 = slot_confirmed(&s.db.url, &s.slot).await.unwrap();
 
     let started = Instant::now();
