@@ -221,7 +221,10 @@ pub async fn consume_topics_with(
     let start = Instant::now();
     let consumer = reader(config);
     let mut out: Vec<Consumed> = Vec::new();
-    if !matches!(start_reading(&consumer, topics, start, deadline, || true).await, Start::Reading) {
+    if !matches!(
+        start_reading(Join::for_broker(), &consumer, topics, start, deadline, || true).await,
+        Start::Reading
+    ) {
         return out;
     }
     // A topic the relay creates after the subscription rebalances the group, and a partition
@@ -306,6 +309,38 @@ pub async fn consume_while(
     bootstrap: &str,
     topics: &[String],
     deadline: Duration,
+    f: impl FnMut(Next) -> bool,
+) -> bool {
+    consume_while_by(Join::for_broker(), bootstrap, topics, deadline, f).await
+}
+
+/// How a reader gets its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Subscribes in a group of its own, as a user's consumer does (Apache Kafka).
+    Group,
+    /// Assigns itself every partition from the metadata, with no group coordinator: tansu, and a
+    /// read-back from a broker that was frozen for seconds, whose group joins can stall (one
+    /// CI run read nothing in 90 s while the watermarks held every record).
+    Assign,
+}
+
+impl Join {
+    /// [`Join::Group`] on Apache Kafka, [`Join::Assign`] on tansu (its readers don't join).
+    pub fn for_broker() -> Join {
+        match super::broker::Kind::selected() {
+            Ok(super::broker::Kind::Kafka) => Join::Group,
+            _ => Join::Assign,
+        }
+    }
+}
+
+/// [`consume_while`], joining as `join` says.
+pub async fn consume_while_by(
+    join: Join,
+    bootstrap: &str,
+    topics: &[String],
+    deadline: Duration,
     mut f: impl FnMut(Next) -> bool,
 ) -> bool {
     let start = Instant::now();
@@ -314,7 +349,7 @@ pub async fn consume_while(
     config.set("log_level", "3");
     let consumer = reader(config);
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    match start_reading(&consumer, &names, start, deadline, || f(Next::Idle)).await {
+    match start_reading(join, &consumer, &names, start, deadline, || f(Next::Idle)).await {
         Start::Reading => {}
         Start::Stopped => return true,
         Start::NoTopic => return false,
@@ -384,13 +419,14 @@ enum Start {
 /// `waiting` is called on every round they are not all there yet (they appear when the relay
 /// first produces to them), and ends the wait when it returns false.
 async fn start_reading(
+    join: Join,
     consumer: &Arc<StreamConsumer>,
     topics: &[&str],
     start: Instant,
     deadline: Duration,
     mut waiting: impl FnMut() -> bool,
 ) -> Start {
-    if super::broker::Kind::selected() == Ok(super::broker::Kind::Kafka) {
+    if join == Join::Group {
         consumer.subscribe(topics).unwrap_or_else(|e| panic!("subscribe {topics:?}: {e}"));
         return Start::Reading;
     }

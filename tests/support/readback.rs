@@ -5,9 +5,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::kafka::Join;
 use super::process::RelayProcess;
 use super::writer::{
-    collect_deliveries, verify, Delivered, Event, Verdict, Writer, WriterConfig, WriterReport,
+    collect_deliveries, collect_deliveries_by, verify, Delivered, Event, Verdict, Writer,
+    WriterConfig, WriterReport,
 };
 
 /// How long a read-back after a fault goes on past the last wanted record: a relay that
@@ -32,9 +34,21 @@ pub async fn read_back(
     quiet: Duration,
     deadline: Duration,
 ) -> ReadBack {
+    read_back_by(Join::for_broker(), bootstrap, topics, reports, quiet, deadline).await
+}
+
+/// [`read_back`], the reader joining as `join` says.
+pub async fn read_back_by(
+    join: Join,
+    bootstrap: &str,
+    topics: &[String],
+    reports: &[&WriterReport],
+    quiet: Duration,
+    deadline: Duration,
+) -> ReadBack {
     let events: Vec<Event> = reports.iter().flat_map(|r| r.events.iter().cloned()).collect();
     let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries(bootstrap, topics, &want, quiet, deadline).await;
+    let got = collect_deliveries_by(join, bootstrap, topics, &want, quiet, deadline).await;
     let verdict = verify(&events, &got);
     ReadBack { events, got, verdict }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 use walrelay::lsn::Lsn;
 
-use super::kafka::{consume_while, Consumed, Next};
+use super::kafka::{consume_while_by, Consumed, Join, Next};
 use super::postgres::connect;
 
 /// A small deterministic PRNG (xorshift64*), so fault schedules can be replayed from a seed.
@@ -395,11 +395,23 @@ pub async fn collect_deliveries(
     quiet: Duration,
     deadline: Duration,
 ) -> Vec<Delivered> {
+    collect_deliveries_by(Join::for_broker(), bootstrap, topics, want, quiet, deadline).await
+}
+
+/// [`collect_deliveries`], the reader joining as `join` says.
+pub async fn collect_deliveries_by(
+    join: Join,
+    bootstrap: &str,
+    topics: &[String],
+    want: &HashSet<String>,
+    quiet: Duration,
+    deadline: Duration,
+) -> Vec<Delivered> {
     let mut out = Vec::with_capacity(want.len());
     let mut seen: HashSet<String> = HashSet::with_capacity(want.len());
     let mut missing = want.len();
     let mut last_new = Instant::now();
-    consume_while(bootstrap, topics, deadline, |next| {
+    consume_while_by(join, bootstrap, topics, deadline, |next| {
         match next {
             Next::Record(r) => {
                 last_new = Instant::now();
