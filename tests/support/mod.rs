@@ -30,6 +30,7 @@ pub use postgres::{Postgres, TestDb};
 pub use process::RelayProcess;
 pub use servers::{note, Capability, Server};
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -166,12 +167,22 @@ where
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, release it).
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, release it), and
+/// never handed out before in this process: a test that kills its broker and starts it again on
+/// the same port must not find another test's broker there, which the OS would happily give
+/// the freed port to.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    static HANDED_OUT: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    let mut handed_out = HANDED_OUT.get_or_init(Default::default).lock().unwrap();
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind 127.0.0.1:0");
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `/tmp/walrelay-test-<pid>`: this process's scratch directory. Created on first use, which
