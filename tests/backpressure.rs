@@ -4,10 +4,10 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{release_slot, Setup};
-use crate::support::kafka::{self, consume_while, private_broker, Join, Next};
+use crate::support::kafka::{self, consume_while, private_broker, Next};
 use crate::support::process::{first_read_after, freeze, hwm_kb, mb, rss_kb, thaw};
 use crate::support::readback::{
-    assert_no_loss_in_order, read_back_by, write_and_await_delivery, QUIET,
+    assert_no_loss_in_order, read_back, write_and_await_delivery, QUIET,
 };
 use crate::support::services;
 use crate::support::slot::{slot_active_pid, slot_confirmed, wait_confirmed};
@@ -67,11 +67,9 @@ async fn backpressure_with_hung_broker_keeps_memory_bounded_and_delivers_everyth
     let resumed = Instant::now();
 
     let all = [&warm, &report];
-    // Read without a group: the broker was frozen for seconds, and a group join on it can
-    // stall (one CI run read nothing in 90 s while the watermarks held every record).
     let bootstrap = broker.bootstrap();
     let deadline = Duration::from_secs(90);
-    let v = read_back_by(Join::Assign, bootstrap, &topics, &all, QUIET, deadline).await.verdict;
+    let v = read_back(bootstrap, &topics, &all, QUIET, deadline).await.verdict;
     let record_kb = ((PAD + 200) as u64).div_ceil(1024);
     let bound = INFLIGHT as u64 * record_kb;
     let growth = peak.saturating_sub(baseline);

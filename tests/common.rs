@@ -199,7 +199,9 @@ table = "public.outbox"
         let pg = services().pg.log();
         let lines: Vec<&str> = pg.lines().collect();
         let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-        format!("relay log:\n{}\n--- postgres log tail ---\n{tail}", relay.log())
+        let kafka =
+            crate::support::kafka::holdings(services().broker.bootstrap(), &self.topic_prefix);
+        format!("{kafka}\nrelay log:\n{}\n--- postgres log tail ---\n{tail}", relay.log())
     }
 }
 

@@ -100,7 +100,7 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     })
     .await
     .unwrap();
-    let back = wait_ready(http, true, Duration::from_secs(30)).await;
+    let back = wait_ready(http, true, Duration::from_secs(45)).await;
     note(&format!(
         "outage on a quiet outbox: /readyz not ready {down:.1?} after the kill ({down_reason}, broker_up {up_while_down:?}); ready again {back:.1?} after the broker came back, broker_up {:?}",
         broker_up(http).await
@@ -108,8 +108,8 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     assert!(down.is_some(), "/readyz stayed ready with the broker gone:\n{}", relay.log());
     assert_eq!(up_while_down, Some(0.0));
     assert!(
-        back.is_some_and(|t| t < Duration::from_secs(15)),
-        "/readyz not ready again within 15 s of the broker's return ({back:?}; it says {}; broker_up {:?}):\n{}\n--- the returned broker's log ---\n{}",
+        back.is_some_and(|t| t < Duration::from_secs(20)),
+        "/readyz not ready again within 20 s of the broker's return ({back:?}; it says {}; broker_up {:?}):\n{}\n--- the returned broker's log ---\n{}",
         readyz(http).await,
         broker_up(http).await,
         relay.log(),

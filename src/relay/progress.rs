@@ -11,6 +11,7 @@
 //! (`metrics::Positions`), which `/metrics` and `/readyz` read.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::delivery::Acked;
 use crate::lsn::Lsn;
@@ -20,7 +21,13 @@ pub(super) struct Progress {
     /// This session's positions; `confirmed` is the last one handed to the replication client.
     positions: Positions,
     metrics: Arc<Metrics>,
+    /// When the confirmed position was last logged (at debug, at most once a second): a
+    /// relay's log then shows how far it got when a test or an operator asks why.
+    logged: Option<Instant>,
 }
+
+/// How often a moving confirmed position is logged, at most.
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// What a report found.
 #[derive(Debug, PartialEq, Eq)]
@@ -50,7 +57,7 @@ impl Progress {
             ..last
         };
         metrics.publish_positions(positions);
-        Progress { positions, metrics: metrics.clone() }
+        Progress { positions, metrics: metrics.clone(), logged: None }
     }
 
     /// The server reported its WAL end (with data, or in a keepalive).
@@ -83,6 +90,10 @@ impl Progress {
             None => {}
         }
         self.metrics.publish_positions(*p);
+        if moved.is_some() && self.logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+            self.logged = Some(Instant::now());
+            tracing::debug!(confirmed = %p.confirmed, acked = %p.acked, vouched = %p.vouched, "position confirmed");
+        }
         Reported { moved, at: p.confirmed, check_wanted: acked.lsn > vouched }
     }
 }

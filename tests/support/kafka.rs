@@ -1,10 +1,8 @@
 //! Kafka client helpers for tests (rdkafka / librdkafka).
 //!
-//! On Apache Kafka the readers are consumers in a group of their own that subscribe from the
-//! earliest offset, as users' consumers are. On tansu (`WALRELAY_TEST_BROKER=tansu`) they
-//! `assign()` every partition from offset 0 instead (a classic JoinGroup there waits
-//! session.timeout.ms/2). Either way they count records rather than trust high watermarks
-//! (tansu's memory engine reports wrong ones).
+//! The readers assign themselves every partition of their topics from offset 0, with no group
+//! ([`Reader`] says why), and count records rather than trust high watermarks (tansu's memory
+//! engine reports wrong ones).
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -13,7 +11,8 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use std::collections::{HashMap, HashSet};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -184,7 +183,7 @@ pub async fn produce(
     }
 }
 
-/// Reads `topic` from offset 0 on every partition with assign() until `expected` records
+/// Reads `topic` from offset 0 on every partition until `expected` records
 /// arrived or `deadline` passed; returns what it got, ordered by (partition, offset).
 pub async fn consume(
     bootstrap: &str,
@@ -197,10 +196,6 @@ pub async fn consume(
 
 /// Like [`consume`] for several topics together: stops at `expected` records in all;
 /// ordered by (position of the topic in `topics`, partition, offset).
-///
-/// On Kafka it subscribes in a fresh consumer group; on tansu it waits (within the deadline) for
-/// the topics to appear in the broker's metadata and assigns their partitions, rather than
-/// naming them in a metadata request, which would create them on tansu's memory engine.
 pub async fn consume_topics(
     bootstrap: &str,
     topics: &[&str],
@@ -219,35 +214,15 @@ pub async fn consume_topics_with(
     deadline: Duration,
 ) -> Vec<Consumed> {
     let start = Instant::now();
-    let consumer = reader(config);
+    let mut reader = Reader::start(config, topics).await;
     let mut out: Vec<Consumed> = Vec::new();
-    if !matches!(
-        start_reading(Join::for_broker(), &consumer, topics, start, deadline, || true).await,
-        Start::Reading
-    ) {
-        return out;
-    }
-    // A topic the relay creates after the subscription rebalances the group, and a partition
-    // handed back may be read again from the last commit: a record is counted once, by where it
-    // is, so only the relay's own duplicates (new offsets) show.
-    let mut seen: HashSet<(String, i32, i64)> = HashSet::new();
-
     while out.len() < expected {
         let remaining = deadline.saturating_sub(start.elapsed());
         if remaining.is_zero() {
             break;
         }
-        match tokio::time::timeout(remaining, consumer.recv()).await {
-            Err(_) => break,
-            Ok(Err(e)) => {
-                eprintln!("[support] consume {topics:?}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(Ok(m)) => {
-                if seen.insert((m.topic().to_string(), m.partition(), m.offset())) {
-                    out.push(Consumed::from_message(&m));
-                }
-            }
+        if let Some(record) = reader.next(remaining.min(Duration::from_millis(100))).await {
+            out.push(record);
         }
     }
     if out.len() < expected {
@@ -272,7 +247,7 @@ pub enum Next {
 
 /// How many records `topic` holds, from its partitions' high watermarks: `None` on tansu (its
 /// memory engine reports wrong ones) or while the topic's metadata is not there. Unlike a
-/// reader, which joins a group first (seconds on Kafka), this answers in a round trip.
+/// reader, this answers in a round trip.
 pub fn records_in(bootstrap: &str, topic: &str) -> Option<i64> {
     if !matches!(super::broker::Kind::selected(), Ok(super::broker::Kind::Kafka)) {
         return None;
@@ -300,44 +275,39 @@ pub fn records_in(bootstrap: &str, topic: &str) -> Option<i64> {
     Some(total)
 }
 
-/// Reads `topics` from their start and calls `f` for each record and on every 100 ms without
-/// one (also while the topics are not there yet), until `f` returns false or `deadline` passes.
-/// A record read twice because a rebalance handed its partition back is passed on once (by
-/// topic, partition and offset), so only the relay's own duplicates show. Returns whether `f`
-/// ended it.
-pub async fn consume_while(
-    bootstrap: &str,
-    topics: &[String],
-    deadline: Duration,
-    f: impl FnMut(Next) -> bool,
-) -> bool {
-    consume_while_by(Join::for_broker(), bootstrap, topics, deadline, f).await
-}
-
-/// How a reader gets its partitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Join {
-    /// Subscribes in a group of its own, as a user's consumer does (Apache Kafka).
-    Group,
-    /// Assigns itself every partition from the metadata, with no group coordinator: tansu, and a
-    /// read-back from a broker that was frozen for seconds, whose group joins can stall (one
-    /// CI run read nothing in 90 s while the watermarks held every record).
-    Assign,
-}
-
-impl Join {
-    /// [`Join::Group`] on Apache Kafka, [`Join::Assign`] on tansu (its readers don't join).
-    pub fn for_broker() -> Join {
-        match super::broker::Kind::selected() {
-            Ok(super::broker::Kind::Kafka) => Join::Group,
-            _ => Join::Assign,
+/// What the broker holds in the topics whose names start with `prefix`, per partition
+/// (`topic[partition]: low..high`), for a failure message: it tells records the relay never
+/// delivered from records a reader missed. Blocking; a line saying why when it can't tell.
+pub fn holdings(bootstrap: &str, prefix: &str) -> String {
+    let Ok(client) = client_config(bootstrap).create::<rdkafka::consumer::BaseConsumer>() else {
+        return "kafka holdings: no client".into();
+    };
+    let timeout = Duration::from_secs(5);
+    let metadata = match client.fetch_metadata(None, timeout) {
+        Ok(m) => m,
+        Err(e) => return format!("kafka holdings: no metadata: {e}"),
+    };
+    let mut lines = Vec::new();
+    for t in metadata.topics().iter().filter(|t| t.name().starts_with(prefix)) {
+        for p in t.partitions() {
+            let marks = client.fetch_watermarks(t.name(), p.id(), timeout);
+            lines.push(match marks {
+                Ok((low, high)) => format!("{}[{}]: {low}..{high}", t.name(), p.id()),
+                Err(e) => format!("{}[{}]: {e}", t.name(), p.id()),
+            });
         }
     }
+    lines.sort();
+    format!(
+        "kafka holds (offsets low..high): {}",
+        if lines.is_empty() { "no such topic".into() } else { lines.join(", ") }
+    )
 }
 
-/// [`consume_while`], joining as `join` says.
-pub async fn consume_while_by(
-    join: Join,
+/// Reads `topics` from their start and calls `f` for each record and on every 100 ms without
+/// one (also while the topics are not there yet), until `f` returns false or `deadline` passes.
+/// Returns whether `f` ended it.
+pub async fn consume_while(
     bootstrap: &str,
     topics: &[String],
     deadline: Duration,
@@ -347,132 +317,128 @@ pub async fn consume_while_by(
     let mut config = client_config(bootstrap);
     // The fault tests take brokers away on purpose: errors only.
     config.set("log_level", "3");
-    let consumer = reader(config);
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-    match start_reading(join, &consumer, &names, start, deadline, || f(Next::Idle)).await {
-        Start::Reading => {}
-        Start::Stopped => return true,
-        Start::NoTopic => return false,
-    }
-    let mut seen: HashSet<(String, i32, i64)> = HashSet::new();
+    let mut reader = Reader::start(config, &names).await;
     loop {
         let remaining = deadline.saturating_sub(start.elapsed());
         if remaining.is_zero() {
             return false;
         }
-        let wait = remaining.min(Duration::from_millis(100));
-        match tokio::time::timeout(wait, consumer.recv()).await {
-            Err(_) => {
-                if !f(Next::Idle) {
-                    return true;
-                }
-            }
-            Ok(Err(e)) => {
-                eprintln!("[support] consume {topics:?}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(Ok(m)) => {
-                if !seen.insert((m.topic().to_string(), m.partition(), m.offset())) {
-                    continue;
-                }
-                if !f(Next::Record(Consumed::from_message(&m))) {
-                    return true;
-                }
-            }
+        let next = match reader.next(remaining.min(Duration::from_millis(100))).await {
+            Some(record) => Next::Record(record),
+            None => Next::Idle,
+        };
+        if !f(next) {
+            return true;
         }
     }
 }
 
-/// The one reader every helper here starts: on `config`, a consumer in a group of its own that
-/// reads from the earliest offset and commits offsets as records are handed out, as a user's
-/// consumer does, so a rebalance resumes where the reader was.
-fn reader(mut config: ClientConfig) -> Arc<StreamConsumer> {
-    let bootstrap = config.get("bootstrap.servers").unwrap_or_default().to_string();
-    config
-        .set("group.id", super::unique("walrelay_test_reader"))
-        // As a consumer of exactly-once reads (librdkafka's default, said out loud).
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "200")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "100")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .map(Arc::new)
-        .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"))
+/// The one reader every helper here starts: a consumer that assigns itself every partition of
+/// its topics from offset 0, and takes in the topics that appear later (the relay creates them
+/// when it first produces), reading as a consumer of exactly-once output does
+/// (`read_committed`).
+///
+/// It joins no group: a group's join waits on the coordinator, and on a broker that is loaded,
+/// or was frozen or restarted by the test, joins stalled for seconds to minutes, and group
+/// readers came up short of records the broker held. What the tests judge is what the topics
+/// hold, not how a group hands out partitions.
+struct Reader {
+    consumer: Arc<StreamConsumer>,
+    topics: Vec<String>,
+    /// Every assigned partition and the offset to read next.
+    next: BTreeMap<(String, i32), i64>,
+    /// When the metadata was last asked for topics not seen yet.
+    looked: Option<Instant>,
 }
 
-/// How [`start_reading`] ended.
-enum Start {
-    Reading,
-    /// tansu: none of the topics appeared within the deadline.
-    NoTopic,
-    /// `waiting` returned false.
-    Stopped,
-}
+/// How often a reader asks again for topics it has not seen yet.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
 
-/// Points `consumer` at the start of `topics`. On Apache Kafka it subscribes. On tansu it
-/// assigns every partition from offset 0 once the topics are in the metadata (within
-/// `deadline`), without naming them, which would create them on tansu's memory engine;
-/// `waiting` is called on every round they are not all there yet (they appear when the relay
-/// first produces to them), and ends the wait when it returns false.
-async fn start_reading(
-    join: Join,
-    consumer: &Arc<StreamConsumer>,
-    topics: &[&str],
-    start: Instant,
-    deadline: Duration,
-    mut waiting: impl FnMut() -> bool,
-) -> Start {
-    if join == Join::Group {
-        consumer.subscribe(topics).unwrap_or_else(|e| panic!("subscribe {topics:?}: {e}"));
-        return Start::Reading;
+impl Reader {
+    async fn start(mut config: ClientConfig, topics: &[&str]) -> Reader {
+        let bootstrap = config.get("bootstrap.servers").unwrap_or_default().to_string();
+        let consumer = config
+            // librdkafka wants a group id for a consumer; nothing joins or commits to it.
+            .set("group.id", super::unique("walrelay_test_reader"))
+            .set("enable.auto.commit", "false")
+            // As a consumer of exactly-once reads (librdkafka's default, said out loud).
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .map(Arc::new)
+            .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"));
+        let mut reader = Reader {
+            consumer,
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            next: BTreeMap::new(),
+            looked: None,
+        };
+        reader.look().await;
+        reader
     }
-    let mut partitions: HashMap<String, Vec<i32>> = HashMap::new();
-    loop {
-        let remaining = deadline.saturating_sub(start.elapsed());
-        let timeout = remaining.clamp(Duration::from_millis(100), Duration::from_secs(5));
-        let c = Arc::clone(consumer);
+
+    /// The next record not read before, or `None` after `wait` without one.
+    async fn next(&mut self, wait: Duration) -> Option<Consumed> {
+        if self.looked.is_none_or(|t| t.elapsed() >= LOOK_EVERY) && !self.has_every_topic() {
+            self.look().await;
+        }
+        let started = Instant::now();
+        while let Some(left) = wait.checked_sub(started.elapsed()) {
+            match tokio::time::timeout(left, self.consumer.recv()).await {
+                Err(_) => return None,
+                Ok(Err(e)) => {
+                    eprintln!("[support] consume {:?}: {e}", self.topics);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(Ok(m)) => {
+                    // A re-assignment hands back what was prefetched: each offset once.
+                    let next = self.next.entry((m.topic().to_string(), m.partition())).or_default();
+                    if m.offset() >= *next {
+                        *next = m.offset() + 1;
+                        return Some(Consumed::from_message(&m));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn has_every_topic(&self) -> bool {
+        self.topics.iter().all(|t| self.next.keys().any(|(topic, _)| topic == t))
+    }
+
+    /// Asks for the cluster's topics, without naming them (which would create them on tansu's
+    /// memory engine), and assigns the partitions of wanted topics not assigned yet, from
+    /// offset 0, keeping where the others are.
+    async fn look(&mut self) {
+        self.looked = Some(Instant::now());
+        let c = Arc::clone(&self.consumer);
         // fetch_metadata blocks: keep it off the runtime's threads.
-        let md = tokio::task::spawn_blocking(move || c.client().fetch_metadata(None, timeout))
-            .await
-            .expect("metadata task");
-        if let Ok(md) = md {
-            for t in md.topics() {
-                if topics.contains(&t.name()) && !t.partitions().is_empty() {
-                    partitions.insert(
-                        t.name().to_string(),
-                        t.partitions().iter().map(|p| p.id()).collect(),
-                    );
+        let metadata = tokio::task::spawn_blocking(move || {
+            c.client().fetch_metadata(None, Duration::from_secs(2))
+        })
+        .await
+        .expect("metadata task");
+        let Ok(metadata) = metadata else { return };
+        let mut added = false;
+        for t in metadata.topics().iter().filter(|t| self.topics.iter().any(|w| w == t.name())) {
+            for p in t.partitions() {
+                if let Entry::Vacant(v) = self.next.entry((t.name().to_string(), p.id())) {
+                    v.insert(0);
+                    added = true;
                 }
             }
         }
-        if topics.iter().all(|t| partitions.contains_key(*t)) || start.elapsed() >= deadline {
-            break;
+        if !added {
+            return;
         }
-        if !waiting() {
-            return Start::Stopped;
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in &self.next {
+            tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .expect("add partition");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {:?}: {e}", self.topics));
     }
-    let missing: Vec<&str> =
-        topics.iter().copied().filter(|t| !partitions.contains_key(*t)).collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "[support] consume: topics not found in metadata within {deadline:?}: {missing:?}"
-        );
-    }
-    let mut tpl = TopicPartitionList::new();
-    for (topic, ps) in &partitions {
-        for p in ps {
-            tpl.add_partition_offset(topic, *p, Offset::Offset(0)).expect("add partition");
-        }
-    }
-    if tpl.count() == 0 {
-        return Start::NoTopic;
-    }
-    consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {topics:?}: {e}"));
-    Start::Reading
 }

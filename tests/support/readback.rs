@@ -5,11 +5,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::kafka::Join;
 use super::process::RelayProcess;
 use super::writer::{
-    collect_deliveries, collect_deliveries_by, verify, Delivered, Event, Verdict, Writer,
-    WriterConfig, WriterReport,
+    collect_deliveries, verify, Delivered, Event, Verdict, Writer, WriterConfig, WriterReport,
 };
 
 /// How long a read-back after a fault goes on past the last wanted record: a relay that
@@ -34,23 +32,55 @@ pub async fn read_back(
     quiet: Duration,
     deadline: Duration,
 ) -> ReadBack {
-    read_back_by(Join::for_broker(), bootstrap, topics, reports, quiet, deadline).await
-}
-
-/// [`read_back`], the reader joining as `join` says.
-pub async fn read_back_by(
-    join: Join,
-    bootstrap: &str,
-    topics: &[String],
-    reports: &[&WriterReport],
-    quiet: Duration,
-    deadline: Duration,
-) -> ReadBack {
     let events: Vec<Event> = reports.iter().flat_map(|r| r.events.iter().cloned()).collect();
     let want: HashSet<String> = events.iter().map(|e| e.id.clone()).collect();
-    let got = collect_deliveries_by(join, bootstrap, topics, &want, quiet, deadline).await;
-    let verdict = verify(&events, &got);
+    let got = collect_deliveries(bootstrap, topics, &want, quiet, deadline).await;
+    let mut verdict = verify(&events, &got);
+    if verdict.lost > 0 {
+        verdict.second_look = Some(second_look(bootstrap, topics, &events, &got).await);
+    }
     ReadBack { events, got, verdict }
+}
+
+/// Reads `topics` again from offset 0 of every partition, without a group, and says how many of
+/// the events missing from `got` it found and where: a group reader that missed records, or
+/// records that never reached Kafka.
+async fn second_look(
+    bootstrap: &str,
+    topics: &[String],
+    events: &[Event],
+    got: &[Delivered],
+) -> String {
+    let seen: HashSet<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    let lost: HashSet<String> =
+        events.iter().filter(|e| !seen.contains(e.id.as_str())).map(|e| e.id.clone()).collect();
+    let again =
+        collect_deliveries(bootstrap, topics, &lost, Duration::ZERO, Duration::from_secs(30)).await;
+    let found: Vec<String> = again
+        .iter()
+        .filter(|d| lost.contains(&d.id))
+        .map(|d| format!("{} at {}/{}", d.id, d.partition, d.offset))
+        .take(20)
+        .collect();
+    let found_n =
+        again.iter().filter(|d| lost.contains(&d.id)).map(|d| &d.id).collect::<HashSet<_>>().len();
+    // Where the lost events' aggregates start in Kafka: the first offset read of each.
+    let lost_aggregates: HashSet<&str> =
+        events.iter().filter(|e| lost.contains(&e.id)).map(|e| e.aggregate.as_str()).collect();
+    let mut starts: Vec<String> = lost_aggregates
+        .iter()
+        .filter_map(|a| {
+            let first = again.iter().filter(|d| d.aggregate == *a).min_by_key(|d| d.offset)?;
+            Some(format!("{a} first read at {}/{} (#{})", first.partition, first.offset, first.seq))
+        })
+        .collect();
+    starts.sort();
+    format!(
+        "a reader assigned every partition from offset 0 read {} records and found {found_n} of the {} lost{}; {starts:?}",
+        again.len(),
+        lost.len(),
+        if found.is_empty() { String::new() } else { format!(": {found:?}") }
+    )
 }
 
 /// Runs `cfg`'s writer to its `max_events` and asserts that all of it reached Kafka in order

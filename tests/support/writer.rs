@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 use walrelay::lsn::Lsn;
 
-use super::kafka::{consume_while_by, Consumed, Join, Next};
+use super::kafka::{consume_while, Consumed, Next};
 use super::postgres::connect;
 
 /// A small deterministic PRNG (xorshift64*), so fault schedules can be replayed from a seed.
@@ -395,23 +395,11 @@ pub async fn collect_deliveries(
     quiet: Duration,
     deadline: Duration,
 ) -> Vec<Delivered> {
-    collect_deliveries_by(Join::for_broker(), bootstrap, topics, want, quiet, deadline).await
-}
-
-/// [`collect_deliveries`], the reader joining as `join` says.
-pub async fn collect_deliveries_by(
-    join: Join,
-    bootstrap: &str,
-    topics: &[String],
-    want: &HashSet<String>,
-    quiet: Duration,
-    deadline: Duration,
-) -> Vec<Delivered> {
     let mut out = Vec::with_capacity(want.len());
     let mut seen: HashSet<String> = HashSet::with_capacity(want.len());
     let mut missing = want.len();
     let mut last_new = Instant::now();
-    consume_while_by(join, bootstrap, topics, deadline, |next| {
+    consume_while(bootstrap, topics, deadline, |next| {
         match next {
             Next::Record(r) => {
                 last_new = Instant::now();
@@ -450,6 +438,10 @@ pub struct Verdict {
     pub duplicated: HashMap<String, usize>,
     /// Deliveries of ids nobody committed.
     pub unexpected: usize,
+    /// What a second reader, assigned every partition from offset 0, found of the lost events
+    /// (set by [`super::readback::read_back`] when some were lost): it tells a
+    /// reader that missed records from records Kafka never had.
+    pub second_look: Option<String>,
 }
 
 impl Verdict {
@@ -467,7 +459,7 @@ impl Verdict {
             self.reordered,
             self.duplicates,
             self.unexpected
-        )
+        ) + &self.second_look.as_ref().map_or(String::new(), |s| format!("; {s}"))
     }
 }
 
