@@ -85,7 +85,13 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
     assert!(up_while_hung.contains(&0.0), "walrelay_broker_up stayed 1 during the hang");
     assert!(ready_again.is_some(), "/readyz never ready after SIGCONT:\n{}", relay.log());
     let got = kafka::consume(broker.bootstrap(), &topic, 2, Duration::from_secs(30)).await;
-    assert_eq!(got.len(), 2, "the record written during the hang arrives");
+    assert_eq!(
+        got.len(),
+        2,
+        "the record written during the hang arrives; {}\n--- the broker's log ---\n{}",
+        kafka::holdings(broker.bootstrap(), &topic),
+        broker.log_tail(30)
+    );
 
     // The outage: the broker gone for a while, then back on its data and port, as a broker
     // restarts; no row written. (A fresh cluster on the same port instead once left librdkafka

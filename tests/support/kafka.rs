@@ -85,9 +85,16 @@ impl Consumed {
 }
 
 /// A client of `bootstrap` as every helper here starts one (IPv4, warnings and worse logged).
+/// A connection attempt that gets no answer is given up after 10 s and retried within 1 s
+/// (librdkafka waits 30 s and backs off up to 10 s): a reader created right after a test thawed
+/// or restarted its broker once got no connection in 30 s while the relay's worked.
 pub fn client_config(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap).set("broker.address.family", "v4").set("log_level", "4");
+    c.set("bootstrap.servers", bootstrap)
+        .set("broker.address.family", "v4")
+        .set("log_level", "4")
+        .set("socket.connection.setup.timeout.ms", "10000")
+        .set("reconnect.backoff.max.ms", "1000");
     c
 }
 
