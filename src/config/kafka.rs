@@ -141,6 +141,23 @@ const DEFAULT_TOPIC_PROPAGATION_MS: &str = "10000";
 /// cost grows (1 ms once halved a drain on the 2-core test machine).
 const DEFAULT_LINGER_MS: &str = "2";
 
+/// How walrelay's Kafka clients find a broker again after an outage, unless `[kafka]` says
+/// otherwise (docs/operations.md, "Broker reachability"):
+/// - `reconnect.backoff.max.ms`: librdkafka's backoff grows to 10 s, and a broker back from an
+///   outage would wait that long to be used and to read as reachable; 2 s keeps the retries
+///   cheap and the return quick.
+/// - `socket.connection.setup.timeout.ms`: a connection whose set-up (TCP, TLS, ApiVersions,
+///   SASL) gets no answer is given up after 30 s by default, and until then the broker is not
+///   tried again; 10 s is the Java client's default.
+/// - `metadata.recovery.rebootstrap.trigger.ms`: librdkafka drops the brokers a metadata answer
+///   leaves out, and a KRaft broker just restarted (or fenced after a pause) answers without
+///   itself; the client then has no broker until it re-bootstraps, after 5 min by default.
+const RECONNECT_DEFAULTS: &[(&str, &str)] = &[
+    ("reconnect.backoff.max.ms", "2000"),
+    ("socket.connection.setup.timeout.ms", "10000"),
+    ("metadata.recovery.rebootstrap.trigger.ms", "10000"),
+];
+
 pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError> {
     const S: &str = "kafka";
     if !properties.contains_key("bootstrap.servers")
@@ -187,6 +204,9 @@ pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError>
         .or_insert_with(|| DEFAULT_TOPIC_PROPAGATION_MS.into());
     if !properties.contains_key("queue.buffering.max.ms") {
         properties.entry("linger.ms".into()).or_insert_with(|| DEFAULT_LINGER_MS.into());
+    }
+    for (key, default) in RECONNECT_DEFAULTS {
+        properties.entry(key.to_string()).or_insert_with(|| default.to_string());
     }
     Ok(KafkaConfig { properties })
 }

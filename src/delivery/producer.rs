@@ -360,19 +360,6 @@ impl Publisher {
             cfg.set("transactional.id", id);
         }
         cfg.set_log_level(RDKafkaLogLevel::Warning);
-        // librdkafka's reconnect backoff grows to 10 s by default: a broker back from an
-        // outage would wait that long to be used, and to read as reachable (see
-        // `reachability`). 2 s keeps the retries cheap and the return quick.
-        if !kafka.properties.contains_key("reconnect.backoff.max.ms") {
-            cfg.set("reconnect.backoff.max.ms", "2000");
-        }
-        // A connection whose set-up (TCP, TLS, ApiVersions, SASL) gets no answer is given up
-        // after librdkafka's 30 s by default, and until then the broker is not tried again: a
-        // connection opened while a broker was starting kept a returned broker unused, and
-        // /readyz not ready, for 30 s. 10 s is the Java client's default.
-        if !kafka.properties.contains_key("socket.connection.setup.timeout.ms") {
-            cfg.set("socket.connection.setup.timeout.ms", "10000");
-        }
         let context = RelayContext {
             reports: Mutex::new(Vec::new()),
             capture_bytes,

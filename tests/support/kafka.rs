@@ -84,17 +84,17 @@ impl Consumed {
     }
 }
 
-/// A client of `bootstrap` as every helper here starts one (IPv4, warnings and worse logged).
-/// A connection attempt that gets no answer is given up after 10 s and retried within 1 s
-/// (librdkafka waits 30 s and backs off up to 10 s): a reader created right after a test thawed
-/// or restarted its broker once got no connection in 30 s while the relay's worked.
+/// A client of `bootstrap` as every helper here starts one (IPv4, warnings and worse logged),
+/// finding a broker again as walrelay's clients do (config/kafka.rs, `RECONNECT_DEFAULTS`): the
+/// tests thaw and restart brokers, and a reader made right after once read nothing for 60 s.
 pub fn client_config(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap)
         .set("broker.address.family", "v4")
         .set("log_level", "4")
         .set("socket.connection.setup.timeout.ms", "10000")
-        .set("reconnect.backoff.max.ms", "1000");
+        .set("reconnect.backoff.max.ms", "1000")
+        .set("metadata.recovery.rebootstrap.trigger.ms", "10000");
     c
 }
 
@@ -352,35 +352,46 @@ pub async fn consume_while(
 /// hold, not how a group hands out partitions.
 struct Reader {
     consumer: Arc<StreamConsumer>,
+    /// What the consumer was made of, to make another ([`Reader::rebuild`]).
+    config: ClientConfig,
     topics: Vec<String>,
     /// Every assigned partition and the offset to read next.
     next: BTreeMap<(String, i32), i64>,
     /// When the metadata was last asked for topics not seen yet.
     looked: Option<Instant>,
+    /// When the reader last got a record (or its client was made).
+    progress: Instant,
+    /// The client reported that it lost every broker.
+    lost_brokers: bool,
 }
 
 /// How often a reader asks again for topics it has not seen yet.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
+/// How long a reader whose client lost every broker waits for a record before it makes a new
+/// client: librdkafka drops the brokers a metadata answer leaves out, and a broker the test
+/// just thawed or restarted (fenced until it rejoins) answers without itself. A client made then
+/// once read nothing for 60 s while a new one read every record at once.
+const STALLED: Duration = Duration::from_secs(10);
+
 impl Reader {
     async fn start(mut config: ClientConfig, topics: &[&str]) -> Reader {
-        let bootstrap = config.get("bootstrap.servers").unwrap_or_default().to_string();
-        let consumer = config
+        config
             // librdkafka wants a group id for a consumer; nothing joins or commits to it.
             .set("group.id", super::unique("walrelay_test_reader"))
             .set("enable.auto.commit", "false")
             // As a consumer of exactly-once reads (librdkafka's default, said out loud).
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", "100")
-            .create()
-            .map(Arc::new)
-            .unwrap_or_else(|e| panic!("create consumer for {bootstrap}: {e}"));
+            .set("fetch.wait.max.ms", "100");
         let mut reader = Reader {
-            consumer,
+            consumer: consumer_of(&config),
+            config,
             topics: topics.iter().map(|t| t.to_string()).collect(),
             next: BTreeMap::new(),
             looked: None,
+            progress: Instant::now(),
+            lost_brokers: false,
         };
         reader.look().await;
         reader
@@ -388,6 +399,9 @@ impl Reader {
 
     /// The next record not read before, or `None` after `wait` without one.
     async fn next(&mut self, wait: Duration) -> Option<Consumed> {
+        if self.lost_brokers && self.progress.elapsed() >= STALLED {
+            self.rebuild().await;
+        }
         if self.looked.is_none_or(|t| t.elapsed() >= LOOK_EVERY) && !self.has_every_topic() {
             self.look().await;
         }
@@ -397,6 +411,9 @@ impl Reader {
                 Err(_) => return None,
                 Ok(Err(e)) => {
                     eprintln!("[support] consume {:?}: {e}", self.topics);
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+                        self.lost_brokers = true;
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Ok(Ok(m)) => {
@@ -404,12 +421,26 @@ impl Reader {
                     let next = self.next.entry((m.topic().to_string(), m.partition())).or_default();
                     if m.offset() >= *next {
                         *next = m.offset() + 1;
+                        self.progress = Instant::now();
                         return Some(Consumed::from_message(&m));
                     }
                 }
             }
         }
         None
+    }
+
+    /// Replaces the client with a new one that reads on from where this one was.
+    async fn rebuild(&mut self) {
+        eprintln!(
+            "[support] consume {:?}: no record for {STALLED:?} after the client lost every broker; a new client reads on from the same offsets",
+            self.topics
+        );
+        self.consumer = consumer_of(&self.config);
+        self.progress = Instant::now();
+        self.lost_brokers = false;
+        self.assign();
+        self.look().await;
     }
 
     fn has_every_topic(&self) -> bool {
@@ -438,9 +469,13 @@ impl Reader {
                 }
             }
         }
-        if !added {
-            return;
+        if added {
+            self.assign();
         }
+    }
+
+    /// Assigns every known partition at the offset to read next.
+    fn assign(&self) {
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), offset) in &self.next {
             tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
@@ -448,4 +483,10 @@ impl Reader {
         }
         self.consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {:?}: {e}", self.topics));
     }
+}
+
+fn consumer_of(config: &ClientConfig) -> Arc<StreamConsumer> {
+    config.create().map(Arc::new).unwrap_or_else(|e| {
+        panic!("create consumer for {}: {e}", config.get("bootstrap.servers").unwrap_or_default())
+    })
 }
