@@ -150,8 +150,9 @@ const DEFAULT_LINGER_MS: &str = "2";
 ///   SASL) gets no answer is given up after 30 s by default, and until then the broker is not
 ///   tried again; 10 s is the Java client's default.
 /// - `metadata.recovery.rebootstrap.trigger.ms`: librdkafka drops the brokers a metadata answer
-///   leaves out, and a KRaft broker just restarted (or fenced after a pause) answers without
-///   itself; the client then has no broker until it re-bootstraps, after 5 min by default.
+///   leaves out, and a KRaft broker rejoining its cluster (just restarted, or fenced after a
+///   pause) can be left out for a while; the client then has no broker until it re-bootstraps,
+///   after 5 min by default.
 const RECONNECT_DEFAULTS: &[(&str, &str)] = &[
     ("reconnect.backoff.max.ms", "2000"),
     ("socket.connection.setup.timeout.ms", "10000"),

@@ -370,7 +370,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// How long a reader whose client lost every broker waits for a record before it makes a new
 /// client: librdkafka drops the brokers a metadata answer leaves out, and a broker the test
-/// just thawed or restarted (fenced until it rejoins) answers without itself. A client made then
+/// just thawed or restarted can be left out while it rejoins its cluster. A client made then
 /// once read nothing for 60 s while a new one read every record at once.
 const STALLED: Duration = Duration::from_secs(10);
 
