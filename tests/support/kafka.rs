@@ -380,6 +380,11 @@ impl Reader {
             // librdkafka wants a group id for a consumer; nothing joins or commits to it.
             .set("group.id", super::unique("walrelay_test_reader"))
             .set("enable.auto.commit", "false")
+            // Where librdkafka goes when it finds its position invalid (out of range, or a log
+            // truncation it infers from a new leader epoch, as after a broker's restart or
+            // thaw): its default is the end, which skipped every record already there. From the
+            // start, records read before are passed over by offset (`next`).
+            .set("auto.offset.reset", "earliest")
             // As a consumer of exactly-once reads (librdkafka's default, said out loud).
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "false")
