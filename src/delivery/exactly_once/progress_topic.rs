@@ -58,6 +58,11 @@ fn read_blocking(
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("allow.auto.create.topics", "false")
+        // A position librdkafka finds invalid mid-read (a truncation it infers from a new leader
+        // epoch) goes back to the start and reads the same records again: its default, the end,
+        // would stop the read early with an older position, and transactions already in Kafka
+        // would be sent again.
+        .set("auto.offset.reset", "earliest")
         // Only what committed Kafka transactions hold: an aborted one's position never counts.
         .set("isolation.level", "read_committed")
         .set_log_level(RDKafkaLogLevel::Error);

@@ -23,6 +23,10 @@ pub fn read(topic: &str, kafka: &KafkaConfig, timeout: Duration) -> Result<Entri
     cfg.set("enable.auto.offset.store", "false");
     cfg.set("enable.partition.eof", "true");
     cfg.set("allow.auto.create.topics", "false");
+    // A position librdkafka finds invalid mid-read (a truncation it infers from a new leader
+    // epoch) goes back to the start: its default, the end, would stop the read early and yield
+    // an older offset.
+    cfg.set("auto.offset.reset", "earliest");
     cfg.set_log_level(RDKafkaLogLevel::Error);
     let consumer: BaseConsumer = cfg.create().map_err(|e| {
         fail(format!("cannot create a Kafka consumer: {}", kafka.describe_librdkafka_error(&e)))
