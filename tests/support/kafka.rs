@@ -259,15 +259,7 @@ pub fn records_in(bootstrap: &str, topic: &str) -> Option<i64> {
     if !matches!(super::broker::Kind::selected(), Ok(super::broker::Kind::Kafka)) {
         return None;
     }
-    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<rdkafka::consumer::BaseConsumer>>>> =
-        OnceLock::new();
-    let client = CLIENTS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .entry(bootstrap.to_string())
-        .or_insert_with(|| Arc::new(client_config(bootstrap).create().expect("a metadata client")))
-        .clone();
+    let client = metadata_client(bootstrap);
     let timeout = Duration::from_secs(5);
     let metadata = client.fetch_metadata(Some(topic), timeout).ok()?;
     let partitions = metadata.topics().first().filter(|t| t.error().is_none())?.partitions().len();
@@ -282,13 +274,24 @@ pub fn records_in(bootstrap: &str, topic: &str) -> Option<i64> {
     Some(total)
 }
 
+/// One client per bootstrap address for metadata and watermarks, shared by the process.
+fn metadata_client(bootstrap: &str) -> Arc<rdkafka::consumer::BaseConsumer> {
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<rdkafka::consumer::BaseConsumer>>>> =
+        OnceLock::new();
+    CLIENTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(bootstrap.to_string())
+        .or_insert_with(|| Arc::new(client_config(bootstrap).create().expect("a metadata client")))
+        .clone()
+}
+
 /// What the broker holds in the topics whose names start with `prefix`, per partition
 /// (`topic[partition]: low..high`), for a failure message: it tells records the relay never
 /// delivered from records a reader missed. Blocking; a line saying why when it can't tell.
 pub fn holdings(bootstrap: &str, prefix: &str) -> String {
-    let Ok(client) = client_config(bootstrap).create::<rdkafka::consumer::BaseConsumer>() else {
-        return "kafka holdings: no client".into();
-    };
+    let client = metadata_client(bootstrap);
     let timeout = Duration::from_secs(5);
     let metadata = match client.fetch_metadata(None, timeout) {
         Ok(m) => m,
@@ -352,27 +355,15 @@ pub async fn consume_while(
 /// hold, not how a group hands out partitions.
 struct Reader {
     consumer: Arc<StreamConsumer>,
-    /// What the consumer was made of, to make another ([`Reader::rebuild`]).
-    config: ClientConfig,
     topics: Vec<String>,
     /// Every assigned partition and the offset to read next.
     next: BTreeMap<(String, i32), i64>,
     /// When the metadata was last asked for topics not seen yet.
     looked: Option<Instant>,
-    /// When the reader last got a record (or its client was made).
-    progress: Instant,
-    /// The client reported that it lost every broker.
-    lost_brokers: bool,
 }
 
 /// How often a reader asks again for topics it has not seen yet.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
-
-/// How long a reader whose client lost every broker waits for a record before it makes a new
-/// client: librdkafka drops the brokers a metadata answer leaves out, and a broker the test
-/// just thawed or restarted can be left out while it rejoins its cluster. A client made then
-/// once read nothing for 60 s while a new one read every record at once.
-const STALLED: Duration = Duration::from_secs(10);
 
 impl Reader {
     async fn start(mut config: ClientConfig, topics: &[&str]) -> Reader {
@@ -389,14 +380,17 @@ impl Reader {
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "false")
             .set("fetch.wait.max.ms", "100");
+        let consumer = config.create().map(Arc::new).unwrap_or_else(|e| {
+            panic!(
+                "create consumer for {}: {e}",
+                config.get("bootstrap.servers").unwrap_or_default()
+            )
+        });
         let mut reader = Reader {
-            consumer: consumer_of(&config),
-            config,
+            consumer,
             topics: topics.iter().map(|t| t.to_string()).collect(),
             next: BTreeMap::new(),
             looked: None,
-            progress: Instant::now(),
-            lost_brokers: false,
         };
         reader.look().await;
         reader
@@ -404,9 +398,6 @@ impl Reader {
 
     /// The next record not read before, or `None` after `wait` without one.
     async fn next(&mut self, wait: Duration) -> Option<Consumed> {
-        if self.lost_brokers && self.progress.elapsed() >= STALLED {
-            self.rebuild().await;
-        }
         if self.looked.is_none_or(|t| t.elapsed() >= LOOK_EVERY) && !self.has_every_topic() {
             self.look().await;
         }
@@ -416,9 +407,6 @@ impl Reader {
                 Err(_) => return None,
                 Ok(Err(e)) => {
                     eprintln!("[support] consume {:?}: {e}", self.topics);
-                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-                        self.lost_brokers = true;
-                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Ok(Ok(m)) => {
@@ -426,26 +414,12 @@ impl Reader {
                     let next = self.next.entry((m.topic().to_string(), m.partition())).or_default();
                     if m.offset() >= *next {
                         *next = m.offset() + 1;
-                        self.progress = Instant::now();
                         return Some(Consumed::from_message(&m));
                     }
                 }
             }
         }
         None
-    }
-
-    /// Replaces the client with a new one that reads on from where this one was.
-    async fn rebuild(&mut self) {
-        eprintln!(
-            "[support] consume {:?}: no record for {STALLED:?} after the client lost every broker; a new client reads on from the same offsets",
-            self.topics
-        );
-        self.consumer = consumer_of(&self.config);
-        self.progress = Instant::now();
-        self.lost_brokers = false;
-        self.assign();
-        self.look().await;
     }
 
     fn has_every_topic(&self) -> bool {
@@ -474,13 +448,9 @@ impl Reader {
                 }
             }
         }
-        if added {
-            self.assign();
+        if !added {
+            return;
         }
-    }
-
-    /// Assigns every known partition at the offset to read next.
-    fn assign(&self) {
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), offset) in &self.next {
             tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
@@ -488,10 +458,4 @@ impl Reader {
         }
         self.consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {:?}: {e}", self.topics));
     }
-}
-
-fn consumer_of(config: &ClientConfig) -> Arc<StreamConsumer> {
-    config.create().map(Arc::new).unwrap_or_else(|e| {
-        panic!("create consumer for {}: {e}", config.get("bootstrap.servers").unwrap_or_default())
-    })
 }

@@ -42,9 +42,8 @@ pub async fn read_back(
     ReadBack { events, got, verdict }
 }
 
-/// Reads `topics` again from offset 0 of every partition, without a group, and says how many of
-/// the events missing from `got` it found and where: a group reader that missed records, or
-/// records that never reached Kafka.
+/// Reads `topics` again with a new reader and says how many of the events missing from `got` it
+/// found and where: a reader that missed records, or records that never reached Kafka.
 async fn second_look(
     bootstrap: &str,
     topics: &[String],
@@ -56,14 +55,13 @@ async fn second_look(
         events.iter().filter(|e| !seen.contains(e.id.as_str())).map(|e| e.id.clone()).collect();
     let again =
         collect_deliveries(bootstrap, topics, &lost, Duration::ZERO, Duration::from_secs(30)).await;
-    let found: Vec<String> = again
+    let found: Vec<&Delivered> = again.iter().filter(|d| lost.contains(&d.id)).collect();
+    let found_n = found.iter().map(|d| &d.id).collect::<HashSet<_>>().len();
+    let found: Vec<String> = found
         .iter()
-        .filter(|d| lost.contains(&d.id))
-        .map(|d| format!("{} at {}/{}", d.id, d.partition, d.offset))
         .take(20)
+        .map(|d| format!("{} at {}/{}", d.id, d.partition, d.offset))
         .collect();
-    let found_n =
-        again.iter().filter(|d| lost.contains(&d.id)).map(|d| &d.id).collect::<HashSet<_>>().len();
     // Where the lost events' aggregates start in Kafka: the first offset read of each.
     let lost_aggregates: HashSet<&str> =
         events.iter().filter(|e| lost.contains(&e.id)).map(|e| e.aggregate.as_str()).collect();
