@@ -20,6 +20,12 @@ pub enum Error {
     /// soon, so it takes over shortly after the active one goes away.
     #[error("{what}")]
     Busy { what: String },
+    /// Exactly-once: this relay's Kafka producer was fenced. Either a successor initialised the
+    /// same `transactional.id` (it took the slot: stand by, as [`Error::Busy`]) or the broker
+    /// aborted the open transaction on its timeout, which Kafka reports the same way (KIP-588):
+    /// retry. Who holds the slot tells which (`relay::Session::run`).
+    #[error("{what}")]
+    Fenced { what: String },
     /// Retrying cannot help; an operator has to act. `hint` says what to do.
     #[error("{what}")]
     Definite {
@@ -59,7 +65,7 @@ impl Error {
     pub fn hint(&self) -> Option<&str> {
         match self {
             Error::Definite { hint, .. } => Some(hint),
-            Error::Transient { .. } | Error::Busy { .. } => None,
+            Error::Transient { .. } | Error::Busy { .. } | Error::Fenced { .. } => None,
         }
     }
 

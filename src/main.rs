@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use walrelay::config::Config;
@@ -68,12 +69,14 @@ fn run(path: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    let grace = config.limits.shutdown_grace;
+    let code = runtime.block_on(async move {
         let (stop, shutdown) = Shutdown::new();
         tokio::spawn(async move {
             wait_for_signal().await;
             tracing::info!("stop requested; flushing and confirming what Kafka acknowledged");
             let _ = stop.send(true);
+            watchdog(grace);
         });
         let metrics = walrelay::metrics::Metrics::new();
         if let Some(http) = &config.http {
@@ -96,7 +99,26 @@ fn run(path: PathBuf) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    // A librdkafka call still running on a blocking thread (a commit cut short by the stop)
+    // must not hold the exit: what it does can no longer move the slot.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+/// The stop's deadlines keep it within `[limits] shutdown_grace`; this is the last resort if
+/// something ignores its own (a librdkafka call blocking past its timeout): the process exits
+/// at the end of the grace period. Safe, because nothing confirms a position the Kafka side
+/// has not settled: the next start resumes from the slot.
+fn watchdog(grace: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(grace.saturating_sub(Duration::from_millis(100)));
+        tracing::error!(
+            grace_ms = grace.as_millis() as u64,
+            "the stop did not finish within [limits] shutdown_grace_ms; exiting now (the next start resumes from the slot's confirmed position)"
+        );
+        std::process::exit(1);
+    });
 }
 
 async fn wait_for_signal() {

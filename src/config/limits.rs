@@ -21,7 +21,7 @@ impl Default for Limits {
         Limits {
             inflight_records: 20_000,
             inflight_bytes: 16 * 1024 * 1024,
-            shutdown_grace: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

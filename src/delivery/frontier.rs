@@ -1,4 +1,4 @@
-//! The ack frontier: which WAL position may be confirmed to PostgreSQL (design.md I2, I3, I7).
+//! The ack frontier: up to which WAL position every record is acknowledged (design.md I2, I3, I7).
 //!
 //! Every record sent to Kafka takes the next sequence number. A transaction's Commit is a mark
 //! "after sequence N, the WAL up to `end_lsn` is done". Acks arrive out of order across
@@ -52,15 +52,17 @@ pub struct Frontier {
     /// the stream is inside, which its commit mark will carry.
     open: Option<i64>,
     /// The commit time of the last transaction behind the frontier, once there is one.
-    last_confirmed_commit: Option<i64>,
-    /// The highest position that is safe to confirm.
-    confirmed: Lsn,
+    last_acked_commit: Option<i64>,
+    /// The end of the acknowledged prefix: every record before it acknowledged (I2). At-least-once
+    /// that is what may be confirmed; exactly-once, the Kafka transactions cap it too
+    /// (`Transactions::ceiling`).
+    acked: Lsn,
 }
 
 impl Frontier {
     /// A frontier that resumes at the slot's confirmed position.
-    pub fn new(confirmed: Lsn) -> Frontier {
-        Frontier { confirmed, ..Frontier::default() }
+    pub fn new(resumed: Lsn) -> Frontier {
+        Frontier { acked: resumed, ..Frontier::default() }
     }
 
     /// Registers a record (of the row at `lsn`) handed to the producer; returns its sequence
@@ -107,7 +109,7 @@ impl Frontier {
     /// transaction is open (I3): everything before it on the socket has been handled.
     pub fn idle(&mut self, wal_end: Lsn) {
         if self.open.is_none() && self.slots.is_empty() && self.commits.is_empty() {
-            self.confirmed = self.confirmed.max(wal_end);
+            self.acked = self.acked.max(wal_end);
         }
     }
 
@@ -124,8 +126,8 @@ impl Frontier {
             if after > self.base {
                 break;
             }
-            self.confirmed = self.confirmed.max(end_lsn);
-            self.last_confirmed_commit = Some(commit_micros);
+            self.acked = self.acked.max(end_lsn);
+            self.last_acked_commit = Some(commit_micros);
             self.commits.pop_front();
         }
     }
@@ -142,13 +144,14 @@ impl Frontier {
         self.slots.get(i).map(|s| &s.sent)
     }
 
-    pub fn confirmed(&self) -> Lsn {
-        self.confirmed
+    /// The end of the acknowledged prefix.
+    pub fn acked(&self) -> Lsn {
+        self.acked
     }
 
     /// The commit time of the oldest transaction read and not behind the frontier yet (the
     /// open one when every earlier one is); `None` when there is none.
-    pub fn oldest_unconfirmed_commit(&self) -> Option<i64> {
+    pub fn oldest_unacked_commit(&self) -> Option<i64> {
         match self.commits.front() {
             Some(&(_, _, commit_micros)) => Some(commit_micros),
             None => self.open,
@@ -156,8 +159,8 @@ impl Frontier {
     }
 
     /// The commit time of the last transaction behind the frontier.
-    pub fn last_confirmed_commit(&self) -> Option<i64> {
-        self.last_confirmed_commit
+    pub fn last_acked_commit(&self) -> Option<i64> {
+        self.last_acked_commit
     }
 
     /// Records read from the WAL whose position is not yet confirmable.
@@ -192,11 +195,11 @@ mod tests {
         let a = f.sent(10, Lsn(0), Sent::default());
         let b = f.sent(10, Lsn(0), Sent::default());
         f.commit(Lsn(200));
-        assert_eq!(f.confirmed(), Lsn(100));
+        assert_eq!(f.acked(), Lsn(100));
         f.ack(b);
-        assert_eq!(f.confirmed(), Lsn(100), "one record of the transaction is still unacked");
+        assert_eq!(f.acked(), Lsn(100), "one record of the transaction is still unacked");
         f.ack(a);
-        assert_eq!(f.confirmed(), Lsn(200));
+        assert_eq!(f.acked(), Lsn(200));
         assert_eq!(f.inflight_records(), 0);
         assert_eq!(f.inflight_bytes(), 0);
     }
@@ -209,23 +212,23 @@ mod tests {
         let t2 = f.sent(1, Lsn(0), Sent::default());
         f.commit(Lsn(20));
         f.ack(t2);
-        assert_eq!(f.confirmed(), Lsn(0));
+        assert_eq!(f.acked(), Lsn(0));
         assert_eq!(f.inflight_records(), 2, "the acked record behind an unacked one still counts");
         f.ack(t1);
-        assert_eq!(f.confirmed(), Lsn(20));
+        assert_eq!(f.acked(), Lsn(20));
     }
 
     #[test]
     fn transaction_without_records_is_confirmed_once_earlier_ones_are() {
         let mut f = Frontier::new(Lsn(0));
         f.commit(Lsn(5));
-        assert_eq!(f.confirmed(), Lsn(5));
+        assert_eq!(f.acked(), Lsn(5));
         let r = f.sent(1, Lsn(0), Sent::default());
         f.commit(Lsn(10));
         f.commit(Lsn(15));
-        assert_eq!(f.confirmed(), Lsn(5));
+        assert_eq!(f.acked(), Lsn(5));
         f.ack(r);
-        assert_eq!(f.confirmed(), Lsn(15));
+        assert_eq!(f.acked(), Lsn(15));
     }
 
     #[test]
@@ -233,9 +236,9 @@ mod tests {
         let mut f = Frontier::new(Lsn(0));
         let r = f.sent(1, Lsn(0), Sent::default());
         f.ack(r);
-        assert_eq!(f.confirmed(), Lsn(0));
+        assert_eq!(f.acked(), Lsn(0));
         f.commit(Lsn(50));
-        assert_eq!(f.confirmed(), Lsn(50));
+        assert_eq!(f.acked(), Lsn(50));
     }
 
     #[test]
@@ -244,38 +247,38 @@ mod tests {
         f.begin(0);
         let r = f.sent(1, Lsn(0), Sent::default());
         f.idle(Lsn(1000));
-        assert_eq!(f.confirmed(), Lsn(0), "a record is in flight");
+        assert_eq!(f.acked(), Lsn(0), "a record is in flight");
         f.ack(r);
         f.idle(Lsn(1000));
-        assert_eq!(f.confirmed(), Lsn(0), "its transaction is still open");
+        assert_eq!(f.acked(), Lsn(0), "its transaction is still open");
         f.commit(Lsn(20));
         f.idle(Lsn(1000));
-        assert_eq!(f.confirmed(), Lsn(1000));
+        assert_eq!(f.acked(), Lsn(1000));
         f.idle(Lsn(500));
-        assert_eq!(f.confirmed(), Lsn(1000), "never moves backwards");
+        assert_eq!(f.acked(), Lsn(1000), "never moves backwards");
     }
 
     #[test]
-    fn the_oldest_unconfirmed_commit_time_follows_the_frontier() {
+    fn the_oldest_unacked_commit_time_follows_the_frontier() {
         let mut f = Frontier::new(Lsn(0));
-        assert_eq!(f.oldest_unconfirmed_commit(), None);
+        assert_eq!(f.oldest_unacked_commit(), None);
         f.begin(1_000);
-        assert_eq!(f.oldest_unconfirmed_commit(), Some(1_000), "read, not committed yet");
+        assert_eq!(f.oldest_unacked_commit(), Some(1_000), "read, not committed yet");
         let a = f.sent(1, Lsn(0), Sent::default());
         f.commit(Lsn(10));
         f.begin(2_000);
         let b = f.sent(1, Lsn(0), Sent::default());
         f.commit(Lsn(20));
-        assert_eq!(f.oldest_unconfirmed_commit(), Some(1_000));
+        assert_eq!(f.oldest_unacked_commit(), Some(1_000));
         f.ack(b);
-        assert_eq!(f.oldest_unconfirmed_commit(), Some(1_000), "the first is still unacked");
-        assert_eq!(f.last_confirmed_commit(), None);
+        assert_eq!(f.oldest_unacked_commit(), Some(1_000), "the first is still unacked");
+        assert_eq!(f.last_acked_commit(), None);
         f.ack(a);
-        assert_eq!(f.oldest_unconfirmed_commit(), None, "caught up");
-        assert_eq!(f.last_confirmed_commit(), Some(2_000));
+        assert_eq!(f.oldest_unacked_commit(), None, "caught up");
+        assert_eq!(f.last_acked_commit(), Some(2_000));
         f.begin(3_000);
         f.commit(Lsn(30));
-        assert_eq!(f.last_confirmed_commit(), Some(3_000), "a transaction without records");
+        assert_eq!(f.last_acked_commit(), Some(3_000), "a transaction without records");
     }
 
     #[test]
@@ -298,8 +301,8 @@ mod tests {
             f.ack(s);
         }
         assert_eq!(f.inflight_records(), 0);
-        assert_eq!(f.confirmed(), Lsn(0), "not committed yet");
+        assert_eq!(f.acked(), Lsn(0), "not committed yet");
         f.commit(Lsn(77));
-        assert_eq!(f.confirmed(), Lsn(77));
+        assert_eq!(f.acked(), Lsn(77));
     }
 }

@@ -18,8 +18,9 @@ use std::sync::Arc;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use self::exactly_once::{Transactions, PROGRESS_SEQ};
+use self::exactly_once::{AtStop, Transactions, PROGRESS_SEQ};
 pub use self::failed::Failed;
+use self::fault::Fault;
 use self::frontier::{Frontier, Sent, Seq};
 use self::producer::{Publisher, Refused, Report, SendError};
 use crate::config::{Config, DeadLetterConfig, Limits};
@@ -40,16 +41,27 @@ pub fn poison_row_hint(slot: &str, commit_lsn: Lsn) -> String {
 }
 
 /// What delivery says may be confirmed, with the commit times around it (for the lag metrics).
+/// `relay::Progress` confirms the lowest of `acked`, `ceiling` and what the catalog vouched
+/// for, in one place (I2, I9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acked {
-    /// Every record before it acknowledged (I2), and — exactly-once — in a committed Kafka
-    /// transaction.
-    pub lsn: Lsn,
-    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not behind the
-    /// frontier yet; `None` when there is none.
+    /// Every record before it acknowledged (I2).
+    pub acked: Lsn,
+    /// Exactly-once: nothing past it is in a committed Kafka transaction (I9); `None`: no cap
+    /// (at-least-once, or every acknowledged record is committed).
+    pub ceiling: Option<Lsn>,
+    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not confirmable
+    /// yet; `None` when there is none.
     pub oldest_unconfirmed_commit: Option<i64>,
-    /// Commit time of the last transaction behind the frontier, once there is one.
+    /// Commit time of the last transaction that is confirmable, once there is one.
     pub last_confirmed_commit: Option<i64>,
+}
+
+impl Acked {
+    /// What delivery allows to be confirmed: the acknowledged prefix, capped by the ceiling.
+    pub fn confirmable(&self) -> Lsn {
+        self.ceiling.map_or(self.acked, |c| c.min(self.acked))
+    }
 }
 
 pub struct Delivery {
@@ -69,8 +81,15 @@ pub struct Delivery {
     read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
-    /// Exactly-once: the Kafka transactions records go out in (`None`: at-least-once).
-    transactions: Option<Transactions>,
+    /// The Kafka transactions records go out in (none at-least-once): what they allow to be
+    /// confirmed, and when they begin, skip and commit.
+    transactions: Transactions,
+    /// Exactly-once: `init_transactions` and the read of the progress topic, under way on a
+    /// task of their own while the stream starts (see [`Delivery::start`]).
+    starting: Option<exactly_once::Starting>,
+    /// The stream had more events waiting when the last one was handled: a backlog, which lets
+    /// a Kafka transaction grow (see `Transactions::due`).
+    backlog: bool,
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
     principal: String,
     /// Records Kafka refused for good that stop the relay: never acknowledged, so a graceful
@@ -83,13 +102,12 @@ impl Delivery {
     /// A producer for one session, whose frontier starts at the slot's confirmed position.
     pub fn new(config: &Config, confirmed: Lsn, metrics: &Arc<Metrics>) -> Result<Delivery> {
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
-        let transactions =
-            config.delivery.exactly_once().then(|| Transactions::new(config.delivery.clone()));
+        let transactions = Transactions::new(&config.delivery, confirmed);
         let publisher = Publisher::new(
             &config.kafka,
             capture,
             metrics.clone(),
-            transactions.as_ref().map(Transactions::transactional_id),
+            transactions.transactional_id(),
         )?;
         Ok(Delivery {
             publisher,
@@ -102,6 +120,8 @@ impl Delivery {
             read_records: 0,
             acked: Vec::new(),
             transactions,
+            starting: None,
+            backlog: false,
             principal: producer::principal(&config.kafka),
             refused: 0,
             exporter: Exporter::for_config(config, metrics),
@@ -110,18 +130,23 @@ impl Delivery {
     }
 
     /// Backpressure (I7): whether more may be read from the WAL now.
+    /// Exactly-once: nothing past the first Begin is read before the transactions started.
     pub fn has_room(&self) -> bool {
         self.frontier.inflight_records() < self.limits.inflight_records
             && self.frontier.inflight_bytes() < self.limits.inflight_bytes
+            && self.transactions.may_read()
+    }
+
+    /// Whether the stream has more events waiting now (a backlog): set by the loop.
+    pub fn set_backlog(&mut self, backlog: bool) {
+        self.backlog = backlog;
     }
 
     /// Transaction `txn` starts; its rows follow, each with the same `txn`.
     pub fn begin(&mut self, txn: &Txn) {
-        if let Some(txns) = &mut self.transactions {
-            if txns.begin(txn.commit_lsn) {
-                let commit_lsn = txn.commit_lsn;
-                tracing::debug!(%commit_lsn, "transaction in Kafka already (exactly-once); skipped");
-            }
+        if self.transactions.begin(txn) {
+            let commit_lsn = txn.commit_lsn;
+            tracing::debug!(%commit_lsn, "transaction in Kafka already (exactly-once); skipped");
         }
         self.frontier.begin(txn.commit_micros);
         self.read_lag = (unix_micros() - txn.commit_micros).max(0) as f64 / 1e6;
@@ -129,9 +154,7 @@ impl Delivery {
 
     pub async fn commit(&mut self, end_lsn: Lsn) -> Result<()> {
         self.frontier.commit(end_lsn);
-        if let Some(txns) = &mut self.transactions {
-            txns.end();
-        }
+        self.transactions.end();
         if self.read_records > 0 {
             // Once per transaction: its records share the read time.
             self.metrics.observe_commit_to_read(self.read_lag, self.read_records);
@@ -146,9 +169,7 @@ impl Delivery {
     /// own: its position and read time): what is published until [`Delivery::end_alone`] is
     /// confirmable at the message's own position.
     pub fn begin_alone(&mut self, txn: &Txn) {
-        if let Some(txns) = &mut self.transactions {
-            txns.alone(txn.commit_lsn);
-        }
+        self.transactions.alone(txn);
         self.frontier.begin(txn.commit_micros);
         self.read_lag = 0.0;
     }
@@ -160,9 +181,7 @@ impl Delivery {
     pub async fn end_alone(&mut self, lsn: Lsn) -> Result<()> {
         self.frontier.commit(lsn);
         self.read_records = 0;
-        if let Some(txns) = &mut self.transactions {
-            txns.end();
-        }
+        self.transactions.end();
         self.commit_kafka_if_due().await
     }
 
@@ -179,13 +198,18 @@ impl Delivery {
         lsn: Lsn,
         txn: &Txn,
     ) -> Result<()> {
-        if let Some(txns) = &mut self.transactions {
-            if txns.skipping() {
+        if self.transactions.skipping() {
+            return Ok(());
+        }
+        if self.transactions.needs_start() {
+            // A lone logical message comes without a Begin to stop reading at.
+            self.finish_start().await?;
+            if self.transactions.skipping() {
                 return Ok(());
             }
-            if txns.before_record(self.frontier.confirmed())? {
-                self.publisher.begin_transaction()?;
-            }
+        }
+        if self.transactions.before_record(self.frontier.acked())? {
+            self.publisher.begin_transaction()?;
         }
         let bytes = record.size();
         let span = Pending::of(record.trace.as_ref(), &record.event_id, lsn, txn.commit_micros);
@@ -271,8 +295,12 @@ impl Delivery {
                 // librdkafka's own queue is full: wait for a delivery report, then retry.
                 Err(SendError::QueueFull) => self.next_reports().await?,
                 // Refused before it left the process (too large, unknown partition): replaced by
-                // its dead letter under the same number, or the relay stops here.
+                // its dead letter under the same number, or the relay stops here. A refusal for
+                // the transaction's state or an ACL is never the record's fault.
                 Err(SendError::Rejected(e)) => {
+                    if seq == PROGRESS_SEQ || fault::classify(&e) != Fault::Record {
+                        return Err(self.not_the_records_fault(seq, &record.topic, e));
+                    }
                     self.on_rejected(seq, e, Refused::of(&record))?;
                     match self.pending_dead.pop() {
                         Some((_, letter)) => record = letter,
@@ -312,10 +340,10 @@ impl Delivery {
             // The commit of its transaction is what counts; a failure fails the commit too.
             Report::Delivered { seq: PROGRESS_SEQ, .. } => Ok(()),
             Report::Failed { seq: PROGRESS_SEQ, error }
-            | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => Err(Error::transient(
-                "kafka did not take the progress record of the open transaction",
-                error,
-            )),
+            | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => {
+                let topic = self.transactions.progress_topic().unwrap_or_default().to_string();
+                Err(self.not_the_records_fault(PROGRESS_SEQ, &topic, error))
+            }
             Report::Delivered { seq, partition, offset } => {
                 if let Some(mut sent) = self.frontier.ack(seq) {
                     if let (Some(span), Some(exporter)) = (sent.span.take(), &self.exporter) {
@@ -347,10 +375,38 @@ impl Delivery {
                 };
                 Err(Error::transient(what, error))
             }
+            Report::Rejected { seq, error, record } if fault::classify(&error) != Fault::Record => {
+                Err(self.not_the_records_fault(seq, &record.topic, error))
+            }
             Report::Rejected { seq, error, record } => self.on_rejected(seq, error, *record),
             Report::Fatal(reason) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
+        }
+    }
+
+    /// A refusal that is not the record's: a missing ACL (a stop with the `kafka-acls.sh` line
+    /// that fixes it; a dead letter would hide it), or what the Kafka transaction or the
+    /// producer went through (the session ends and the next resumes from the last commit).
+    fn not_the_records_fault(&mut self, seq: Seq, topic: &str, error: KafkaError) -> Error {
+        let what = match seq {
+            PROGRESS_SEQ => format!("kafka did not take the progress record (topic {topic})"),
+            _ => format!("kafka did not take record #{seq} (topic {topic})"),
+        };
+        match fault::classify(&error) {
+            Fault::Authorization => {
+                let fix = producer::refusal_fix(&error, topic, &self.principal)
+                    .unwrap_or_else(|| format!("grant {} the ACL the error names", self.principal));
+                Error::definite_with(
+                    format!("{what}: an ACL is missing"),
+                    format!("{fix}; nothing after this record was confirmed"),
+                    error,
+                )
+            }
+            Fault::Fenced => Error::Fenced {
+                what: format!("{what}: this relay's producer was fenced ({error})"),
+            },
+            Fault::Record | Fault::Transaction | Fault::Transient => Error::transient(what, error),
         }
     }
 
@@ -414,14 +470,17 @@ impl Delivery {
     /// record before it acknowledged, I2) with the commit times around it.
     pub fn progress(&mut self) -> Acked {
         self.count_acked();
-        let confirmable = self.frontier.confirmed();
+        let ceiling = self.transactions.ceiling();
+        let oldest =
+            [self.frontier.oldest_unacked_commit(), self.transactions.oldest_uncommitted()];
         Acked {
-            lsn: match &self.transactions {
-                Some(txns) => txns.cap(confirmable),
-                None => confirmable,
+            acked: self.frontier.acked(),
+            ceiling,
+            oldest_unconfirmed_commit: oldest.into_iter().flatten().min(),
+            last_confirmed_commit: match ceiling {
+                Some(_) => self.transactions.last_committed_commit(),
+                None => self.frontier.last_acked_commit(),
             },
-            oldest_unconfirmed_commit: self.frontier.oldest_unconfirmed_commit(),
-            last_confirmed_commit: self.frontier.last_confirmed_commit(),
         }
     }
 
@@ -444,36 +503,52 @@ impl Delivery {
             .store(self.frontier.oldest_unacked_sent().unwrap_or(0), Relaxed);
     }
 
-    /// Waits (up to `grace`) for outstanding acknowledgements, for a graceful stop. Exactly-once:
-    /// commits the open Kafka transaction if it holds whole PostgreSQL transactions only, else
-    /// aborts it (the next start resumes before the transaction that was cut).
-    pub async fn drain(&mut self, grace: std::time::Duration) {
-        if let Some(txns) = &self.transactions {
+    /// Waits (until `deadline`) for outstanding acknowledgements, for a graceful stop.
+    /// Exactly-once: commits the open Kafka transaction if it holds whole PostgreSQL
+    /// transactions only, else aborts it (the next start resumes before the transaction that
+    /// was cut). Either way, what did not commit holds the ceiling where it began.
+    pub async fn drain(&mut self, deadline: tokio::time::Instant) {
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+        match self.transactions.at_stop() {
             // A record Kafka refused is not in the transaction: committing it would put the
             // position past an event that is not there.
-            if txns.committable() && self.refused == 0 {
-                let committed = tokio::time::timeout(grace, self.commit_kafka()).await;
+            AtStop::Commit if self.refused == 0 => {
+                let committed = tokio::time::timeout_at(deadline, self.commit_kafka(left())).await;
                 if !matches!(committed, Ok(Ok(()))) {
+                    self.abandon_transaction();
                     tracing::warn!("could not commit the open Kafka transaction while stopping; the next start resumes before it");
                 }
-            } else if self.transactions.as_ref().is_some_and(Transactions::is_open) {
-                let _ = self.publisher.abort_transaction(grace).await;
-                self.transactions.as_mut().expect("exactly-once").forget();
             }
-            return;
+            AtStop::Commit | AtStop::Abort => {
+                // Abandoned first: whatever the abort does in the time left, nothing in this
+                // transaction is confirmed.
+                self.abandon_transaction();
+                let _ = tokio::time::timeout_at(deadline, self.publisher.abort_transaction(left()))
+                    .await;
+            }
+            AtStop::Settle if self.transactions.transactional_id().is_some() => {}
+            AtStop::Settle => match tokio::time::timeout_at(deadline, self.settle()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed")
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        unacked = self.frontier.unacked(),
+                        "shutdown grace period over; unacknowledged records will be replayed"
+                    )
+                }
+            },
         }
-        match tokio::time::timeout(grace, self.settle()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed")
-            }
-            Err(_) => {
-                tracing::warn!(
-                    unacked = self.frontier.unacked(),
-                    "shutdown grace period over; unacknowledged records will be replayed"
-                )
-            }
+    }
+
+    /// The open Kafka transaction will not commit (its commit failed, the stop aborts it, or
+    /// the session ends on an error): counted, and the ceiling stays where it began.
+    pub fn abandon_transaction(&mut self) {
+        if self.transactions.is_open() {
+            self.metrics.kafka_transactions_failed.fetch_add(1, Relaxed);
         }
+        self.transactions.abandon();
     }
 
     /// Waits until every record is acknowledged or refused for good. A record refused now goes
@@ -512,6 +587,7 @@ fn record_fix(error: &KafkaError, topic: &str) -> String {
 pub(crate) mod dead_letter;
 pub(crate) mod exactly_once;
 mod failed;
+pub(crate) mod fault;
 pub(crate) mod frontier;
 pub(crate) mod producer;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::metrics::Metrics;
 
 mod reachability;
 
+use super::fault::Fault;
 use super::frontier::Seq;
 use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
@@ -123,32 +124,15 @@ impl RelayContext {
     }
 }
 
-/// Errors that no retry can cure for this record.
-pub fn is_permanent(error: &KafkaError) -> bool {
-    matches!(
-        error.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::MessageSizeTooLarge
-                | RDKafkaErrorCode::InvalidMessage
-                | RDKafkaErrorCode::InvalidMessageSize
-                | RDKafkaErrorCode::InvalidRecord
-                | RDKafkaErrorCode::UnknownPartition
-                | RDKafkaErrorCode::InvalidTopic
-                // An ACL is missing: librdkafka does not retry, and neither may the relay until
-                // an operator grants it (the fix names the ACL: [`refusal_fix`]).
-                | RDKafkaErrorCode::TopicAuthorizationFailed
-                | RDKafkaErrorCode::ClusterAuthorizationFailed
-                // Reported only after `topic.metadata.propagation.max.ms` without the topic in
-                // the cluster's metadata: the brokers don't create it (auto.create.topics.enable
-                // is off) and a replay would wait as long again, for ever.
-                | RDKafkaErrorCode::UnknownTopicOrPartition
-                | RDKafkaErrorCode::UnknownTopic
-        )
-    )
+/// Errors that no retry can cure for this record, as its delivery report says: the record's
+/// own (dead letter or stop) and a missing ACL (stop), by the one classification.
+fn is_permanent(error: &KafkaError) -> bool {
+    matches!(super::fault::classify(error), Fault::Record | Fault::Authorization)
 }
 
 /// The fix for a record refused because an ACL is missing, naming the ACL; `None` for the
-/// other permanent errors. `principal` is who walrelay authenticates as (`User:walrelay`).
+/// other permanent errors. `topic` is the resource refused: the record's topic, or for a
+/// transactional call the transactional id. `principal` is who walrelay authenticates as (`User:walrelay`).
 pub fn refusal_fix(error: &KafkaError, topic: &str, principal: &str) -> Option<String> {
     let acls = "kafka-acls.sh --bootstrap-server … --add";
     match error.rdkafka_error_code()? {
@@ -160,6 +144,11 @@ pub fn refusal_fix(error: &KafkaError, topic: &str, principal: &str) -> Option<S
         RDKafkaErrorCode::ClusterAuthorizationFailed => Some(format!(
             "add the ACL that allows {principal} IdempotentWrite on the cluster: {acls} \
              --allow-principal {principal} --operation IdempotentWrite --cluster"
+        )),
+        RDKafkaErrorCode::TransactionalIdAuthorizationFailed => Some(format!(
+            "add the ACL that allows {principal} Write and Describe on transactional id {topic} \
+             ([delivery] transactional_id): {acls} --allow-principal {principal} --operation Write \
+             --operation Describe --transactional-id {topic}"
         )),
         _ => None,
     }
@@ -258,6 +247,10 @@ pub struct Publisher {
     // Dropped first: librdkafka wants queue handles released before the client is destroyed.
     queue: MainQueue,
     producer: Arc<BaseProducer<RelayContext>>,
+    /// Exactly-once: the producer's `transactional.id` (empty at-least-once), and who the
+    /// broker sees: for the fix of a missing ACL.
+    transactional_id: String,
+    principal: String,
 }
 
 /// librdkafka's main queue (delivery reports, errors, logs), served by the relay loop. There is
@@ -391,7 +384,12 @@ impl Publisher {
         });
         reachability::watch(Arc::downgrade(&producer), metrics);
         tracing::debug!("kafka producer created");
-        Ok(Publisher { queue, producer })
+        Ok(Publisher {
+            queue,
+            producer,
+            transactional_id: transactional_id.unwrap_or_default().to_string(),
+            principal: principal(kafka),
+        })
     }
 
     /// Resolves once librdkafka has something for [`Publisher::serve_reports`] (cancel-safe: a

@@ -54,9 +54,9 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     // The stop starts before the refusal is served: the loop serves reports, and it is stopping.
     let grace = Duration::from_secs(10);
     let started = Instant::now();
-    delivery.drain(grace).await;
+    delivery.drain(tokio::time::Instant::now() + grace).await;
     let took = started.elapsed();
-    let confirmable = delivery.progress().lsn;
+    let confirmable = delivery.progress().confirmable();
     println!(
         "stop with a record refused in flight: drain took {took:.1?} (grace {grace:?}); \
          dead letters {}; confirmable {confirmable} (commit at 0/210)",
@@ -65,4 +65,106 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     assert_eq!(metrics.dead_lettered.load(Relaxed), 1, "the refusal arrived during the stop");
     assert!(took < Duration::from_secs(5), "the stop waited out its grace period: {took:?}");
     assert_eq!(confirmable, Lsn::from(0x210), "the dead letter was not acknowledged");
+}
+
+/// An exactly-once delivery on the mock cluster, started, resumed at 0/100: Kafka transactions
+/// commit only when told to (a minute, a million records).
+async fn exactly_once_on(
+    mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+) -> (Delivery, Arc<Metrics>) {
+    mock.create_topic("outbox.event.order", 2, 1).expect("topic");
+    mock.create_topic("progress", 1, 1).expect("progress topic");
+    let config = Config::parse(&format!(
+        "[source]\nurl = \"postgres://walrelay@127.0.0.1:5432/app\"\n\
+         [kafka]\n\"bootstrap.servers\" = \"{}\"\n\"transaction.timeout.ms\" = 300000\n\
+         [delivery]\nguarantee = \"exactly-once\"\nprogress_topic = \"progress\"\n\
+         transaction_max_ms = 60000\ntransaction_max_records = 1000000\n",
+        mock.bootstrap_servers()
+    ))
+    .expect("config");
+    let metrics = Metrics::new();
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    delivery.start(&config.kafka);
+    tokio::time::timeout(Duration::from_secs(20), delivery.started())
+        .await
+        .expect("the transactions started within 20 s")
+        .expect("the transactions started");
+    (delivery, metrics)
+}
+
+/// Reads PostgreSQL transaction `n` (one record), committing at 0/n00 and ending at 0/n10.
+async fn read_transaction(delivery: &mut Delivery, n: u64, commit: bool) {
+    let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(n * 0x100), xid: n as u32 };
+    delivery.begin(&txn);
+    let table = Arc::from("public.outbox");
+    delivery.publish(record(n as u32), &table, Lsn::from(n * 0x100 - 0x80), &txn).await.unwrap();
+    if commit {
+        delivery.commit(Lsn::from(n * 0x100 + 0x10)).await.unwrap();
+    }
+}
+
+/// Serves reports until every record sent is acknowledged (bounded).
+async fn await_acks(delivery: &mut Delivery, acked: Lsn) {
+    let waited = tokio::time::timeout(Duration::from_secs(20), async {
+        while delivery.progress().acked < acked {
+            delivery.next_reports().await.unwrap();
+        }
+    });
+    assert!(waited.await.is_ok(), "acknowledged up to {acked} within 20 s");
+}
+
+/// Issue 33: a stop inside a PostgreSQL transaction aborts the open Kafka transaction, which
+/// also holds two earlier PostgreSQL transactions, acknowledged whole. The frontier passed them;
+/// the ceiling must not: nothing past where that Kafka transaction began is confirmable, or
+/// their events — aborted, so invisible to read_committed consumers — would be lost.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stop_inside_a_postgresql_transaction_confirms_nothing_past_where_the_open_kafka_transaction_began(
+) {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let (mut delivery, metrics) = exactly_once_on(&mock).await;
+    read_transaction(&mut delivery, 2, true).await;
+    read_transaction(&mut delivery, 3, true).await;
+    await_acks(&mut delivery, Lsn::from(0x310)).await;
+    let before = delivery.progress();
+    assert_eq!(
+        (before.acked, before.confirmable()),
+        (Lsn::from(0x310), Lsn::from(0x100)),
+        "acknowledged, not committed"
+    );
+    read_transaction(&mut delivery, 4, false).await;
+    delivery.drain(tokio::time::Instant::now() + Duration::from_secs(5)).await;
+    let after = delivery.progress();
+    println!(
+        "stop inside a PostgreSQL transaction: acked {}, confirmable {} (the Kafka transaction began at 0/100); kafka transactions committed {}, failed {}",
+        after.acked,
+        after.confirmable(),
+        metrics.kafka_transactions.load(Relaxed),
+        metrics.kafka_transactions_failed.load(Relaxed)
+    );
+    assert_eq!(after.acked, Lsn::from(0x310), "the frontier passed the two whole transactions");
+    assert_eq!(
+        after.confirmable(),
+        Lsn::from(0x100),
+        "the aborted Kafka transaction lifted the ceiling"
+    );
+    assert_eq!(metrics.kafka_transactions.load(Relaxed), 0);
+    assert_eq!(metrics.kafka_transactions_failed.load(Relaxed), 1, "the abort is counted");
+}
+
+/// A Kafka transaction whose commit fails holds the ceiling where it began for the rest of
+/// the session, though the next one commits.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_kafka_commit_holds_the_ceiling_where_that_transaction_began() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let (mut delivery, metrics) = exactly_once_on(&mock).await;
+    read_transaction(&mut delivery, 2, true).await;
+    await_acks(&mut delivery, Lsn::from(0x210)).await;
+    mock.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE],
+    );
+    let failed = delivery.commit_kafka(Duration::from_secs(10)).await;
+    assert!(failed.is_err(), "the broker refused the commit");
+    assert_eq!(delivery.progress().confirmable(), Lsn::from(0x100));
+    assert_eq!(metrics.kafka_transactions_failed.load(Relaxed), 1);
 }

@@ -177,8 +177,8 @@ impl Metrics {
 pub struct Positions {
     /// The newest WAL position the server reported (data and keepalives). Kept across sessions.
     pub received: Lsn,
-    /// Every record before it acknowledged by Kafka (I2; capped by the committed Kafka
-    /// transactions when exactly-once).
+    /// Every record before it acknowledged by Kafka (I2); exactly-once, what is confirmed is
+    /// capped below it by the committed Kafka transactions (I9).
     pub acked: Lsn,
     /// What the catalog checks vouched for (`source::watch`).
     pub vouched: Lsn,

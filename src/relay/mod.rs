@@ -132,7 +132,7 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
         };
         match result {
             Ok(outcome) => return Ok(outcome),
-            Err(Error::Busy { what }) => {
+            Err(Error::Busy { what } | Error::Fenced { what }) => {
                 // The documented HA pair keeps one relay here for days: say it once, then
                 // once a minute, not at every retry.
                 let now = Instant::now();
@@ -200,6 +200,8 @@ struct Session<'c> {
     progress: Progress,
     /// Skips what Debezium delivered, on the first run on its slot (see `takeover`).
     takeover: Option<takeover::Takeover>,
+    /// The pid of the walsender streaming to this session.
+    walsender: Option<i32>,
     metrics: Arc<Metrics>,
 }
 
@@ -230,9 +232,12 @@ impl<'c> Session<'c> {
         let stream =
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
         // Exactly-once: only now that the slot is ours, so a stand-by never fences the relay
-        // that streams.
-        delivery.start(&config.kafka).await?;
+        // that streams. It runs beside the loop, which reads up to the first Begin meanwhile.
+        delivery.start(&config.kafka);
         let control = prepared.control;
+        // Our walsender, to tell a fence by a successor (which took the slot) from the broker
+        // aborting our transaction (the slot is still ours).
+        let walsender = slot::slot(&control, &config.source.slot).await?.and_then(|s| s.active_pid);
         // Read once the slot is ours, so Debezium has stopped streaming. It writes its final
         // offsets as it stops; read a moment before that write, they are older and skip less.
         let takeover = match (&config.debezium_offsets, *debezium_offsets) {
@@ -285,6 +290,7 @@ impl<'c> Session<'c> {
             watch,
             progress: Progress::new(prepared.confirmed, metrics),
             takeover,
+            walsender,
             metrics: metrics.clone(),
         })
     }
@@ -298,11 +304,47 @@ impl<'c> Session<'c> {
                 self.stop().await?;
                 Err(e)
             }
-            other => other,
+            // A stop asked for while something failed: the graceful stop still confirms what
+            // may be confirmed (the ceiling holds whatever did not commit).
+            Err(_) if shutdown.requested() => self.stop().await,
+            Err(Error::Fenced { what }) => {
+                self.delivery.abandon_transaction();
+                Err(self.fenced(what).await)
+            }
+            Err(e) => {
+                self.delivery.abandon_transaction();
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
+    /// A fence is a successor's only if another process holds the slot now; while it is still
+    /// ours, the broker aborted this relay's transaction on its timeout: retry (and count it).
+    async fn fenced(&self, what: String) -> Error {
+        let holder = slot::slot(&self.control, &self.config.source.slot)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.active_pid);
+        if holder.is_some() && holder == self.walsender {
+            return Error::transient_msg(format!(
+                "{what}; this relay still holds the slot, so the broker aborted its Kafka transaction (it stayed open past transaction.timeout.ms, or the coordinator moved): resuming from the last committed position"
+            ));
+        }
+        Error::Busy {
+            what: format!(
+                "{what}; the slot is held by pid {} now: another relay took over; standing by, then resuming from the last committed position if the slot is free",
+                holder.map_or("(none)".to_string(), |p| p.to_string())
+            ),
         }
     }
 
     async fn stream_until_stop(&mut self, shutdown: &mut Shutdown) -> Result<Outcome> {
+        // Every wait below also ends on a stop, so SIGTERM is served within the grace period
+        // whatever Kafka does. Cutting a step short is safe: nothing it left half-done is
+        // confirmable (the frontier and the ceiling only move when it completes).
+        let mut stop = shutdown.clone();
         loop {
             // Backpressure (I7): stop reading WAL while too much is unconfirmed. The replication
             // worker keeps answering keepalives meanwhile, and PostgreSQL buffers the WAL.
@@ -336,12 +378,19 @@ impl<'c> Session<'c> {
                                 return Err(source::stream::classify(e, &self.config.source, &self.control).await)
                             }
                         };
-                        if let Handled::Interrupted = self.on_event(event, shutdown).await? {
+                        let handled_now = tokio::select! {
+                            biased;
+                            handled = self.on_event(event, shutdown) => handled?,
+                            _ = stop.wait() => Handled::Interrupted,
+                        };
+                        if let Handled::Interrupted = handled_now {
                             return self.stop().await;
                         }
                         handled += 1;
                         if handled < BATCH && self.delivery.has_room() {
                             next = ready_now(self.stream.recv());
+                            // More waiting: a backlog, which lets a Kafka transaction grow.
+                            self.delivery.set_backlog(next.is_some());
                         }
                     }
                 }
@@ -355,12 +404,23 @@ impl<'c> Session<'c> {
                 }
                 // A check vouched for more: what was held back may be confirmed now.
                 _ = self.watch.vouched.changed() => {}
-                // Exactly-once: the open Kafka transaction is old enough to commit.
+                // Exactly-once: the transactions started (or failed to).
+                _ = self.delivery.start_finished() => {
+                    self.delivery.started().await?;
+                }
+                // Exactly-once: the open Kafka transaction is old enough to commit, or the
+                // PostgreSQL transaction it is inside has kept it open too long.
                 _ = sleep_until_some(self.delivery.transaction_deadline()) => {
-                    self.delivery.commit_kafka_if_due().await?;
+                    tokio::select! {
+                        done = self.delivery.on_transaction_deadline() => done?,
+                        _ = stop.wait() => return self.stop().await,
+                    }
                 }
             }
-            self.delivery.send_dead_letters().await?;
+            tokio::select! {
+                sent = self.delivery.send_dead_letters() => sent?,
+                _ = stop.wait() => return self.stop().await,
+            }
             self.report_position();
         }
     }
@@ -380,18 +440,23 @@ impl<'c> Session<'c> {
         reported
     }
 
-    /// Graceful stop: read no more, wait for outstanding acks, confirm the acked prefix (once a
-    /// fresh catalog check vouches for it).
+    /// Graceful stop: read no more, wait for outstanding acks (exactly-once: commit or abort
+    /// the open Kafka transaction), confirm what may be confirmed (once a fresh catalog check
+    /// vouches for it), all within `[limits] shutdown_grace`.
     async fn stop(&mut self) -> Result<Outcome> {
-        self.delivery.drain(self.config.limits.shutdown_grace).await;
+        let grace = self.config.limits.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace.saturating_sub(STOP_MARGIN);
+        // What is left after the drain is for confirming on the server.
+        let drained_by = deadline - CONFIRM_TIME.min(grace / 3);
+        self.delivery.drain(drained_by).await;
         if self.report_position().check_wanted {
             let acked = self.progress.acked();
             let vouched = &mut self.watch.vouched;
-            let _ = tokio::time::timeout(Duration::from_secs(2), vouched.wait_for(|v| *v >= acked))
-                .await;
+            let until = deadline.min(tokio::time::Instant::now() + Duration::from_secs(2));
+            let _ = tokio::time::timeout_at(until, vouched.wait_for(|v| *v >= acked)).await;
         }
         let target = self.report_position().at;
-        self.confirm_on_server(target).await;
+        self.confirm_on_server(target, deadline).await;
         tracing::info!(confirmed_lsn = %target, "stopped");
         Ok(Outcome::Stopped { confirmed: target })
     }
@@ -399,10 +464,12 @@ impl<'c> Session<'c> {
     /// Makes sure the server holds `target` before the process exits: the replication client
     /// sends it within one status interval; if the stream closes first, advance the slot. Every
     /// wait here is bounded, so a stalled server delays a stop by seconds, not a query timeout.
-    async fn confirm_on_server(&mut self, target: Lsn) {
+    async fn confirm_on_server(&mut self, target: Lsn, deadline: tokio::time::Instant) {
         let name = self.config.source.slot.as_str();
         let control = &self.control;
-        let wait = self.config.source.status_interval * 2 + Duration::from_millis(500);
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+        let wait =
+            (self.config.source.status_interval * 2 + Duration::from_millis(500)).min(left());
         // This session's walsender, to tell its release from a successor taking the slot.
         let ours = std::cell::Cell::new(None);
         let reached = poll_until(wait, || async {
@@ -415,12 +482,13 @@ impl<'c> Session<'c> {
             }
         })
         .await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.shutdown()).await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(2).min(left()), self.stream.shutdown()).await;
         // The walsender releases the slot as it exits, a moment after the stream has closed.
         // Waiting for that means whoever comes next (a successor, `teardown`, `status`) finds
         // the slot free once this process has exited.
         let ours = ours.get();
-        let inactive = poll_until(Duration::from_secs(2), || async move {
+        let inactive = poll_until(Duration::from_secs(2).min(left()), || async move {
             matches!(slot::slot(control, name).await,
                 Ok(Some(s)) if !s.active || (ours.is_some() && s.active_pid != ours))
         })
@@ -430,8 +498,11 @@ impl<'c> Session<'c> {
         }
         let advanced = match inactive {
             true => {
-                tokio::time::timeout(Duration::from_secs(2), slot::advance(control, name, target))
-                    .await
+                tokio::time::timeout(
+                    Duration::from_secs(2).min(left()),
+                    slot::advance(control, name, target),
+                )
+                .await
             }
             false => Ok(Err(Error::transient_msg("the slot stayed active"))),
         };
@@ -443,6 +514,12 @@ impl<'c> Session<'c> {
 }
 
 const UNDECODABLE_HINT: &str = "this is a walrelay bug or a server walrelay does not support: report it with the message's bytes and the PostgreSQL version; nothing after this position was confirmed";
+
+/// Kept free at the end of `[limits] shutdown_grace` for the process to exit in.
+const STOP_MARGIN: Duration = Duration::from_millis(500);
+/// What a stop keeps, of its grace period, for confirming on the server after the drain (at
+/// most a third of the period).
+const CONFIRM_TIME: Duration = Duration::from_secs(3);
 
 /// Replication events handled per wake-up at most, so acks and shutdown are never starved.
 const BATCH: usize = 256;

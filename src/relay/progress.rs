@@ -2,10 +2,12 @@
 //! acknowledged, what the catalog checks vouched for, what the slot is confirmed to, and where
 //! the session resumed.
 //!
-//! Two sides have a say in what may be confirmed: delivery, up to which every record is
-//! acknowledged (I2, `Delivery::progress`), and the catalog watch, up to which the publication
-//! and the outbox tables are known to be what the relay expects (`source::watch`). The target
-//! is the lower of the two; it is computed here only, and what it says to hand the replication
+//! Three things have a say in what may be confirmed: the acknowledged prefix, up to which every
+//! record is acknowledged (I2, `Delivery::progress`); exactly-once, the ceiling of the Kafka
+//! transactions, past which nothing is in a committed one (I9, `Transactions::ceiling`); and
+//! the catalog watch, up to which the publication and the outbox tables are known to be what
+//! the relay expects (`source::watch`). The target is the lowest of the three; it is computed
+//! here only, and what it says to hand the replication
 //! client (which sends it in its standby status updates) is the only position the session hands
 //! it (`Session::report_position`). The positions are published to the metrics as one snapshot
 //! (`metrics::Positions`), which `/metrics` and `/readyz` read.
@@ -70,13 +72,14 @@ impl Progress {
         self.positions.acked
     }
 
-    /// What may be confirmed: acknowledged (`acked`) and vouched for by the catalog watch
-    /// (`vouched`). Publishes the positions.
+    /// What may be confirmed: min(acknowledged, the Kafka transactions' ceiling, vouched for
+    /// by the catalog watch). Publishes the positions.
     pub fn report(&mut self, acked: Acked, vouched: Lsn) -> Reported {
         let p = &mut self.positions;
-        p.acked = acked.lsn;
+        p.acked = acked.acked;
         p.vouched = vouched;
-        let target = acked.lsn.min(vouched);
+        let delivered = acked.confirmable();
+        let target = delivered.min(vouched);
         let moved = (target > p.confirmed).then_some(target);
         p.confirmed = p.confirmed.max(target);
         if acked.last_confirmed_commit.is_some() {
@@ -86,7 +89,7 @@ impl Progress {
             Some(oldest) => p.oldest_unconfirmed_commit = Some(oldest),
             // Caught up, once this session has moved past where it resumed. Before that, what
             // the last session left unconfirmed is still to be replayed.
-            None if acked.lsn > p.resumed => p.oldest_unconfirmed_commit = None,
+            None if delivered > p.resumed => p.oldest_unconfirmed_commit = None,
             None => {}
         }
         self.metrics.publish_positions(*p);
@@ -94,7 +97,7 @@ impl Progress {
             self.logged = Some(Instant::now());
             tracing::debug!(confirmed = %p.confirmed, acked = %p.acked, vouched = %p.vouched, "position confirmed");
         }
-        Reported { moved, at: p.confirmed, check_wanted: acked.lsn > vouched }
+        Reported { moved, at: p.confirmed, check_wanted: delivered > vouched }
     }
 }
 
@@ -103,7 +106,24 @@ mod tests {
     use super::*;
 
     fn acked(lsn: u64, oldest: Option<i64>, last: Option<i64>) -> Acked {
-        Acked { lsn: Lsn(lsn), oldest_unconfirmed_commit: oldest, last_confirmed_commit: last }
+        Acked {
+            acked: Lsn(lsn),
+            ceiling: None,
+            oldest_unconfirmed_commit: oldest,
+            last_confirmed_commit: last,
+        }
+    }
+
+    #[test]
+    fn the_kafka_transactions_ceiling_caps_what_is_confirmed_below_the_acked_prefix() {
+        let metrics = Metrics::new();
+        let mut p = Progress::new(Lsn(100), &metrics);
+        let capped = Acked { ceiling: Some(Lsn(150)), ..acked(300, Some(7), None) };
+        let r = p.report(capped, Lsn(1000));
+        assert_eq!(r, Reported { moved: Some(Lsn(150)), at: Lsn(150), check_wanted: false });
+        assert_eq!(metrics.positions().acked, Lsn(300), "the acked prefix is still reported");
+        let r = p.report(Acked { ceiling: Some(Lsn(120)), ..capped }, Lsn(1000));
+        assert_eq!(r.at, Lsn(150), "a confirmed position never moves back");
     }
 
     #[test]

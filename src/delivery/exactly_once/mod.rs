@@ -21,161 +21,222 @@
 mod progress_topic;
 mod session;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 pub use self::progress_topic::read_progress;
-pub(super) use self::session::PROGRESS_SEQ;
+pub(super) use self::session::{Starting, PROGRESS_SEQ};
 use crate::config::DeliveryConfig;
+use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::router::Record;
 
-/// The transactional state of one session.
-pub struct Transactions {
+/// The session's Kafka transactions, and the one place that says what they allow to be
+/// confirmed. At-least-once has none: every call is then a no-op, so delivery asks the same
+/// questions under both guarantees.
+pub struct Transactions(Option<State>);
+
+/// What a graceful stop does with the open Kafka transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtStop {
+    /// None is open (or at-least-once): wait for the acknowledgements.
+    Settle,
+    /// It holds whole PostgreSQL transactions only: commit it.
+    Commit,
+    /// It cuts a PostgreSQL transaction: abort it; the next start resumes before it.
+    Abort,
+}
+
+struct State {
     config: DeliveryConfig,
+    /// Where the session resumed: all that may be confirmed until the progress topic is read.
+    resumed: Lsn,
+    /// The progress topic was read and the transactions initialised (`Delivery::start`).
+    started: bool,
     /// Commit LSN of the last PostgreSQL transaction that a committed Kafka transaction holds:
     /// from the progress topic at start, then from each commit.
     committed: Option<Lsn>,
     open: Option<Open>,
+    /// A Kafka transaction of this session that was aborted, failed or left to the next
+    /// `init_transactions`: where it began, and the oldest commit time in it. Nothing past where
+    /// it began is ever confirmed by this session, whatever was acknowledged inside it.
+    abandoned: Option<(Lsn, i64)>,
     /// The PostgreSQL transaction being read is in Kafka already: its records are dropped.
     skipping: bool,
-    /// Commit LSN of the PostgreSQL transaction (or non-transactional message) being read.
+    /// Commit LSN and time of the PostgreSQL transaction (or lone message) being read.
     current: Lsn,
+    current_commit: i64,
     /// Inside a PostgreSQL transaction: a Kafka transaction may not commit now.
     in_pg_transaction: bool,
+    /// Commit time of the last PostgreSQL transaction in a committed Kafka transaction.
+    last_committed_commit: Option<i64>,
 }
 
 /// The open Kafka transaction.
 struct Open {
     since: Instant,
     records: usize,
-    /// Commit LSN of the last whole PostgreSQL transaction in it.
-    last: Option<Lsn>,
-    /// The confirmable position when it began: nothing past it may be confirmed until it
+    /// Commit LSN and time of the last whole PostgreSQL transaction in it.
+    last: Option<(Lsn, i64)>,
+    /// Commit time of the first PostgreSQL transaction in it (for the lag).
+    first_commit: i64,
+    /// The acknowledged position when it began: nothing past it may be confirmed until it
     /// commits.
     cap: Lsn,
 }
 
 impl Transactions {
-    pub fn new(config: DeliveryConfig) -> Transactions {
-        Transactions {
-            config,
+    /// The transactions `config` asks for, in a session that resumed at `resumed`.
+    pub fn new(config: &DeliveryConfig, resumed: Lsn) -> Transactions {
+        Transactions(config.exactly_once().then(|| State {
+            config: config.clone(),
+            resumed,
+            started: false,
             committed: None,
             open: None,
+            abandoned: None,
             skipping: false,
             current: Lsn::ZERO,
+            current_commit: 0,
             in_pg_transaction: false,
+            last_committed_commit: None,
+        }))
+    }
+
+    /// The producer's `transactional.id`; `None` at-least-once.
+    pub fn transactional_id(&self) -> Option<&str> {
+        self.0.as_ref().map(|s| s.config.transactional_id.as_str())
+    }
+
+    pub fn progress_topic(&self) -> Option<&str> {
+        self.0.as_ref().map(|s| s.config.progress_topic.as_str())
+    }
+
+    /// Exactly-once before `Delivery::start` finished: no record may be sent yet.
+    pub fn needs_start(&self) -> bool {
+        self.0.as_ref().is_some_and(|s| !s.started)
+    }
+
+    /// The transactions are initialised and the progress topic says what Kafka holds.
+    pub fn started(&mut self, committed: Option<Lsn>) {
+        let Some(s) = &mut self.0 else { return };
+        s.started = true;
+        s.committed = committed;
+        // A Begin read while the start was under way is judged now: none of its records has
+        // been sent yet (`may_read`).
+        if s.in_pg_transaction {
+            s.skipping = committed.is_some_and(|c| s.current <= c);
         }
     }
 
-    pub fn transactional_id(&self) -> &str {
-        &self.config.transactional_id
+    /// Whether the relay may read more from the WAL: before the start, up to the first Begin
+    /// only (so the lag shows the oldest waiting transaction while Kafka is away), never a row.
+    pub fn may_read(&self) -> bool {
+        self.0.as_ref().is_none_or(|s| s.started || !s.in_pg_transaction)
     }
 
-    pub fn progress_topic(&self) -> &str {
-        &self.config.progress_topic
+    /// PostgreSQL transaction `txn` starts. Returns whether it is in Kafka already (its
+    /// records are to be dropped).
+    pub fn begin(&mut self, txn: &Txn) -> bool {
+        let Some(s) = &mut self.0 else { return false };
+        s.in_pg_transaction = true;
+        s.enter(txn)
     }
 
-    /// Sets what the progress topic holds, read at start.
-    pub fn resume_after(&mut self, committed: Option<Lsn>) {
-        self.committed = committed;
-    }
-
-    /// A PostgreSQL transaction that commits at `commit_lsn` starts. Returns whether it is in
-    /// Kafka already (its records are to be dropped).
-    pub fn begin(&mut self, commit_lsn: Lsn) -> bool {
-        self.current = commit_lsn;
-        self.in_pg_transaction = true;
-        self.skipping = self.committed.is_some_and(|c| commit_lsn <= c);
-        self.skipping
-    }
-
-    /// A non-transactional logical message at `lsn` is relayed on its own.
-    pub fn alone(&mut self, lsn: Lsn) -> bool {
-        self.current = lsn;
-        self.skipping = self.committed.is_some_and(|c| lsn <= c);
-        self.skipping
+    /// A non-transactional logical message, `txn` its own, is relayed on its own.
+    pub fn alone(&mut self, txn: &Txn) -> bool {
+        self.0.as_mut().is_some_and(|s| s.enter(txn))
     }
 
     pub fn skipping(&self) -> bool {
-        self.skipping
+        self.0.as_ref().is_some_and(|s| s.skipping)
     }
 
-    /// Whether a record of the current transaction needs a Kafka transaction begun first.
-    /// Also refuses a PostgreSQL transaction that has kept one open for most of
-    /// `transaction.timeout.ms`: the broker would abort it, and splitting it would break the
-    /// guarantee.
-    pub fn before_record(&mut self, confirmable: Lsn) -> Result<bool> {
-        if let Some(open) = &mut self.open {
+    /// Whether a record of the current transaction needs a Kafka transaction begun first;
+    /// `acked` is the acknowledged position, where a new one would begin.
+    pub fn before_record(&mut self, acked: Lsn) -> Result<bool> {
+        let Some(s) = &mut self.0 else { return Ok(false) };
+        if let Some(open) = &mut s.open {
             open.records += 1;
-            let limit = self.config.transaction_timeout.mul_f64(0.8);
-            if open.since.elapsed() > limit {
-                return Err(Error::definite(
-                    format!(
-                        "the PostgreSQL transaction that commits at LSN {} has kept a Kafka transaction open for {:.1?}, more than 80 % of transaction.timeout.ms ({} ms): the broker would abort it, and splitting it would break exactly-once",
-                        self.current,
-                        open.since.elapsed(),
-                        self.config.transaction_timeout.as_millis()
-                    ),
-                    "raise [kafka] \"transaction.timeout.ms\" (and the broker's transaction.max.timeout.ms, 15 minutes by default) above the time this transaction takes to publish, or split the transaction in the application; nothing after its start was confirmed",
-                ));
-            }
+            s.overrun()?;
             return Ok(false);
         }
-        self.open = Some(Open { since: Instant::now(), records: 1, last: None, cap: confirmable });
+        s.open = Some(Open {
+            since: Instant::now(),
+            records: 1,
+            last: None,
+            first_commit: s.current_commit,
+            cap: acked,
+        });
         Ok(true)
     }
 
     /// The current PostgreSQL transaction (or lone message) has been read whole.
     pub fn end(&mut self) {
-        self.in_pg_transaction = false;
-        if !std::mem::take(&mut self.skipping) {
-            if let Some(open) = &mut self.open {
-                open.last = Some(self.current);
+        let Some(s) = &mut self.0 else { return };
+        s.in_pg_transaction = false;
+        if !std::mem::take(&mut s.skipping) {
+            if let Some(open) = &mut s.open {
+                open.last = Some((s.current, s.current_commit));
             }
         }
     }
 
     /// Whether the open Kafka transaction should commit now: it holds whole PostgreSQL
-    /// transactions only, and is full or old enough.
-    pub fn due(&self) -> bool {
-        match &self.open {
-            Some(open) if !self.in_pg_transaction && open.last.is_some() => {
-                open.records >= self.config.transaction_max_records
-                    || open.since.elapsed() >= self.config.transaction_max
+    /// transactions only, and is full or old enough. While the WAL has more waiting
+    /// (`backlog`), it grows up to [`backlog_max`] before it commits: each commit empties the
+    /// pipeline, and at drain speed that cost half the throughput with 100 ms transactions.
+    pub fn due(&self, backlog: bool) -> bool {
+        let Some(s) = &self.0 else { return false };
+        match &s.open {
+            Some(open) if !s.in_pg_transaction && open.last.is_some() => {
+                let age = if backlog { backlog_max(&s.config) } else { s.config.transaction_max };
+                open.records >= s.config.transaction_max_records || open.since.elapsed() >= age
             }
             _ => false,
         }
     }
 
-    /// When the open Kafka transaction becomes due by age, if it may commit then.
+    /// When the loop must look at the open Kafka transaction again: when it becomes due by
+    /// age, or — inside a PostgreSQL transaction — when that transaction would keep it open
+    /// past what the broker allows ([`Transactions::overrun`]), however slowly its rows come.
     pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        match &self.open {
-            Some(open) if !self.in_pg_transaction && open.last.is_some() => {
-                Some(tokio::time::Instant::from_std(open.since + self.config.transaction_max))
-            }
-            _ => None,
+        let s = self.0.as_ref()?;
+        let open = s.open.as_ref()?;
+        let after = match (s.in_pg_transaction, open.last) {
+            (true, _) => overrun_limit(&s.config),
+            (false, Some(_)) => s.config.transaction_max,
+            (false, None) => return None,
+        };
+        Some(tokio::time::Instant::from_std(open.since + after))
+    }
+
+    /// Refuses a PostgreSQL transaction that has kept the Kafka transaction open for most of
+    /// `transaction.timeout.ms`: the broker would abort it, and splitting it would break the
+    /// guarantee.
+    pub fn overrun(&self) -> Result<()> {
+        self.0.as_ref().map_or(Ok(()), State::overrun)
+    }
+
+    /// What a graceful stop does with the open Kafka transaction.
+    pub fn at_stop(&self) -> AtStop {
+        match self.0.as_ref().and_then(|s| s.open.as_ref().map(|o| (s, o))) {
+            None => AtStop::Settle,
+            Some((s, open)) if !s.in_pg_transaction && open.last.is_some() => AtStop::Commit,
+            Some(_) => AtStop::Abort,
         }
-    }
-
-    pub fn is_open(&self) -> bool {
-        self.open.is_some()
-    }
-
-    /// The open transaction may commit (it holds whole PostgreSQL transactions only).
-    pub fn committable(&self) -> bool {
-        !self.in_pg_transaction && self.open.as_ref().is_some_and(|o| o.last.is_some())
     }
 
     /// The progress record for the open transaction: the commit LSN of its last PostgreSQL
     /// transaction, keyed by the transactional id.
     pub fn progress_record(&self) -> Option<(Record, Lsn)> {
-        let lsn = self.open.as_ref()?.last?;
-        let id = &self.config.transactional_id;
+        let s = self.0.as_ref()?;
+        let (lsn, _) = s.open.as_ref()?.last?;
+        let id = &s.config.transactional_id;
         let record = Record {
-            topic: self.config.progress_topic.as_str().into(),
+            topic: s.config.progress_topic.as_str().into(),
             key: Some(Bytes::copy_from_slice(id.as_bytes())),
             value: Some(Bytes::from(lsn.to_string())),
             headers: Vec::new(),
@@ -190,111 +251,257 @@ impl Transactions {
 
     /// The open transaction committed; its records and position are visible.
     pub fn committed(&mut self, lsn: Lsn) {
-        self.committed = Some(lsn);
-        self.open = None;
+        let Some(s) = &mut self.0 else { return };
+        if let Some(open) = s.open.take() {
+            s.last_committed_commit = open.last.map(|(_, at)| at).or(s.last_committed_commit);
+        }
+        s.committed = Some(lsn);
     }
 
-    /// The open transaction was aborted (or is left to the next `init_transactions`).
-    pub fn forget(&mut self) {
-        self.open = None;
-    }
-
-    /// What may be confirmed: nothing past where the open Kafka transaction began.
-    pub fn cap(&self, confirmable: Lsn) -> Lsn {
-        match &self.open {
-            Some(open) => confirmable.min(open.cap),
-            None => confirmable,
+    /// The open transaction was aborted, failed to commit, or is left to the next
+    /// `init_transactions`: what it held is not in Kafka, so the ceiling stays where it began
+    /// for the rest of the session. It can only come down, never go up.
+    pub fn abandon(&mut self) {
+        let Some(s) = &mut self.0 else { return };
+        if let Some(open) = s.open.take() {
+            let (cap, oldest) = match s.abandoned {
+                Some((cap, oldest)) => (cap.min(open.cap), oldest.min(open.first_commit)),
+                None => (open.cap, open.first_commit),
+            };
+            s.abandoned = Some((cap, oldest));
         }
     }
+
+    pub fn is_open(&self) -> bool {
+        self.0.as_ref().is_some_and(|s| s.open.is_some())
+    }
+
+    /// The most that may be confirmed, by what Kafka transactions committed; `None`: no cap
+    /// (at-least-once, or every acknowledged record is in a committed transaction).
+    pub fn ceiling(&self) -> Option<Lsn> {
+        let s = self.0.as_ref()?;
+        if !s.started {
+            return Some(s.resumed);
+        }
+        let open = s.open.as_ref().map(|o| o.cap);
+        let abandoned = s.abandoned.map(|(cap, _)| cap);
+        open.into_iter().chain(abandoned).min()
+    }
+
+    /// Commit time of the oldest PostgreSQL transaction acknowledged but not in a committed
+    /// Kafka transaction (it is late too, for the lag).
+    pub fn oldest_uncommitted(&self) -> Option<i64> {
+        let s = self.0.as_ref()?;
+        let open = s.open.as_ref().map(|o| o.first_commit);
+        open.into_iter().chain(s.abandoned.map(|(_, at)| at)).min()
+    }
+
+    /// Commit time of the last PostgreSQL transaction in a committed Kafka transaction.
+    pub fn last_committed_commit(&self) -> Option<i64> {
+        self.0.as_ref()?.last_committed_commit
+    }
+}
+
+impl State {
+    fn enter(&mut self, txn: &Txn) -> bool {
+        self.current = txn.commit_lsn;
+        self.current_commit = txn.commit_micros;
+        self.skipping = self.committed.is_some_and(|c| txn.commit_lsn <= c);
+        self.skipping
+    }
+
+    fn overrun(&self) -> Result<()> {
+        let Some(open) = self.open.as_ref().filter(|_| self.in_pg_transaction) else {
+            return Ok(());
+        };
+        let open_for = open.since.elapsed();
+        if open_for <= overrun_limit(&self.config) {
+            return Ok(());
+        }
+        Err(Error::definite(
+            format!(
+                "the PostgreSQL transaction that commits at LSN {} has kept a Kafka transaction open for {open_for:.1?}, more than 80 % of transaction.timeout.ms ({} ms): the broker would abort it, and splitting it would break exactly-once",
+                self.current,
+                self.config.transaction_timeout.as_millis()
+            ),
+            "raise [kafka] \"transaction.timeout.ms\" (and the broker's transaction.max.timeout.ms, 15 minutes by default) above the time this transaction takes to publish, or split the transaction in the application; nothing after its start was confirmed",
+        ))
+    }
+}
+
+/// How long one PostgreSQL transaction may keep a Kafka transaction open: 80 % of
+/// `transaction.timeout.ms`, leaving the commit time to finish in.
+fn overrun_limit(config: &DeliveryConfig) -> Duration {
+    config.transaction_timeout.mul_f64(0.8)
+}
+
+/// How long a Kafka transaction may grow while a backlog is drained: ten times
+/// `transaction_max_ms`, and never more than a quarter of `transaction.timeout.ms`.
+fn backlog_max(config: &DeliveryConfig) -> Duration {
+    (config.transaction_max * 10).min(config.transaction_timeout / 4).max(config.transaction_max)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
-    fn txns(max_ms: u64, max_records: usize) -> Transactions {
-        Transactions::new(DeliveryConfig {
+    fn config(max_ms: u64, max_records: usize) -> DeliveryConfig {
+        DeliveryConfig {
             guarantee: crate::config::Guarantee::ExactlyOnce,
             transactional_id: "walrelay-t".into(),
-            progress_topic: "walrelay.progress".into(),
+            progress_topic: "walrelay.progress.t".into(),
             transaction_max: Duration::from_millis(max_ms),
             transaction_max_records: max_records,
             transaction_timeout: Duration::from_secs(60),
-        })
+        }
+    }
+
+    /// Started, with `committed` read from the progress topic, resumed at LSN 1.
+    fn txns(max_ms: u64, max_records: usize, committed: Option<Lsn>) -> Transactions {
+        let mut t = Transactions::new(&config(max_ms, max_records), lsn(1));
+        t.started(committed);
+        t
     }
 
     fn lsn(n: u64) -> Lsn {
         Lsn::from(n)
     }
 
+    fn txn(commit: u64) -> Txn {
+        Txn { commit_lsn: lsn(commit), commit_micros: commit as i64 * 1_000, ..Txn::default() }
+    }
+
+    #[test]
+    fn at_least_once_has_no_transactions_and_no_ceiling() {
+        let cfg =
+            DeliveryConfig { guarantee: crate::config::Guarantee::AtLeastOnce, ..config(100, 10) };
+        let mut t = Transactions::new(&cfg, lsn(1));
+        assert!(!t.needs_start() && t.may_read() && !t.begin(&txn(5)));
+        assert!(!t.before_record(lsn(1)).unwrap());
+        t.end();
+        assert_eq!((t.ceiling(), t.at_stop(), t.due(false)), (None, AtStop::Settle, false));
+    }
+
     #[test]
     fn transactions_at_or_below_the_stored_commit_lsn_are_skipped_and_later_ones_are_not() {
-        let mut t = txns(100, 10);
-        t.resume_after(Some(lsn(200)));
-        assert!(t.begin(lsn(100)), "before the stored position");
+        let mut t = txns(100, 10, Some(lsn(200)));
+        assert!(t.begin(&txn(100)), "before the stored position");
         t.end();
-        assert!(t.begin(lsn(200)), "the stored transaction itself");
+        assert!(t.begin(&txn(200)), "the stored transaction itself");
         t.end();
-        assert!(!t.begin(lsn(201)), "after it");
+        assert!(!t.begin(&txn(201)), "after it");
         assert!(!t.skipping());
         t.end();
-        let mut fresh = txns(100, 10);
-        assert!(!fresh.begin(lsn(1)), "nothing stored: nothing skipped");
+        let mut fresh = txns(100, 10, None);
+        assert!(!fresh.begin(&txn(1)), "nothing stored: nothing skipped");
+    }
+
+    #[test]
+    fn before_the_start_only_a_begin_is_read_and_it_is_judged_once_the_position_is_known() {
+        let mut t = Transactions::new(&config(100, 10), lsn(7));
+        assert!(t.needs_start() && t.may_read());
+        assert_eq!(t.ceiling(), Some(lsn(7)), "nothing past the resume point before the start");
+        assert!(!t.begin(&txn(50)), "not known yet");
+        assert!(!t.may_read(), "no row is read before the start");
+        t.started(Some(lsn(60)));
+        assert!(t.skipping(), "in Kafka already, as the progress topic says");
+        assert!(t.may_read() && t.ceiling().is_none());
     }
 
     #[test]
     fn a_kafka_transaction_commits_only_between_postgresql_transactions_once_full() {
-        let mut t = txns(60_000, 3);
-        t.begin(lsn(10));
+        let mut t = txns(60_000, 3, None);
+        t.begin(&txn(10));
         assert!(t.before_record(lsn(5)).unwrap(), "the first record begins a Kafka transaction");
         assert!(!t.before_record(lsn(5)).unwrap());
         assert!(!t.before_record(lsn(5)).unwrap());
-        assert!(!t.due(), "full, but inside a PostgreSQL transaction");
-        assert!(t.deadline().is_none());
+        assert!(!t.due(false), "full, but inside a PostgreSQL transaction");
+        assert_eq!(t.at_stop(), AtStop::Abort);
         t.end();
-        assert!(t.due(), "full at a commit");
+        assert!(t.due(false), "full at a commit");
+        assert_eq!(t.at_stop(), AtStop::Commit);
         let (record, at) = t.progress_record().unwrap();
         assert_eq!(at, lsn(10));
         assert_eq!(record.value.as_deref(), Some(lsn(10).to_string().as_bytes()));
         assert_eq!(record.key.as_deref(), Some(&b"walrelay-t"[..]));
         assert_eq!(record.partition, Some(0));
         t.committed(at);
-        assert!(!t.is_open() && !t.due());
-        assert!(t.begin(lsn(10)), "what was committed is skipped from now on");
+        assert!(!t.is_open() && !t.due(false));
+        assert_eq!(t.last_committed_commit(), Some(10_000));
+        assert!(t.begin(&txn(10)), "what was committed is skipped from now on");
+    }
+
+    #[test]
+    fn a_backlog_grows_the_transaction_past_transaction_max_and_being_caught_up_does_not() {
+        let mut t = txns(10, 1_000_000, None);
+        t.begin(&txn(10));
+        t.before_record(lsn(5)).unwrap();
+        t.end();
+        std::thread::sleep(Duration::from_millis(15));
+        assert!(t.due(false), "caught up: due at transaction_max_ms");
+        assert!(!t.due(true), "a backlog: not yet (ten times as long)");
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(t.due(true), "and then it is");
     }
 
     #[test]
     fn nothing_past_the_start_of_the_open_kafka_transaction_is_confirmable() {
-        let mut t = txns(100, 10);
-        assert_eq!(t.cap(lsn(50)), lsn(50), "no open transaction: no cap");
-        t.begin(lsn(60));
+        let mut t = txns(100, 10, None);
+        assert_eq!(t.ceiling(), None, "no open transaction: no cap");
+        t.begin(&txn(60));
         t.before_record(lsn(50)).unwrap();
         t.end();
-        assert_eq!(t.cap(lsn(70)), lsn(50), "acknowledged, but not committed");
+        assert_eq!(t.ceiling(), Some(lsn(50)), "acknowledged, but not committed");
+        assert_eq!(t.oldest_uncommitted(), Some(60_000));
         t.committed(lsn(60));
-        assert_eq!(t.cap(lsn(70)), lsn(70));
+        assert_eq!((t.ceiling(), t.oldest_uncommitted()), (None, None));
+    }
+
+    #[test]
+    fn an_abandoned_kafka_transaction_holds_the_ceiling_where_it_began_for_good() {
+        let mut t = txns(100, 10, None);
+        t.begin(&txn(60));
+        t.before_record(lsn(50)).unwrap();
+        t.end();
+        t.begin(&txn(70));
+        t.before_record(lsn(50)).unwrap();
+        assert_eq!(t.at_stop(), AtStop::Abort, "it cuts the transaction at 70");
+        t.abandon();
+        assert!(!t.is_open());
+        assert_eq!(t.ceiling(), Some(lsn(50)), "forgetting it must not lift the ceiling");
+        assert_eq!(t.oldest_uncommitted(), Some(60_000), "its events are still late");
+        t.end();
+        t.begin(&txn(80));
+        t.before_record(lsn(75)).unwrap();
+        t.end();
+        t.committed(lsn(80));
+        assert_eq!(t.ceiling(), Some(lsn(50)), "a later commit does not lift it either");
     }
 
     #[test]
     fn a_skipped_transaction_adds_no_position_to_the_open_one() {
-        let mut t = txns(100, 10);
-        t.resume_after(Some(lsn(30)));
-        t.begin(lsn(20));
+        let mut t = txns(100, 10, Some(lsn(30)));
+        t.begin(&txn(20));
         t.end();
-        assert!(t.progress_record().is_none() && !t.committable());
+        assert!(t.progress_record().is_none() && t.at_stop() == AtStop::Settle);
     }
 
     #[test]
-    fn a_postgresql_transaction_that_outlives_most_of_the_transaction_timeout_is_refused() {
-        let mut t = txns(10, 1_000_000);
-        t.config.transaction_timeout = Duration::from_millis(20);
-        t.begin(lsn(10));
+    fn a_postgresql_transaction_that_outlives_most_of_the_transaction_timeout_is_refused_even_between_rows(
+    ) {
+        let mut t = txns(10, 1_000_000, None);
+        if let Some(s) = &mut t.0 {
+            s.config.transaction_timeout = Duration::from_millis(20);
+        }
+        t.begin(&txn(10));
         t.before_record(lsn(5)).unwrap();
+        let deadline = t.deadline().expect("a deadline while inside the PostgreSQL transaction");
+        assert!(deadline <= tokio::time::Instant::now() + Duration::from_millis(16));
         std::thread::sleep(Duration::from_millis(30));
-        let e = t.before_record(lsn(5)).unwrap_err();
+        // No row came: the loop's deadline asks, and the answer is the same as for a row.
+        let e = t.overrun().unwrap_err();
         assert!(e.to_string().contains("transaction.timeout.ms"), "{e}");
-        assert!(e.hint().unwrap().contains("raise"), "{e:?}");
+        assert!(e.hint().unwrap().contains("transaction.max.timeout.ms"), "{e:?}");
+        assert!(t.before_record(lsn(5)).is_err());
     }
 }

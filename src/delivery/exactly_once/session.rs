@@ -1,32 +1,80 @@
 //! Exactly-once delivery's Kafka transactions in a session: initialising them once the slot is
 //! ours, and committing the open one (with its progress record) when it is due. The policy —
-//! which PostgreSQL transactions go in which Kafka transaction — is `delivery::exactly_once`'s.
+//! which PostgreSQL transactions go in which Kafka transaction, and what may be confirmed — is
+//! `delivery::exactly_once`'s.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
-use super::{read_progress, Transactions};
+use super::read_progress;
 use crate::delivery::frontier::Seq;
 use crate::delivery::Delivery;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::lsn::Lsn;
 
 /// The delivery-report number of the progress record: outside the frontier's sequence, since
 /// the commit of its Kafka transaction, not its report, is what counts.
 pub(crate) const PROGRESS_SEQ: Seq = Seq::MAX;
 
-/// How long librdkafka's blocking transactional calls may take.
-const TXN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The start under way: its task (the commit LSN the progress topic holds), and the
+/// notification that it finished.
+pub(crate) type Starting =
+    (tokio::task::JoinHandle<Result<Option<Lsn>>>, std::sync::Arc<tokio::sync::Notify>);
+
+/// How long librdkafka's blocking transactional calls may take while streaming.
+pub(crate) const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Delivery {
-    /// Exactly-once, once the slot is ours: fences earlier producers of the transactional id,
-    /// aborts what they left open, and reads where the last committed Kafka transaction ended.
-    /// Nothing to do at-least-once.
-    pub async fn start(&mut self, kafka: &crate::config::KafkaConfig) -> Result<()> {
-        let Some(txns) = &mut self.transactions else { return Ok(()) };
-        self.publisher.init_transactions(TXN_CALL_TIMEOUT).await?;
-        let topic = txns.progress_topic();
-        let committed = read_progress(kafka, topic, txns.transactional_id(), true).await?;
+    /// Exactly-once, once the slot is ours (so a stand-by never fences the active relay):
+    /// starts fencing earlier producers of the transactional id, aborting what they left open,
+    /// and reading where the last committed Kafka transaction ended, on a task of its own. The
+    /// stream is read meanwhile up to the first Begin, so the lag is true while Kafka is away;
+    /// no record is sent before it finished ([`Delivery::started`]). Nothing to do at-least-once.
+    pub fn start(&mut self, kafka: &crate::config::KafkaConfig) {
+        let (Some(id), Some(topic)) =
+            (self.transactions.transactional_id(), self.transactions.progress_topic())
+        else {
+            return;
+        };
+        let init = self.publisher.init_transactions(TXN_CALL_TIMEOUT);
+        let (kafka, topic, id) = (kafka.clone(), topic.to_string(), id.to_string());
+        let done = std::sync::Arc::new(tokio::sync::Notify::new());
+        let notify = done.clone();
+        let task = tokio::spawn(async move {
+            let read = async {
+                init.await?;
+                read_progress(&kafka, &topic, &id, true).await
+            }
+            .await;
+            notify.notify_one();
+            read
+        });
+        self.starting = Some((task, done));
+    }
+
+    /// Resolves once the start under way has finished (never without one): for the relay
+    /// loop's select, which then calls [`Delivery::started`]. Cancel-safe.
+    pub async fn start_finished(&self) {
+        match &self.starting {
+            Some((task, _)) if task.is_finished() => {}
+            // A notification sent before this waits is kept for it.
+            Some((_, done)) => done.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes the outcome of the start (waiting for it if need be) and applies it.
+    pub async fn started(&mut self) -> Result<()> {
+        let Some((task, _)) = self.starting.take() else { return Ok(()) };
+        let read = task.await;
+        let committed =
+            read.map_err(|e| Error::transient("starting the Kafka transactions failed", e))??;
+        let (id, topic) = (
+            self.transactions.transactional_id().unwrap_or_default(),
+            self.transactions.progress_topic().unwrap_or_default(),
+        );
         tracing::info!(
-            transactional_id = txns.transactional_id(),
+            transactional_id = id,
             progress_topic = topic,
             committed_lsn = %committed.map_or("none".to_string(), |l| l.to_string()),
             "exactly-once: transactions initialised; PostgreSQL transactions committed at or before this LSN are in Kafka already and are skipped"
@@ -34,48 +82,80 @@ impl Delivery {
         if let Some(lsn) = committed {
             self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
         }
-        txns.resume_after(committed);
+        self.transactions.started(committed);
         Ok(())
     }
 
-    /// Exactly-once: when the open Kafka transaction should commit by age (it holds whole
-    /// PostgreSQL transactions only); never at-least-once.
+    /// Waits for the start under way, if the transactions need it (a lone logical message,
+    /// which comes without a Begin for the loop to stop reading at).
+    pub(crate) async fn finish_start(&mut self) -> Result<()> {
+        if self.transactions.needs_start() {
+            if self.starting.is_none() {
+                return Err(Error::transient_msg(
+                    "exactly-once: a record came before the Kafka transactions were started",
+                ));
+            }
+            self.started().await?;
+        }
+        Ok(())
+    }
+
+    /// When the loop must look at the open Kafka transaction again
+    /// ([`Delivery::on_transaction_deadline`]); never at-least-once.
     pub fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
-        self.transactions.as_ref().and_then(Transactions::deadline)
+        self.transactions.deadline()
+    }
+
+    /// The open Kafka transaction's deadline passed: commit it if it is due, or stop if the
+    /// PostgreSQL transaction it is inside has kept it open too long.
+    pub async fn on_transaction_deadline(&mut self) -> Result<()> {
+        self.transactions.overrun()?;
+        self.commit_kafka_if_due().await
     }
 
     /// Commits the open Kafka transaction if it is due.
     pub async fn commit_kafka_if_due(&mut self) -> Result<()> {
-        if self.transactions.as_ref().is_some_and(Transactions::due) {
-            self.commit_kafka().await?;
+        if self.transactions.due(self.backlog) {
+            self.commit_kafka(TXN_CALL_TIMEOUT).await?;
         }
         Ok(())
     }
 
     /// Commits the open Kafka transaction: waits for every record's report (a refused one's
-    /// dead letter goes in the same transaction), adds the progress record, commits. On
-    /// failure the session ends; the next one's `init_transactions` aborts what is open here,
-    /// and it resumes from the last committed position.
-    pub async fn commit_kafka(&mut self) -> Result<()> {
+    /// dead letter goes in the same transaction), adds the progress record, commits within
+    /// `timeout`. On failure it is abandoned (the ceiling stays where it began) and the session
+    /// ends; the next one's `init_transactions` aborts what is open here, and it resumes from
+    /// the last committed position.
+    pub async fn commit_kafka(&mut self, timeout: Duration) -> Result<()> {
         let started = std::time::Instant::now();
+        let result = self.commit_open(timeout).await;
+        match result {
+            Ok(Some(lsn)) => {
+                self.transactions.committed(lsn);
+                self.metrics.kafka_transactions.fetch_add(1, Relaxed);
+                self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
+                tracing::debug!(%lsn, took_ms = started.elapsed().as_millis() as u64, "kafka transaction committed");
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                self.abandon_transaction();
+                Err(e)
+            }
+        }
+    }
+
+    /// The commit itself; the position it committed, if there was anything to commit.
+    async fn commit_open(&mut self, timeout: Duration) -> Result<Option<Lsn>> {
         while self.frontier.unacked() > 0 || !self.pending_dead.is_empty() {
             self.send_dead_letters().await?;
             if self.frontier.unacked() > 0 {
                 self.next_reports().await?;
             }
         }
-        let txns = self.transactions.as_mut().expect("exactly-once");
-        let Some((record, lsn)) = txns.progress_record() else { return Ok(()) };
+        let Some((record, lsn)) = self.transactions.progress_record() else { return Ok(None) };
         self.send(PROGRESS_SEQ, record).await?;
-        if let Err(e) = self.publisher.commit_transaction(TXN_CALL_TIMEOUT).await {
-            self.transactions.as_mut().expect("exactly-once").forget();
-            self.metrics.kafka_transactions_failed.fetch_add(1, Relaxed);
-            return Err(e);
-        }
-        self.transactions.as_mut().expect("exactly-once").committed(lsn);
-        self.metrics.kafka_transactions.fetch_add(1, Relaxed);
-        self.metrics.progress_lsn.store(lsn.as_u64(), Relaxed);
-        tracing::debug!(%lsn, took_ms = started.elapsed().as_millis() as u64, "kafka transaction committed");
-        Ok(())
+        self.publisher.commit_transaction(timeout).await?;
+        Ok(Some(lsn))
     }
 }

@@ -4,39 +4,55 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, Producer};
 
-use super::{Publisher, RelayContext};
+use super::{refusal_fix, Publisher, RelayContext};
+use crate::delivery::fault::{classify, Fault};
 use crate::error::{Error, Result};
 
 impl Publisher {
-    /// Fences every earlier producer of this `transactional.id` and aborts what it left open.
-    pub async fn init_transactions(&self, timeout: Duration) -> Result<()> {
-        self.blocking(move |p| p.init_transactions(timeout))
-            .await
-            .map_err(|e| transaction_error("initialise the Kafka transactions", e))
+    /// Fences every earlier producer of this `transactional.id` and aborts what it left open;
+    /// a future of its own, so the relay loop goes on meanwhile.
+    pub fn init_transactions(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let producer = Arc::clone(&self.producer);
+        let (id, principal) = (self.transactional_id.clone(), self.principal.clone());
+        async move {
+            let result = tokio::task::spawn_blocking(move || producer.init_transactions(timeout))
+                .await
+                .unwrap_or(Err(KafkaError::Canceled));
+            result.map_err(|e| {
+                transaction_error("initialise the Kafka transactions", e, &id, &principal)
+            })
+        }
     }
 
     /// Starts a Kafka transaction (local to librdkafka: no request).
     pub fn begin_transaction(&self) -> Result<()> {
         self.producer
             .begin_transaction()
-            .map_err(|e| transaction_error("begin a Kafka transaction", e))
+            .map_err(|e| self.transaction_error("begin a Kafka transaction", e))
     }
 
     /// Commits the open transaction: librdkafka flushes its records first.
     pub async fn commit_transaction(&self, timeout: Duration) -> Result<()> {
         self.blocking(move |p| p.commit_transaction(timeout))
             .await
-            .map_err(|e| transaction_error("commit a Kafka transaction", e))
+            .map_err(|e| self.transaction_error("commit a Kafka transaction", e))
     }
 
     /// Aborts the open transaction; its records stay invisible to `read_committed` consumers.
     pub async fn abort_transaction(&self, timeout: Duration) -> Result<()> {
         self.blocking(move |p| p.abort_transaction(timeout))
             .await
-            .map_err(|e| transaction_error("abort a Kafka transaction", e))
+            .map_err(|e| self.transaction_error("abort a Kafka transaction", e))
+    }
+
+    fn transaction_error(&self, what: &str, error: KafkaError) -> Error {
+        transaction_error(what, error, &self.transactional_id, &self.principal)
     }
 
     /// Runs one of librdkafka's blocking transactional calls off the relay's thread, which
@@ -57,24 +73,24 @@ impl Publisher {
     }
 }
 
-/// A transactional call's failure, by what happens next: fenced (another relay took over: stand
-/// by), or anything else (end the session; the next one aborts what is open and resumes from
-/// the last committed position).
-fn transaction_error(what: &str, error: KafkaError) -> Error {
-    let fenced = matches!(
-        error.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::Fenced
-                | RDKafkaErrorCode::ProducerFenced
-                | RDKafkaErrorCode::InvalidProducerEpoch
-        )
-    );
-    if fenced {
-        return Error::Busy {
+/// A transactional call's failure, by what happens next (`delivery::fault`): a missing ACL
+/// stops the relay with the line that grants it; a fence is told apart from a broker's abort by
+/// the session; anything else ends the session, and the next one aborts what is open here and
+/// resumes from the last committed position.
+fn transaction_error(what: &str, error: KafkaError, id: &str, principal: &str) -> Error {
+    match classify(&error) {
+        Fault::Authorization => {
+            let fix = refusal_fix(&error, id, principal)
+                .unwrap_or_else(|| format!("grant {principal} the ACL the error names"));
+            Error::definite_with(format!("could not {what}: an ACL is missing"), fix, error)
+        }
+        Fault::Fenced => Error::Fenced {
             what: format!(
-                "this relay's Kafka producer was fenced while trying to {what}: another walrelay with the same [delivery] transactional_id initialised its transactions (it took the slot), or the broker aborted this relay's transaction after transaction.timeout.ms, which Kafka reports the same way (KIP-588); standing down, then resuming from the last committed position if the slot is free ({error})"
+                "this relay's Kafka producer was fenced while trying to {what}: another walrelay with the same [delivery] transactional_id initialised its transactions (it took the slot), or the broker aborted this relay's transaction after transaction.timeout.ms, which Kafka reports the same way (KIP-588) ({error})"
             ),
-        };
+        },
+        Fault::Record | Fault::Transaction | Fault::Transient => {
+            Error::transient(format!("could not {what}"), error)
+        }
     }
-    Error::transient(format!("could not {what}"), error)
 }
