@@ -523,8 +523,7 @@ impl Delivery {
                 // Abandoned first: whatever the abort does in the time left, nothing in this
                 // transaction is confirmed.
                 self.abandon_transaction();
-                let _ = tokio::time::timeout_at(deadline, self.publisher.abort_transaction(left()))
-                    .await;
+                self.abort_within(deadline).await;
             }
             AtStop::Settle if self.transactions.transactional_id().is_some() => {}
             AtStop::Settle => match tokio::time::timeout_at(deadline, self.settle()).await {
@@ -539,6 +538,27 @@ impl Delivery {
                     )
                 }
             },
+        }
+    }
+
+    /// Aborts the open Kafka transaction by `deadline`. librdkafka purges its records and waits
+    /// for their reports to be served before the abort returns; this thread serves the queue,
+    /// so they are served here meanwhile (and dropped: the transaction is abandoned already).
+    async fn abort_within(&mut self, deadline: tokio::time::Instant) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let publisher = &self.publisher;
+        let abort = publisher.abort_transaction(left);
+        tokio::pin!(abort);
+        let mut purged = VecDeque::new();
+        loop {
+            tokio::select! {
+                _ = &mut abort => return,
+                _ = publisher.reports_ready() => {
+                    publisher.serve_reports(&mut purged);
+                    purged.clear();
+                }
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
         }
     }
 

@@ -177,6 +177,13 @@ impl ClientContext for RelayContext {
             tracing::debug!(target: "librdkafka", fac, "{message}");
             return;
         }
+        // The records of a transaction this relay aborts fail as "Purged": that is the abort.
+        if message.contains("in state BeginAbort")
+            || message.contains("in state AbortingTransaction")
+        {
+            tracing::debug!(target: "librdkafka", fac, "{message}");
+            return;
+        }
         let Some(repeats) = self.admit(fac) else { return };
         match level {
             RDKafkaLogLevel::Emerg

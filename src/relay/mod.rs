@@ -448,7 +448,9 @@ impl<'c> Session<'c> {
         let deadline = tokio::time::Instant::now() + grace.saturating_sub(STOP_MARGIN);
         // What is left after the drain is for confirming on the server.
         let drained_by = deadline - CONFIRM_TIME.min(grace / 3);
+        let stopping = Instant::now();
         self.delivery.drain(drained_by).await;
+        tracing::debug!(took_ms = stopping.elapsed().as_millis() as u64, "stop: delivery drained");
         if self.report_position().check_wanted {
             let acked = self.progress.acked();
             let vouched = &mut self.watch.vouched;
@@ -457,6 +459,10 @@ impl<'c> Session<'c> {
         }
         let target = self.report_position().at;
         self.confirm_on_server(target, deadline).await;
+        tracing::debug!(
+            took_ms = stopping.elapsed().as_millis() as u64,
+            "stop: confirmed on the server"
+        );
         tracing::info!(confirmed_lsn = %target, "stopped");
         Ok(Outcome::Stopped { confirmed: target })
     }

@@ -95,7 +95,8 @@ pub struct WriterConfig {
     /// Aggregates `{agg_prefix}-0 .. {agg_prefix}-{aggregates-1}`.
     pub agg_prefix: String,
     pub aggregates: usize,
-    /// Rows per transaction: uniform in 1..=max_txn.
+    /// Rows per transaction: uniform in min_txn..=max_txn.
+    pub min_txn: usize,
     pub max_txn: usize,
     /// Stop after this many events (None: until stopped).
     pub max_events: Option<usize>,
@@ -120,6 +121,7 @@ impl WriterConfig {
             topic_prefix: topic_prefix.to_string(),
             agg_prefix: "agg".into(),
             aggregates,
+            min_txn: 1,
             max_txn: 8,
             max_events: None,
             rate: None,
@@ -240,7 +242,8 @@ async fn write(
                 tokio::time::sleep(wait).await;
             }
         }
-        let mut size = rng.range(1, cfg.max_txn.max(1) as u64) as usize;
+        let low = cfg.min_txn.clamp(1, cfg.max_txn.max(1)) as u64;
+        let mut size = rng.range(low, cfg.max_txn.max(1) as u64) as usize;
         if let Some(r) = remaining {
             size = size.min(r);
         }
