@@ -117,10 +117,10 @@ async fn least_privilege_acls_are_enough_to_relay_everything() {
 
 /// Without WRITE on its topic (DESCRIBE and IDEMPOTENT_WRITE granted), the broker answers
 /// TOPIC_AUTHORIZATION_FAILED: walrelay stops at once with exit code 1 and a hint naming the ACL
-/// to add, and confirms nothing. With a `[dead_letter]` topic the principal may write, the record goes
-/// there instead and the stream moves on.
+/// to add, and confirms nothing — also with a `[dead_letter]` topic the principal may write: a
+/// missing ACL is never dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add() {
+async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add_even_with_a_dead_letter_topic() {
     let kafka = SecureKafka::get().await;
     let s = Setup::new("sec_nowrite").await;
     let topic = s.topic("Order");
@@ -153,28 +153,27 @@ async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add() {
     assert!(s.slot_holds(&event).await, "the refused event was confirmed");
     assert_no_password(&log);
 
+    // With a dead-letter topic it may write, the missing ACL still stops the relay: it is a
+    // configuration problem, not a poison row, and a dead letter would hide it (issue 35).
     let config =
         secure_config(&s, kafka, NO_WRITE, "", &format!("[dead_letter]\ntopic = \"{dead}\"\n"));
     let mut relay = RelayProcess::start(&config);
-    let letters = kafka.consume(&[&dead], 1, Duration::from_secs(60)).await;
+    let code = relay.wait_exit(Duration::from_secs(60));
+    let log = relay.log();
+    let stopped = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default();
+    let letters = kafka.consume(&[&dead], 1, Duration::from_secs(3)).await;
     println!(
-        "no WRITE ACL, [dead_letter] writable: {} dead letter(s), error header {:?}",
-        letters.len(),
-        letters.first().and_then(|l| l.header_str("walrelay.error"))
+        "no WRITE ACL, [dead_letter] writable: exit {code:?}, {} dead letter(s): {stopped}",
+        letters.len()
     );
-    assert_eq!(letters.len(), 1, "{}", s.diagnostics(&relay));
-    assert_eq!(letters[0].header_str("walrelay.event.id"), Some(event.as_str()));
-    assert_eq!(
-        letters[0].header_str("walrelay.topic"),
-        Some(topic.as_str()),
-        "{:?}",
-        letters[0].headers
-    );
-    // A graceful stop confirms everything acknowledged (I6): the dead letter's position too.
-    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    assert_eq!(code, Some(1), "{log}");
+    for needle in ["authoriz", "User:nowrite", "--operation Write", &topic, "hint="] {
+        assert!(stopped.contains(needle), "the stop does not name {needle:?}: {stopped}");
+    }
+    assert!(letters.is_empty(), "the refused record was dead-lettered: {:?}", letters[0].headers);
     wait_released(&s).await;
-    assert!(!s.slot_holds(&event).await, "the dead-lettered event is still unconfirmed");
-    assert_no_password(&relay.log());
+    assert!(s.slot_holds(&event).await, "the refused event was confirmed");
+    assert_no_password(&log);
 }
 
 /// A wrong password: librdkafka's SASL authentication fails and says so in walrelay's log, the

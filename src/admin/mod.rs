@@ -84,7 +84,9 @@ pub enum AdminCommand {
     },
     /// Re-publishes retained outbox rows, selected by time or event id, through the same router
     /// and envelope as the live relay (same event id, key and partition, plus a header
-    /// walrelay.replay); on a producer of its own, never touching the slot.
+    /// walrelay.replay); on a producer of its own, never touching the slot. Outside the
+    /// exactly-once guarantee: replayed records are not in Kafka transactions, and repeat events
+    /// on purpose (consumers deduplicate by the id header).
     Replay(replay::Args),
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.

@@ -104,6 +104,11 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if config.delivery.exactly_once() {
+        eprintln!(
+            "note: [delivery] guarantee is exactly-once, but replayed records are outside it: they are not sent in Kafka transactions, read_committed consumers see them at once, and they repeat events on purpose (deduplicate by the id header; docs/consumers.md)"
+        );
+    }
     let metrics = Metrics::new();
     if let Some(listen) = args.metrics_listen {
         let http = HttpConfig {

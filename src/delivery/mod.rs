@@ -299,7 +299,8 @@ impl Delivery {
                 // the transaction's state or an ACL is never the record's fault.
                 Err(SendError::Rejected(e)) => {
                     if seq == PROGRESS_SEQ || fault::classify(&e) != Fault::Record {
-                        return Err(self.not_the_records_fault(seq, &record.topic, e));
+                        let id = Some(record.event_id.as_str()).filter(|id| !id.is_empty());
+                        return Err(self.not_the_records_fault(seq, &record.topic, id, e));
                     }
                     self.on_rejected(seq, e, Refused::of(&record))?;
                     match self.pending_dead.pop() {
@@ -342,7 +343,7 @@ impl Delivery {
             Report::Failed { seq: PROGRESS_SEQ, error }
             | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => {
                 let topic = self.transactions.progress_topic().unwrap_or_default().to_string();
-                Err(self.not_the_records_fault(PROGRESS_SEQ, &topic, error))
+                Err(self.not_the_records_fault(PROGRESS_SEQ, &topic, None, error))
             }
             Report::Delivered { seq, partition, offset } => {
                 if let Some(mut sent) = self.frontier.ack(seq) {
@@ -376,7 +377,25 @@ impl Delivery {
                 Err(Error::transient(what, error))
             }
             Report::Rejected { seq, error, record } if fault::classify(&error) != Fault::Record => {
-                Err(self.not_the_records_fault(seq, &record.topic, error))
+                Err(self.not_the_records_fault(
+                    seq,
+                    &record.topic,
+                    record.event_id.as_deref(),
+                    error,
+                ))
+            }
+            // Exactly-once: librdkafka fails the whole Kafka transaction with the record, so its
+            // dead letter cannot go in its place; every retry would meet the same refusal.
+            Report::Rejected { seq, error, record } if self.transactions.is_open() => {
+                let what = format!(
+                    "the broker refused record #{seq} (topic {}) inside a Kafka transaction, which fails the transaction",
+                    record.topic
+                );
+                let fix = format!(
+                    "{}; with exactly-once a refused record can be dead-lettered only when librdkafka refuses it before sending it, so keep [kafka] message.max.bytes at or below the topic's max.message.bytes; nothing after the transaction's start was confirmed",
+                    record_fix(&error, &record.topic)
+                );
+                Err(Error::definite_with(what, fix, error))
             }
             Report::Rejected { seq, error, record } => self.on_rejected(seq, error, *record),
             Report::Fatal(reason) => Err(Error::transient_msg(format!(
@@ -388,13 +407,29 @@ impl Delivery {
     /// A refusal that is not the record's: a missing ACL (a stop with the `kafka-acls.sh` line
     /// that fixes it; a dead letter would hide it), or what the Kafka transaction or the
     /// producer went through (the session ends and the next resumes from the last commit).
-    fn not_the_records_fault(&mut self, seq: Seq, topic: &str, error: KafkaError) -> Error {
-        let what = match seq {
-            PROGRESS_SEQ => format!("kafka did not take the progress record (topic {topic})"),
-            _ => format!("kafka did not take record #{seq} (topic {topic})"),
+    fn not_the_records_fault(
+        &mut self,
+        seq: Seq,
+        topic: &str,
+        event_id: Option<&str>,
+        error: KafkaError,
+    ) -> Error {
+        let what = match (seq, self.frontier.lsn_of(seq)) {
+            (PROGRESS_SEQ, _) => {
+                format!("kafka refused the progress record of the open Kafka transaction (topic {topic})")
+            }
+            (_, None) => format!("kafka refused record #{seq} (topic {topic})"),
+            (_, Some(lsn)) => format!(
+                "kafka refused the record of outbox row {} at LSN {lsn} (topic {topic})",
+                event_id.unwrap_or("(no event id)")
+            ),
         };
         match fault::classify(&error) {
             Fault::Authorization => {
+                // Never acknowledged: the stop that follows does not wait for it.
+                if seq != PROGRESS_SEQ {
+                    self.refused += 1;
+                }
                 let fix = producer::refusal_fix(&error, topic, &self.principal)
                     .unwrap_or_else(|| format!("grant {} the ACL the error names", self.principal));
                 Error::definite_with(

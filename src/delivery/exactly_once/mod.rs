@@ -202,11 +202,12 @@ impl Transactions {
     /// When the loop must look at the open Kafka transaction again: when it becomes due by
     /// age, or — inside a PostgreSQL transaction — when that transaction would keep it open
     /// past what the broker allows ([`Transactions::overrun`]), however slowly its rows come.
-    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+    pub fn deadline(&self, backlog: bool) -> Option<tokio::time::Instant> {
         let s = self.0.as_ref()?;
         let open = s.open.as_ref()?;
         let after = match (s.in_pg_transaction, open.last) {
             (true, _) => overrun_limit(&s.config),
+            (false, Some(_)) if backlog => backlog_max(&s.config),
             (false, Some(_)) => s.config.transaction_max,
             (false, None) => return None,
         };
@@ -495,7 +496,8 @@ mod tests {
         }
         t.begin(&txn(10));
         t.before_record(lsn(5)).unwrap();
-        let deadline = t.deadline().expect("a deadline while inside the PostgreSQL transaction");
+        let deadline =
+            t.deadline(false).expect("a deadline while inside the PostgreSQL transaction");
         assert!(deadline <= tokio::time::Instant::now() + Duration::from_millis(16));
         std::thread::sleep(Duration::from_millis(30));
         // No row came: the loop's deadline asks, and the answer is the same as for a row.

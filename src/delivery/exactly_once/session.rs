@@ -103,7 +103,7 @@ impl Delivery {
     /// When the loop must look at the open Kafka transaction again
     /// ([`Delivery::on_transaction_deadline`]); never at-least-once.
     pub fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
-        self.transactions.deadline()
+        self.transactions.deadline(self.backlog)
     }
 
     /// The open Kafka transaction's deadline passed: commit it if it is due, or stop if the
