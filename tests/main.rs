@@ -40,3 +40,4 @@ mod slot_creation;
 mod tables;
 mod takeover;
 mod trace_context;
+mod two_relays;

@@ -33,8 +33,12 @@ pub struct DeliveryConfig {
     /// one that takes the slot fences the other.
     pub transactional_id: String,
     /// The compacted, one-partition topic where each Kafka transaction records the commit LSN
-    /// of the last PostgreSQL transaction it holds (key: `transactional_id`).
+    /// of the last PostgreSQL transaction it holds (key: `transactional_id`). By default the
+    /// relay's own, `walrelay.progress.<slot>`: no other producer's open transaction can hold
+    /// back its read (design.md I9).
     pub progress_topic: String,
+    /// `progress_topic` was not named: the default, per relay.
+    pub progress_topic_defaulted: bool,
     /// A Kafka transaction is committed at the first PostgreSQL commit after it has been open
     /// this long…
     pub transaction_max: Duration,
@@ -45,10 +49,23 @@ pub struct DeliveryConfig {
 }
 
 impl DeliveryConfig {
-    pub const DEFAULT_PROGRESS_TOPIC: &'static str = "walrelay.progress";
+    /// The shared progress topic of walrelay before per-relay topics: read once, when the
+    /// relay's own does not exist yet, so an upgrade sends nothing twice.
+    pub const LEGACY_PROGRESS_TOPIC: &'static str = "walrelay.progress";
+
+    /// The default progress topic of the relay of `slot`. Slot names are `[a-z0-9_]`, at most
+    /// 63 characters, so this is always a legal topic name (`[a-zA-Z0-9._-]`, at most 249).
+    pub fn default_progress_topic(slot: &str) -> String {
+        format!("walrelay.progress.{slot}")
+    }
 
     pub fn exactly_once(&self) -> bool {
         self.guarantee == Guarantee::ExactlyOnce
+    }
+
+    /// Where an earlier walrelay kept this relay's position, when the topic is the default.
+    pub fn legacy_progress_topic(&self) -> Option<&'static str> {
+        self.progress_topic_defaulted.then_some(Self::LEGACY_PROGRESS_TOPIC)
     }
 }
 
@@ -117,10 +134,11 @@ pub(super) fn parse(
             raw.transactional_id,
             format!("walrelay-{slot}"),
         )?,
+        progress_topic_defaulted: raw.progress_topic.is_none(),
         progress_topic: non_empty(
             "progress_topic",
             raw.progress_topic,
-            DeliveryConfig::DEFAULT_PROGRESS_TOPIC.to_string(),
+            DeliveryConfig::default_progress_topic(slot),
         )?,
         transaction_max,
         transaction_max_records: transaction_max_records as usize,

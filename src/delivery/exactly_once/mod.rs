@@ -18,7 +18,7 @@
 //! creates the progress topic, `session.rs` drives the session's Kafka transactions with the
 //! policy, and `delivery/producer/transactions.rs` makes librdkafka's transactional calls.
 
-mod progress_topic;
+pub(crate) mod progress_topic;
 mod session;
 
 use std::time::{Duration, Instant};
@@ -108,6 +108,11 @@ impl Transactions {
     /// The producer's `transactional.id`; `None` at-least-once.
     pub fn transactional_id(&self) -> Option<&str> {
         self.0.as_ref().map(|s| s.config.transactional_id.as_str())
+    }
+
+    /// Exactly-once's `[delivery]`; `None` at-least-once.
+    pub fn config(&self) -> Option<&DeliveryConfig> {
+        self.0.as_ref().map(|s| &s.config)
     }
 
     pub fn progress_topic(&self) -> Option<&str> {
@@ -351,6 +356,7 @@ mod tests {
             guarantee: crate::config::Guarantee::ExactlyOnce,
             transactional_id: "walrelay-t".into(),
             progress_topic: "walrelay.progress.t".into(),
+            progress_topic_defaulted: true,
             transaction_max: Duration::from_millis(max_ms),
             transaction_max_records: max_records,
             transaction_timeout: Duration::from_secs(60),

@@ -1,170 +1,318 @@
 //! The progress topic's I/O for exactly-once: reading the commit LSN the last committed Kafka
 //! transaction stored, and creating the topic on the first start.
+//!
+//! The read needs no consumer group: librdkafka's consumer wants a `group.id` for `assign()`,
+//! and with one it looks up the group's coordinator, which a secured cluster refuses without a
+//! group ACL. So the partition is read with librdkafka's simple consumer
+//! (`rd_kafka_consume_start`), which has no group. It never waits on EOF either: EOF comes only
+//! when a fetch finds nothing new, so on a topic that another relay keeps writing it may never
+//! come. The read ends at the partition's end offset taken when it starts (after this relay's
+//! `init_transactions`, so none of its own transactions is open): at EOF at or past it, or at
+//! the first record at or past it.
 
+use std::ffi::CString;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::bindings as rdsys;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 
-use crate::config::KafkaConfig;
+use crate::config::{DeliveryConfig, KafkaConfig};
+use crate::delivery::producer::{principal, refusal_fix};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 
 /// How long start-up waits for the progress topic to be read or created.
-const PROGRESS_TIMEOUT: Duration = Duration::from_secs(30);
+pub const PROGRESS_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The commit LSN the progress topic holds for `id`, read to its end with `read_committed`
-/// (`None`: no Kafka transaction of this relay committed yet). With `create`, creates the topic
-/// (compacted, one partition) when it does not exist.
+/// How many offsets before the end the read starts at; doubled until this relay's key is found.
+const FIRST_WINDOW: i64 = 64;
+
+/// The commit LSN the progress topic of `delivery` holds for its transactional id, read with
+/// `read_committed` (`None`: no Kafka transaction of this relay committed yet), within
+/// `timeout`. With `create`, creates the topic (compacted, one partition) when it does not
+/// exist. A relay that kept its position in the shared `walrelay.progress` before per-relay
+/// topics finds it there until its own topic exists.
 pub async fn read_progress(
+    kafka: &KafkaConfig,
+    delivery: &DeliveryConfig,
+    create: bool,
+    timeout: Duration,
+) -> Result<Option<Lsn>> {
+    let topic = delivery.progress_topic.as_str();
+    let id = delivery.transactional_id.as_str();
+    let own = read_topic(kafka, topic, id, timeout).await?;
+    if let Some(Some(lsn)) = own {
+        return Ok(Some(lsn));
+    }
+    // Nothing of this relay's in its own topic yet: an earlier version may have kept it in the
+    // shared one, until this relay's first commit.
+    let legacy = match delivery.legacy_progress_topic() {
+        Some(legacy) => read_topic(kafka, legacy, id, timeout).await?.flatten(),
+        None => None,
+    };
+    if let Some(lsn) = legacy {
+        tracing::info!(%lsn, legacy = DeliveryConfig::LEGACY_PROGRESS_TOPIC, topic,
+            "exactly-once: this relay's position is in the shared progress topic of earlier walrelay versions; it is read from there until the relay's first commit to its own topic");
+    }
+    if own.is_none() && create {
+        create_progress_topic(kafka, topic, timeout).await?;
+    }
+    Ok(legacy)
+}
+
+/// The last position `id` stored in `topic`; `None` when the topic does not exist.
+async fn read_topic(
     kafka: &KafkaConfig,
     topic: &str,
     id: &str,
-    create: bool,
-) -> Result<Option<Lsn>> {
+    timeout: Duration,
+) -> Result<Option<Option<Lsn>>> {
     let (k, t, i) = (kafka.clone(), topic.to_string(), id.to_string());
-    let read = tokio::task::spawn_blocking(move || read_blocking(&k, &t, &i))
+    tokio::task::spawn_blocking(move || read_blocking(&k, &t, &i, timeout))
         .await
-        .map_err(|e| Error::transient("reading the progress topic panicked", e))?;
-    match read {
-        Err(Missing) if create => {
-            create_progress_topic(kafka, topic).await?;
-            Ok(None)
-        }
-        Err(Missing) => Ok(None),
-        Ok(result) => result,
+        .map_err(|e| Error::transient("reading the progress topic panicked", e))?
+}
+
+/// librdkafka's log and errors, at debug: the read says itself what went wrong (a normal end of
+/// partition is not an error).
+pub(crate) struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
+        tracing::debug!(target: "librdkafka", fac, "{message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(target: "librdkafka", %error, reason, "kafka client error");
     }
 }
 
-/// The topic does not exist.
-struct Missing;
+impl ConsumerContext for Quiet {}
 
 fn read_blocking(
     kafka: &KafkaConfig,
     topic: &str,
     id: &str,
-) -> std::result::Result<Result<Option<Lsn>>, Missing> {
+    timeout: Duration,
+) -> Result<Option<Option<Lsn>>> {
     let fail = |what: String, e: KafkaError| {
         Error::transient(format!("{what}: {}", kafka.describe_librdkafka_error(&e)), e)
     };
+    let deadline = Instant::now() + timeout;
     let mut cfg = kafka.consumer_config();
-    cfg.set("group.id", "walrelay-progress-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
+    cfg.set("enable.partition.eof", "true")
         .set("allow.auto.create.topics", "false")
-        // A position librdkafka finds invalid mid-read (a truncation it infers from a new leader
-        // epoch) goes back to the start and reads the same records again: its default, the end,
-        // would stop the read early with an older position, and transactions already in Kafka
-        // would be sent again.
-        .set("auto.offset.reset", "earliest")
         // Only what committed Kafka transactions hold: an aborted one's position never counts.
         .set("isolation.level", "read_committed")
-        .set_log_level(RDKafkaLogLevel::Error);
-    let consumer: BaseConsumer = match cfg.create() {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(fail("cannot create the progress topic's reader".into(), e))),
-    };
-    let deadline = Instant::now() + PROGRESS_TIMEOUT;
-    let metadata = match consumer.fetch_metadata(Some(topic), PROGRESS_TIMEOUT) {
-        Ok(m) => m,
-        Err(e) => return Ok(Err(fail(format!("cannot read the metadata of {topic}"), e))),
-    };
+        .set_log_level(RDKafkaLogLevel::Debug);
+    let consumer: BaseConsumer<Quiet> = cfg
+        .create_with_context(Quiet)
+        .map_err(|e| fail("cannot create the progress topic's reader".into(), e))?;
+    let client = consumer.client();
+    let metadata = client
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| fail(format!("cannot read the metadata of {topic}"), e))?;
     let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
-        return Err(Missing);
+        return Ok(None);
     };
-    if meta.error().is_some() || meta.partitions().is_empty() {
-        return Err(Missing);
+    match meta.error().map(RDKafkaErrorCode::from) {
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
+            return Err(not_allowed(kafka, topic, "Describe"))
+        }
+        Some(_) => return Ok(None),
+        None if meta.partitions().is_empty() => return Ok(None),
+        None => {}
     }
     if meta.partitions().len() != 1 {
-        return Ok(Err(Error::definite(
+        return Err(Error::definite(
             format!(
                 "the progress topic {topic} has {} partitions; walrelay keeps its position in one",
                 meta.partitions().len()
             ),
             "name a topic of one partition in [delivery] progress_topic (walrelay creates it compacted when it does not exist)",
-        )));
+        ));
     }
-    let mut tpl = TopicPartitionList::new();
-    if let Err(e) = tpl.add_partition_offset(topic, 0, Offset::Beginning) {
-        return Ok(Err(fail(format!("cannot assign {topic}"), e)));
+    let left = deadline.saturating_duration_since(Instant::now());
+    let (low, end) = client
+        .fetch_watermarks(topic, 0, left)
+        .map_err(|e| fail(format!("cannot read where the progress topic {topic} ends"), e))?;
+    let mut from = end;
+    while from > low {
+        from = (from - FIRST_WINDOW.max(end - from)).max(low);
+        if let Some(lsn) = read_range(kafka, client, topic, id, from, end, deadline)? {
+            return Ok(Some(Some(lsn)));
+        }
     }
-    if let Err(e) = consumer.assign(&tpl) {
-        return Ok(Err(fail(format!("cannot assign {topic}"), e)));
+    Ok(Some(None))
+}
+
+/// The last position `id` stored between offset `from` and `end` (the end offset when the read
+/// began). Read with the simple consumer, which needs no group.
+fn read_range(
+    kafka: &KafkaConfig,
+    client: &Client<Quiet>,
+    topic: &str,
+    id: &str,
+    from: i64,
+    end: i64,
+    deadline: Instant,
+) -> Result<Option<Lsn>> {
+    let name = CString::new(topic).map_err(|e| Error::transient("the progress topic's name", e))?;
+    // SAFETY: the topic handle and every message are released before returning; librdkafka's
+    // simple consumer is used from this one thread.
+    unsafe {
+        let rkt =
+            rdsys::rd_kafka_topic_new(client.native_ptr(), name.as_ptr(), std::ptr::null_mut());
+        if rkt.is_null() {
+            return Err(Error::transient_msg(format!("cannot open the progress topic {topic}")));
+        }
+        let read = if rdsys::rd_kafka_consume_start(rkt, 0, from) == -1 {
+            Err(Error::transient_msg(format!("cannot read the progress topic {topic}")))
+        } else {
+            let read = consume_until(kafka, rkt, topic, id, end, deadline);
+            rdsys::rd_kafka_consume_stop(rkt, 0);
+            read
+        };
+        rdsys::rd_kafka_topic_destroy(rkt);
+        read
     }
+}
+
+/// # Safety
+/// `rkt` is a topic handle whose partition 0 is being consumed.
+unsafe fn consume_until(
+    kafka: &KafkaConfig,
+    rkt: *mut rdsys::rd_kafka_topic_t,
+    topic: &str,
+    id: &str,
+    end: i64,
+    deadline: Instant,
+) -> Result<Option<Lsn>> {
+    use rdsys::rd_kafka_resp_err_t as E;
     let mut last = None;
+    let mut waiting_said = false;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(Err(Error::transient_msg(format!(
-                "reading the progress topic {topic} to its end took more than {PROGRESS_TIMEOUT:?}"
-            ))));
+            return Err(Error::transient_msg(format!(
+                "reading the progress topic {topic} up to offset {end} took more than its timeout: another producer's Kafka transaction is open on it (a shared topic), or the broker is slow"
+            )));
         }
-        match consumer.poll(left.min(Duration::from_millis(500))) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(Ok(last)),
-            Some(Err(e)) => return Ok(Err(fail(format!("reading the progress topic {topic}"), e))),
-            Some(Ok(m)) if m.key() == Some(id.as_bytes()) => {
-                let text = m.payload().map(String::from_utf8_lossy).unwrap_or_default();
-                match text.parse::<Lsn>() {
-                    Ok(lsn) => last = Some(lsn),
-                    Err(_) => {
-                        return Ok(Err(Error::definite(
-                            format!(
-                                "the progress topic {topic} holds {text:?} for {id} at offset {}, which is not an LSN",
-                                m.offset()
-                            ),
-                            "something other than walrelay wrote to the progress topic: give walrelay a topic of its own in [delivery] progress_topic",
-                        )))
-                    }
-                }
+        let m = rdsys::rd_kafka_consume(
+            rkt,
+            0,
+            left.min(Duration::from_millis(500)).as_millis() as i32,
+        );
+        if m.is_null() {
+            if !waiting_said && left < Duration::from_secs(20) {
+                waiting_said = true;
+                tracing::info!(topic, end, "waiting for the progress topic to be readable up to its end: on a shared topic another relay's open Kafka transaction holds it back (give each relay its own topic)");
             }
-            Some(Ok(_)) => {}
+            continue;
+        }
+        let (err, offset) = ((*m).err, (*m).offset);
+        let record = match err {
+            E::RD_KAFKA_RESP_ERR_NO_ERROR => {
+                let key = bytes_of((*m).key, (*m).key_len);
+                (key == id.as_bytes()).then(|| bytes_of((*m).payload, (*m).len).to_vec())
+            }
+            _ => None,
+        };
+        rdsys::rd_kafka_message_destroy(m);
+        match err {
+            E::RD_KAFKA_RESP_ERR_NO_ERROR => {}
+            // EOF carries the next offset to fetch, past transaction markers.
+            E::RD_KAFKA_RESP_ERR__PARTITION_EOF if offset >= end => return Ok(last),
+            E::RD_KAFKA_RESP_ERR__PARTITION_EOF => continue,
+            E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED => {
+                return Err(not_allowed(kafka, topic, "Read"))
+            }
+            other => {
+                let e = KafkaError::MessageConsumption(other.into());
+                return Err(Error::transient(format!("reading the progress topic {topic}"), e));
+            }
+        }
+        if let Some(value) = record {
+            let text = String::from_utf8_lossy(&value);
+            last = Some(text.parse::<Lsn>().map_err(|_| {
+                Error::definite(
+                    format!("the progress topic {topic} holds {text:?} for {id} at offset {offset}, which is not an LSN"),
+                    "something other than walrelay wrote to the progress topic: give walrelay a topic of its own in [delivery] progress_topic",
+                )
+            })?);
+        }
+        if offset + 1 >= end {
+            return Ok(last);
         }
     }
 }
 
-/// Creates the progress topic: one partition, compacted, as many replicas as the cluster has
-/// brokers up to three.
-async fn create_progress_topic(kafka: &KafkaConfig, topic: &str) -> Result<()> {
+/// # Safety
+/// `ptr` points to `len` bytes (or is null).
+unsafe fn bytes_of<'a>(ptr: *const std::ffi::c_void, len: usize) -> &'a [u8] {
+    if ptr.is_null() {
+        return &[];
+    }
+    std::slice::from_raw_parts(ptr as *const u8, len)
+}
+
+/// An ACL on the progress topic is missing: a stop with the line that grants it.
+fn not_allowed(kafka: &KafkaConfig, topic: &str, operation: &str) -> Error {
+    let principal = principal(kafka);
+    let error = KafkaError::MessageConsumption(RDKafkaErrorCode::TopicAuthorizationFailed);
+    let fix = refusal_fix(&error, topic, &principal).unwrap_or_default();
+    Error::definite(
+        format!("walrelay may not {operation} its progress topic {topic}"),
+        format!("{fix}; exactly-once reads and writes it: grant Read too (--operation Read)"),
+    )
+}
+
+/// Creates the progress topic: one partition, compacted, with the cluster's replication factor
+/// (its `default.replication.factor`, and at least as many replicas as it has brokers up to
+/// three); never with one replica because the cluster could not be asked.
+async fn create_progress_topic(kafka: &KafkaConfig, topic: &str, timeout: Duration) -> Result<()> {
     let hint = format!(
-        "create it yourself: one partition, cleanup.policy=compact (kafka-topics.sh --create --topic {topic} --partitions 1 --config cleanup.policy=compact), or allow walrelay's principal CREATE on it"
+        "create it yourself: one partition, cleanup.policy=compact (kafka-topics.sh --create --topic {topic} --partitions 1 --replication-factor 3 --config cleanup.policy=compact), or allow walrelay's principal CREATE on it"
     );
     let mut cfg = kafka.consumer_config();
-    cfg.set_log_level(RDKafkaLogLevel::Error);
-    let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| {
+    cfg.set_log_level(RDKafkaLogLevel::Debug);
+    let admin: AdminClient<Quiet> = cfg.create_with_context(Quiet).map_err(|e| {
         Error::transient(
             format!("cannot create a Kafka admin client: {}", kafka.describe_librdkafka_error(&e)),
             e,
         )
     })?;
-    let brokers = admin
-        .inner()
-        .fetch_metadata(None, PROGRESS_TIMEOUT)
-        .map(|m| m.brokers().len())
-        .unwrap_or(1);
-    let replicas = brokers.clamp(1, 3) as i32;
+    let metadata = admin.inner().fetch_metadata(None, timeout).map_err(|e| {
+        Error::transient(
+            format!("cannot read the cluster's brokers to create the progress topic {topic} with its replication factor: {}", kafka.describe_librdkafka_error(&e)),
+            e,
+        )
+    })?;
+    let brokers = metadata.brokers().len().max(1) as i32;
+    let default = match metadata.brokers().first() {
+        Some(b) => default_replication_factor(&admin, b.id(), timeout).await,
+        None => None,
+    };
+    let replicas = default.unwrap_or(1).max(brokers.min(3)).min(brokers);
     let new =
         NewTopic::new(topic, 1, TopicReplication::Fixed(replicas)).set("cleanup.policy", "compact");
-    let opts = AdminOptions::new().operation_timeout(Some(PROGRESS_TIMEOUT));
+    let opts = AdminOptions::new().operation_timeout(Some(timeout));
     let results = admin
         .create_topics([&new], &opts)
         .await
         .map_err(|e| Error::transient(format!("cannot create the progress topic {topic}"), e))?;
     for r in results {
         match r {
-            Ok(_) => {
-                tracing::info!(
-                    topic,
-                    replicas,
-                    "created the progress topic (compacted, one partition)"
-                )
-            }
+            Ok(_) => tracing::info!(
+                topic,
+                replicas,
+                brokers,
+                "created the progress topic (compacted, one partition)"
+            ),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((_, code)) => {
                 return Err(Error::definite(
@@ -175,4 +323,17 @@ async fn create_progress_topic(kafka: &KafkaConfig, topic: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The broker's `default.replication.factor`, when this principal may read it.
+async fn default_replication_factor(
+    admin: &AdminClient<Quiet>,
+    broker: i32,
+    timeout: Duration,
+) -> Option<i32> {
+    let options = AdminOptions::new().request_timeout(Some(timeout));
+    let results =
+        admin.describe_configs([&ResourceSpecifier::Broker(broker)], &options).await.ok()?;
+    let resource = results.into_iter().next()?.ok()?;
+    resource.get("default.replication.factor")?.value.as_deref()?.parse().ok()
 }

@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use super::progress_topic::PROGRESS_TIMEOUT;
 use super::read_progress;
 use crate::delivery::frontier::Seq;
 use crate::delivery::Delivery;
@@ -31,19 +32,15 @@ impl Delivery {
     /// stream is read meanwhile up to the first Begin, so the lag is true while Kafka is away;
     /// no record is sent before it finished ([`Delivery::started`]). Nothing to do at-least-once.
     pub fn start(&mut self, kafka: &crate::config::KafkaConfig) {
-        let (Some(id), Some(topic)) =
-            (self.transactions.transactional_id(), self.transactions.progress_topic())
-        else {
-            return;
-        };
+        let Some(delivery) = self.transactions.config().cloned() else { return };
         let init = self.publisher.init_transactions(TXN_CALL_TIMEOUT);
-        let (kafka, topic, id) = (kafka.clone(), topic.to_string(), id.to_string());
+        let kafka = kafka.clone();
         let done = std::sync::Arc::new(tokio::sync::Notify::new());
         let notify = done.clone();
         let task = tokio::spawn(async move {
             let read = async {
                 init.await?;
-                read_progress(&kafka, &topic, &id, true).await
+                read_progress(&kafka, &delivery, true, PROGRESS_TIMEOUT).await
             }
             .await;
             notify.notify_one();
