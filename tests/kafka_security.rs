@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdkafka::bindings::rd_kafka_AclOperation_t::{
     RD_KAFKA_ACL_OPERATION_DESCRIBE as DESCRIBE,
     RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE as IDEMPOTENT_WRITE,
-    RD_KAFKA_ACL_OPERATION_WRITE as WRITE,
+    RD_KAFKA_ACL_OPERATION_READ as READ, RD_KAFKA_ACL_OPERATION_WRITE as WRITE,
 };
 
 use crate::common::{ids, Setup};
@@ -307,4 +307,94 @@ async fn an_unknown_sasl_mechanism_stops_the_relay_at_start() {
     assert_eq!(code, Some(1), "{log}");
     assert!(log.contains("NO-SUCH-MECH") && log.to_lowercase().contains("sasl"), "{log}");
     assert_no_password(&log);
+}
+
+/// The ACLs exactly-once needs beyond at-least-once's (docs/operations.md, "The ACLs walrelay
+/// needs"), as Kafka 4.4's StandardAuthorizer sees them: Read and Write on the progress topic,
+/// Write on the transactional id (each implies Describe), and no consumer-group ACL.
+fn exactly_once_acls(progress: &str, transactional_id: &str) -> Vec<(&'static str, Acl)> {
+    let topic = || Resource::Topic(progress.to_string());
+    let id = || Resource::TransactionalId(transactional_id.to_string());
+    vec![
+        ("Read on the progress topic", Acl::allow(RELAY, READ, topic())),
+        ("Write on the progress topic", Acl::allow(RELAY, WRITE, topic())),
+        ("Write on the transactional id", Acl::allow(RELAY, WRITE, id())),
+    ]
+}
+
+/// Issue 33: exactly-once on SASL_SSL + SCRAM-SHA-512 with exactly the documented ACLs relays
+/// everything; with any one of exactly-once's withheld, `walrelay check` fails naming it and
+/// `walrelay run` exits 1 within a minute with the `kafka-acls.sh` line that grants it, instead
+/// of retrying for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_with_exactly_the_documented_acls_relays_and_each_one_missing_is_named_by_check_and_stops_run(
+) {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_eo").await;
+    let topic = s.topic("Order");
+    kafka.create_topic(&topic, 4).await;
+    kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
+    // `withheld`: the one of exactly-once's ACLs not granted; each case has its own progress
+    // topic (created by the admin) and transactional id, so the others' grants do not count.
+    let case = |n: usize, withheld: Option<&'static str>| {
+        let progress = crate::support::unique(&format!("sec_eo_progress_{n}"));
+        let id = crate::support::unique(&format!("sec_eo_txid_{n}"));
+        let acls: Vec<Acl> = exactly_once_acls(&progress, &id)
+            .into_iter()
+            .filter(|(what, _)| Some(*what) != withheld)
+            .map(|(_, acl)| acl)
+            .collect();
+        let delivery = format!(
+            "[delivery]\nguarantee = \"exactly-once\"\nprogress_topic = \"{progress}\"\ntransactional_id = \"{id}\"\n"
+        );
+        (progress, id, acls, secure_config(&s, kafka, RELAY, "", &delivery))
+    };
+
+    let (progress, _, acls, config) = case(0, None);
+    kafka.create_topic(&progress, 1).await;
+    kafka.allow(&acls).await;
+    kafka.wait_visible(RELAY, &[&topic, &progress]).await;
+    let check = walrelay_async(&["check"], Some(&config)).await;
+    println!("exactly-once, the documented ACLs: check\n{}", check.stdout);
+    assert_eq!(check.code, Some(0), "{check}");
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let events = s.insert_events("Order", "o-1", 3).await;
+    let got = kafka.consume(&[&topic], 3, Duration::from_secs(60)).await;
+    assert_eq!(ids(&got), events, "{}", s.diagnostics(&relay));
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    wait_released(&s).await;
+    assert_no_password(&relay.log());
+
+    for (n, (withheld, _)) in exactly_once_acls("", "").into_iter().enumerate() {
+        let (progress, id, acls, config) = case(n + 1, Some(withheld));
+        kafka.create_topic(&progress, 1).await;
+        kafka.allow(&acls).await;
+        kafka.wait_visible(RELAY, &[&progress]).await;
+        let check = walrelay_async(&["check"], Some(&config)).await;
+        let fails = check.lines_starting("FAIL ").join("\n");
+        let mut relay = RelayProcess::start(&config);
+        s.insert_events("Order", &format!("o-{}", n + 2), 1).await;
+        let started = std::time::Instant::now();
+        let code = relay.wait_exit(Duration::from_secs(60));
+        let log = relay.log();
+        let stopped = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default();
+        println!(
+            "exactly-once without {withheld}: check: {fails}; run: exit {code:?} after {:.1?}: {stopped}",
+            started.elapsed()
+        );
+        assert_eq!(check.code, Some(1), "check passed without {withheld}:\n{check}");
+        let resource = if withheld.contains("transactional id") { &id } else { &progress };
+        assert!(fails.contains(resource.as_str()), "check does not name {resource}:\n{check}");
+        let operation = withheld.split(' ').next().unwrap();
+        assert!(fails.contains(operation), "check does not name {operation}:\n{check}");
+        assert_eq!(code, Some(1), "run without {withheld} did not stop:\n{log}");
+        assert!(stopped.contains("kafka-acls.sh"), "no kafka-acls.sh line: {stopped}");
+        assert!(
+            stopped.contains(resource.as_str()) || stopped.contains("<the topic>"),
+            "{stopped}"
+        );
+        wait_released(&s).await;
+        assert_no_password(&log);
+    }
 }

@@ -106,6 +106,24 @@ pub(super) fn parse(
         })?),
         None => Duration::from_secs(60),
     };
+    // librdkafka refuses a transactional producer whose records may outlive its transactions;
+    // said here, once, so `check` says it as `run` does.
+    if guarantee == Guarantee::ExactlyOnce {
+        let message_timeout = kafka.properties.get("message.timeout.ms");
+        if let Some(ms) = message_timeout.and_then(|ms| ms.parse::<u64>().ok()) {
+            if Duration::from_millis(ms) > transaction_timeout {
+                return Err(invalid(
+                    "kafka",
+                    "message.timeout.ms",
+                    &ms.to_string(),
+                    &format!(
+                        "must not exceed [kafka] \"transaction.timeout.ms\" ({} ms) with [delivery] guarantee = \"exactly-once\": a record must not outlive its Kafka transaction (librdkafka refuses the producer); lower message.timeout.ms or raise transaction.timeout.ms (and the broker's transaction.max.timeout.ms, 15 minutes by default)",
+                        transaction_timeout.as_millis()
+                    ),
+                ));
+            }
+        }
+    }
     let transaction_max = Duration::from_millis(raw.transaction_max_ms.unwrap_or(100));
     if transaction_max.is_zero() || transaction_max >= transaction_timeout / 2 {
         return Err(invalid(

@@ -304,7 +304,16 @@ fn delivery_defaults_to_at_least_once_and_exactly_once_derives_its_id_from_the_s
     .unwrap();
     assert!(eos.delivery.exactly_once());
     assert_eq!(eos.delivery.transactional_id, "walrelay-walrelay");
-    assert_eq!(eos.delivery.progress_topic, "walrelay.progress");
+    assert_eq!(eos.delivery.progress_topic, "walrelay.progress.walrelay", "the relay's own");
+    assert_eq!(eos.delivery.legacy_progress_topic(), Some("walrelay.progress"));
+    let named = Config::parse(&format!(
+        "{MINIMAL}\n[delivery]\nguarantee = \"exactly-once\"\nprogress_topic = \"shared\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        (named.delivery.progress_topic.as_str(), named.delivery.legacy_progress_topic()),
+        ("shared", None)
+    );
     assert_eq!(eos.delivery.transaction_max, Duration::from_millis(100));
     assert_eq!(eos.delivery.transaction_max_records, 500);
     assert_eq!(eos.delivery.transaction_timeout, Duration::from_secs(60));
@@ -320,6 +329,10 @@ fn delivery_refuses_an_unknown_guarantee_a_transactional_id_in_kafka_and_a_batch
     assert!(e.contains("transactional.id") && e.contains("[delivery] transactional_id"), "{e}");
     let e = err("\n\"transaction.timeout.ms\" = 1000\n[delivery]\ntransaction_max_ms = 600\n");
     assert!(e.contains("transaction_max_ms") && e.contains("1000 ms"), "{e}");
+    let e = err("\n\"message.timeout.ms\" = 90000\n[delivery]\nguarantee = \"exactly-once\"\n");
+    assert!(e.contains("message.timeout.ms") && e.contains("60000 ms"), "{e}");
+    let alo = Config::parse(&format!("{MINIMAL}\n\"message.timeout.ms\" = 90000\n"));
+    assert!(alo.is_ok(), "at-least-once has no Kafka transactions to outlive");
 }
 
 #[test]

@@ -51,6 +51,10 @@ pub enum Resource {
     TopicsPrefixed(String),
     /// The cluster (`kafka-cluster`), for IDEMPOTENT_WRITE.
     Cluster,
+    /// One topic, by its exact name.
+    Topic(String),
+    /// One transactional id, by its exact name.
+    TransactionalId(String),
 }
 
 /// An ALLOW ACL for `principal` (`User:walrelay`) from any host.
@@ -413,6 +417,12 @@ fn create_acls(config: ClientConfig, acls: &[Acl]) -> Result<(), String> {
             // librdkafka's BROKER (4) is Kafka's CLUSTER resource type, named kafka-cluster.
             Resource::Cluster => {
                 (RD_KAFKA_RESOURCE_BROKER, "kafka-cluster", RD_KAFKA_RESOURCE_PATTERN_LITERAL)
+            }
+            Resource::Topic(name) => {
+                (RD_KAFKA_RESOURCE_TOPIC, name.as_str(), RD_KAFKA_RESOURCE_PATTERN_LITERAL)
+            }
+            Resource::TransactionalId(id) => {
+                (RD_KAFKA_RESOURCE_TRANSACTIONAL_ID, id.as_str(), RD_KAFKA_RESOURCE_PATTERN_LITERAL)
             }
         };
         let name = CString::new(name).expect("no NUL in a resource name");

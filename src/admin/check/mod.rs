@@ -8,8 +8,11 @@
 //! `offsets.rs` Debezium's offsets against the slot (with `[debezium_offsets]`), `tables.rs` the
 //! outbox tables and the publication, `retention.rs` the `[retention]` settings against each
 //! table, `replay.rs` the index `walrelay replay` would read each table by; all read through [`crate::source`], as `run` does. `kafka.rs` checks the broker as
-//! the configured principal, and the fixed topics.
+//! the configured principal, and the fixed topics; `exactly_once.rs` what exactly-once needs (the
+//! progress topic, the transactional id's ACLs).
 
+mod authorized;
+mod exactly_once;
 mod kafka;
 mod offsets;
 mod postgres;
@@ -62,6 +65,7 @@ pub(super) async fn run(config: &Config) -> ExitCode {
     r.ok("config", "parsed and valid");
     postgres::run(config, &mut r).await;
     kafka::run(config, &mut r).await;
+    exactly_once::run(config, &mut r).await;
     line(format!(
         "check: {} ok, {} warning{}, {} problem{}",
         r.ok,

@@ -21,7 +21,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::config::{DeliveryConfig, KafkaConfig};
-use crate::delivery::producer::{principal, refusal_fix};
+use crate::delivery::producer::principal;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 
@@ -93,6 +93,11 @@ impl ClientContext for Quiet {
 
 impl ConsumerContext for Quiet {}
 
+impl rdkafka::producer::ProducerContext for Quiet {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
+}
+
 fn read_blocking(
     kafka: &KafkaConfig,
     topic: &str,
@@ -103,15 +108,7 @@ fn read_blocking(
         Error::transient(format!("{what}: {}", kafka.describe_librdkafka_error(&e)), e)
     };
     let deadline = Instant::now() + timeout;
-    let mut cfg = kafka.consumer_config();
-    cfg.set("enable.partition.eof", "true")
-        .set("allow.auto.create.topics", "false")
-        // Only what committed Kafka transactions hold: an aborted one's position never counts.
-        .set("isolation.level", "read_committed")
-        .set_log_level(RDKafkaLogLevel::Debug);
-    let consumer: BaseConsumer<Quiet> = cfg
-        .create_with_context(Quiet)
-        .map_err(|e| fail("cannot create the progress topic's reader".into(), e))?;
+    let consumer = reader(kafka)?;
     let client = consumer.client();
     let metadata = client
         .fetch_metadata(Some(topic), timeout)
@@ -140,27 +137,103 @@ fn read_blocking(
     let (low, end) = client
         .fetch_watermarks(topic, 0, left)
         .map_err(|e| fail(format!("cannot read where the progress topic {topic} ends"), e))?;
+    // At least one read, also of an empty topic: a missing Read ACL shows now, not at the first
+    // restart after the first commit.
     let mut from = end;
-    while from > low {
+    loop {
         from = (from - FIRST_WINDOW.max(end - from)).max(low);
-        if let Some(lsn) = read_range(kafka, client, topic, id, from, end, deadline)? {
-            return Ok(Some(Some(lsn)));
+        let mut last = None;
+        read_range(kafka, client, topic, from, end, deadline, &mut |key, value, offset| {
+            if key == id.as_bytes() {
+                last = Some(parse_position(topic, id, value, offset)?);
+            }
+            Ok(())
+        })?;
+        if last.is_some() {
+            return Ok(Some(last));
+        }
+        if from <= low {
+            return Ok(Some(None));
         }
     }
-    Ok(Some(None))
 }
 
-/// The last position `id` stored between offset `from` and `end` (the end offset when the read
-/// began). Read with the simple consumer, which needs no group.
+fn parse_position(topic: &str, id: &str, value: &[u8], offset: i64) -> Result<Lsn> {
+    let text = String::from_utf8_lossy(value);
+    text.parse::<Lsn>().map_err(|_| {
+        Error::definite(
+            format!("the progress topic {topic} holds {text:?} for {id} at offset {offset}, which is not an LSN"),
+            "something other than walrelay wrote to the progress topic: give walrelay a topic of its own in [delivery] progress_topic",
+        )
+    })
+}
+
+/// The keys (transactional ids) of the last `window` records of `topic` (for `walrelay
+/// check`: who else writes to a shared progress topic). Empty when the topic does not exist.
+pub(crate) async fn writers(
+    kafka: &KafkaConfig,
+    topic: &str,
+    window: i64,
+    timeout: Duration,
+) -> Result<std::collections::BTreeSet<String>> {
+    let (kafka, topic) = (kafka.clone(), topic.to_string());
+    let read = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + timeout;
+        let consumer = reader(&kafka)?;
+        let client = consumer.client();
+        let mut keys = std::collections::BTreeSet::new();
+        let Ok((low, end)) = client.fetch_watermarks(&topic, 0, timeout) else { return Ok(keys) };
+        if end > low {
+            read_range(
+                &kafka,
+                client,
+                &topic,
+                (end - window).max(low),
+                end,
+                deadline,
+                &mut |key, _, _| {
+                    keys.insert(String::from_utf8_lossy(key).into_owned());
+                    Ok(())
+                },
+            )?;
+        }
+        Ok(keys)
+    });
+    read.await.map_err(|e| Error::transient("reading the progress topic panicked", e))?
+}
+
+fn reader(kafka: &KafkaConfig) -> Result<BaseConsumer<Quiet>> {
+    let mut cfg = kafka.consumer_config();
+    cfg.set("enable.partition.eof", "true")
+        .set("allow.auto.create.topics", "false")
+        // Only what committed Kafka transactions hold: an aborted one's position never counts.
+        .set("isolation.level", "read_committed")
+        .set_log_level(RDKafkaLogLevel::Debug);
+    cfg.create_with_context(Quiet).map_err(|e| {
+        Error::transient(
+            format!(
+                "cannot create the progress topic's reader: {}",
+                kafka.describe_librdkafka_error(&e)
+            ),
+            e,
+        )
+    })
+}
+
+/// What a read hands over of each record: key, value, offset.
+type Visit<'a> = dyn FnMut(&[u8], &[u8], i64) -> Result<()> + 'a;
+
+/// Hands `visit` every committed record between offset `from` and `end` (the end offset when
+/// the read began). Read with the simple consumer, which needs no group.
 fn read_range(
     kafka: &KafkaConfig,
     client: &Client<Quiet>,
     topic: &str,
-    id: &str,
     from: i64,
     end: i64,
     deadline: Instant,
-) -> Result<Option<Lsn>> {
+    visit: &mut Visit<'_>,
+) -> Result<()> {
     let name = CString::new(topic).map_err(|e| Error::transient("the progress topic's name", e))?;
     // SAFETY: the topic handle and every message are released before returning; librdkafka's
     // simple consumer is used from this one thread.
@@ -173,7 +246,7 @@ fn read_range(
         let read = if rdsys::rd_kafka_consume_start(rkt, 0, from) == -1 {
             Err(Error::transient_msg(format!("cannot read the progress topic {topic}")))
         } else {
-            let read = consume_until(kafka, rkt, topic, id, end, deadline);
+            let read = consume_until(kafka, rkt, topic, end, deadline, visit);
             rdsys::rd_kafka_consume_stop(rkt, 0);
             read
         };
@@ -188,12 +261,11 @@ unsafe fn consume_until(
     kafka: &KafkaConfig,
     rkt: *mut rdsys::rd_kafka_topic_t,
     topic: &str,
-    id: &str,
     end: i64,
     deadline: Instant,
-) -> Result<Option<Lsn>> {
+    visit: &mut Visit<'_>,
+) -> Result<()> {
     use rdsys::rd_kafka_resp_err_t as E;
-    let mut last = None;
     let mut waiting_said = false;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -215,18 +287,18 @@ unsafe fn consume_until(
             continue;
         }
         let (err, offset) = ((*m).err, (*m).offset);
-        let record = match err {
+        let visited = match err {
             E::RD_KAFKA_RESP_ERR_NO_ERROR => {
-                let key = bytes_of((*m).key, (*m).key_len);
-                (key == id.as_bytes()).then(|| bytes_of((*m).payload, (*m).len).to_vec())
+                visit(bytes_of((*m).key, (*m).key_len), bytes_of((*m).payload, (*m).len), offset)
             }
-            _ => None,
+            _ => Ok(()),
         };
         rdsys::rd_kafka_message_destroy(m);
+        visited?;
         match err {
             E::RD_KAFKA_RESP_ERR_NO_ERROR => {}
             // EOF carries the next offset to fetch, past transaction markers.
-            E::RD_KAFKA_RESP_ERR__PARTITION_EOF if offset >= end => return Ok(last),
+            E::RD_KAFKA_RESP_ERR__PARTITION_EOF if offset >= end => return Ok(()),
             E::RD_KAFKA_RESP_ERR__PARTITION_EOF => continue,
             E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED => {
                 return Err(not_allowed(kafka, topic, "Read"))
@@ -236,17 +308,8 @@ unsafe fn consume_until(
                 return Err(Error::transient(format!("reading the progress topic {topic}"), e));
             }
         }
-        if let Some(value) = record {
-            let text = String::from_utf8_lossy(&value);
-            last = Some(text.parse::<Lsn>().map_err(|_| {
-                Error::definite(
-                    format!("the progress topic {topic} holds {text:?} for {id} at offset {offset}, which is not an LSN"),
-                    "something other than walrelay wrote to the progress topic: give walrelay a topic of its own in [delivery] progress_topic",
-                )
-            })?);
-        }
         if offset + 1 >= end {
-            return Ok(last);
+            return Ok(());
         }
     }
 }
@@ -263,11 +326,9 @@ unsafe fn bytes_of<'a>(ptr: *const std::ffi::c_void, len: usize) -> &'a [u8] {
 /// An ACL on the progress topic is missing: a stop with the line that grants it.
 fn not_allowed(kafka: &KafkaConfig, topic: &str, operation: &str) -> Error {
     let principal = principal(kafka);
-    let error = KafkaError::MessageConsumption(RDKafkaErrorCode::TopicAuthorizationFailed);
-    let fix = refusal_fix(&error, topic, &principal).unwrap_or_default();
     Error::definite(
         format!("walrelay may not {operation} its progress topic {topic}"),
-        format!("{fix}; exactly-once reads and writes it: grant Read too (--operation Read)"),
+        format!("exactly-once reads its position there at every start and writes one in every Kafka transaction: add the ACL that allows {principal} Read and Write on it: kafka-acls.sh --bootstrap-server … --add --allow-principal {principal} --operation Read --operation Write --topic {topic}"),
     )
 }
 
@@ -286,18 +347,7 @@ async fn create_progress_topic(kafka: &KafkaConfig, topic: &str, timeout: Durati
             e,
         )
     })?;
-    let metadata = admin.inner().fetch_metadata(None, timeout).map_err(|e| {
-        Error::transient(
-            format!("cannot read the cluster's brokers to create the progress topic {topic} with its replication factor: {}", kafka.describe_librdkafka_error(&e)),
-            e,
-        )
-    })?;
-    let brokers = metadata.brokers().len().max(1) as i32;
-    let default = match metadata.brokers().first() {
-        Some(b) => default_replication_factor(&admin, b.id(), timeout).await,
-        None => None,
-    };
-    let replicas = default.unwrap_or(1).max(brokers.min(3)).min(brokers);
+    let (replicas, brokers) = replication_factor(kafka, &admin, topic, timeout).await?;
     let new =
         NewTopic::new(topic, 1, TopicReplication::Fixed(replicas)).set("cleanup.policy", "compact");
     let opts = AdminOptions::new().operation_timeout(Some(timeout));
@@ -323,6 +373,29 @@ async fn create_progress_topic(kafka: &KafkaConfig, topic: &str, timeout: Durati
         }
     }
     Ok(())
+}
+
+/// The replication factor a progress topic is created with, and the cluster's brokers: the
+/// broker's `default.replication.factor`, at least as many as the cluster has brokers up to
+/// three. Refused (never one replica by default) when the cluster's brokers cannot be read.
+pub(crate) async fn replication_factor(
+    kafka: &KafkaConfig,
+    admin: &AdminClient<Quiet>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<(i32, i32)> {
+    let metadata = admin.inner().fetch_metadata(None, timeout).map_err(|e| {
+        Error::transient(
+            format!("cannot read the cluster's brokers to create the progress topic {topic} with its replication factor: {}", kafka.describe_librdkafka_error(&e)),
+            e,
+        )
+    })?;
+    let brokers = metadata.brokers().len().max(1) as i32;
+    let default = match metadata.brokers().first() {
+        Some(b) => default_replication_factor(admin, b.id(), timeout).await,
+        None => None,
+    };
+    Ok((default.unwrap_or(1).max(brokers.min(3)).min(brokers), brokers))
 }
 
 /// The broker's `default.replication.factor`, when this principal may read it.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, Producer};
 
 use super::{refusal_fix, Publisher, RelayContext};
@@ -80,8 +80,13 @@ impl Publisher {
 fn transaction_error(what: &str, error: KafkaError, id: &str, principal: &str) -> Error {
     match classify(&error) {
         Fault::Authorization => {
-            let fix = refusal_fix(&error, id, principal)
-                .unwrap_or_else(|| format!("grant {principal} the ACL the error names"));
+            // A commit names no topic: any the Kafka transaction wrote may be the one refused.
+            let topics = error.rdkafka_error_code() == Some(RDKafkaErrorCode::TopicAuthorizationFailed);
+            let fix = match refusal_fix(&error, id, principal) {
+                Some(_) if topics => format!("grant {principal} Write and Describe on every topic a Kafka transaction writes — the routed topics, and the progress topic ([delivery] progress_topic), which needs Read too: kafka-acls.sh --bootstrap-server … --add --allow-principal {principal} --operation Write --operation Describe --topic <the topic>"),
+                Some(fix) => fix,
+                None => format!("grant {principal} the ACL the error names"),
+            };
             Error::definite_with(format!("could not {what}: an ACL is missing"), fix, error)
         }
         Fault::Fenced => Error::Fenced {
