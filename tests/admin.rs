@@ -366,3 +366,26 @@ fn import_debezium_prints_toml_on_stdout_and_one_warning_line_per_option_on_stde
     let run = walrelay(&["import-debezium", "/nonexistent/connector.json"], None);
     assert_eq!(run.code, Some(2), "{run}");
 }
+
+/// Issue 33: `walrelay status` of an exactly-once relay answers within 5 s with no broker
+/// listening, says the progress topic could not be read, and prints no librdkafka lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_an_exactly_once_relay_answers_within_5_s_with_the_broker_down_and_prints_no_librdkafka_lines(
+) {
+    let s = Setup::new("status_eo_down").await;
+    let nobody = format!("127.0.0.1:{}", crate::support::free_port());
+    let config =
+        s.config_for_bootstrap(&nobody, "", "", "[delivery]\nguarantee = \"exactly-once\"\n");
+    let started = std::time::Instant::now();
+    let run = crate::support::process::walrelay_async(&["status"], Some(&config)).await;
+    let took = started.elapsed();
+    println!("status with the broker down: {took:.1?}, exit {:?}\n{run}", run.code);
+    assert!(took < std::time::Duration::from_secs(5), "status took {took:.1?}:\n{run}");
+    let all = run.to_string();
+    assert!(!all.contains("librdkafka") && !all.contains("rdkafka::"), "{all}");
+    assert!(
+        run.stdout.contains("cannot read the progress topic")
+            || run.stdout.contains("did not answer"),
+        "{run}"
+    );
+}

@@ -211,4 +211,5 @@ async fn sigterm_during_large_transactions_exactly_once_exits_within_the_grace_p
     assert!(slowest <= Duration::from_secs(10), "a stop took {slowest:.1?}:\n{logs}");
     assert!(v.lost == 0 && v.duplicated.is_empty(), "{}\n{}", v.summary(), relay.log());
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    crate::common::release_slot(&s).await;
 }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::Setup;
+use crate::common::{release_slot, Setup};
 use crate::support::process::{http_get, metric, RelayProcess};
 use crate::support::readback::read_back;
 use crate::support::slot::assert_released_after_kill;
@@ -113,4 +113,6 @@ async fn two_relays(shared: Option<&str>) {
     assert!(log_b.contains(&own), "B's progress topic is {own}: {log_b}");
     assert_eq!(relay_a.terminate(), Some(0), "{}", relay_a.log());
     assert_eq!(relay_b.terminate(), Some(0), "{logs}{}", relay_b.log());
+    release_slot(&a).await;
+    release_slot(&b).await;
 }

@@ -136,7 +136,7 @@ pub(super) fn parse(
             ),
         ));
     }
-    let transaction_max_records = raw.transaction_max_records.unwrap_or(10_000);
+    let transaction_max_records = raw.transaction_max_records.unwrap_or(100_000);
     if transaction_max_records == 0 {
         return Err(invalid(S, "transaction_max_records", "0", "must be at least 1"));
     }

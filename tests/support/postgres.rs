@@ -14,13 +14,13 @@ use tokio_postgres::{Client, GenericClient, NoTls};
 /// there, `shared_preload_libraries = 'pg_stat_statements'`).
 const SETTINGS: &[(&str, &str)] = &[
     ("wal_level", "logical"),
-    ("max_wal_senders", "120"),
-    ("max_replication_slots", "120"),
+    ("max_wal_senders", "200"),
+    ("max_replication_slots", "200"),
     ("wal_sender_timeout", "'10s'"),
     ("fsync", "off"),
     ("synchronous_commit", "off"),
     ("full_page_writes", "off"),
-    ("max_connections", "200"),
+    ("max_connections", "300"),
     ("track_counts", "on"),
     ("max_wal_size", "'1GB'"),
 ];
