@@ -87,9 +87,7 @@ pub struct Delivery {
     /// Exactly-once: `init_transactions` and the read of the progress topic, under way on a
     /// task of their own while the stream starts (see [`Delivery::start`]).
     starting: Option<exactly_once::Starting>,
-    /// The stream had more events waiting when the last one was handled: a backlog, which lets
-    /// a Kafka transaction grow (see `Transactions::due`).
-    backlog: bool,
+
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
     principal: String,
     /// Records Kafka refused for good that stop the relay: never acknowledged, so a graceful
@@ -121,7 +119,6 @@ impl Delivery {
             acked: Vec::new(),
             transactions,
             starting: None,
-            backlog: false,
             principal: producer::principal(&config.kafka),
             refused: 0,
             exporter: Exporter::for_config(config, metrics),
@@ -135,11 +132,6 @@ impl Delivery {
         self.frontier.inflight_records() < self.limits.inflight_records
             && self.frontier.inflight_bytes() < self.limits.inflight_bytes
             && self.transactions.may_read()
-    }
-
-    /// Whether the stream has more events waiting now (a backlog): set by the loop.
-    pub fn set_backlog(&mut self, backlog: bool) {
-        self.backlog = backlog;
     }
 
     /// Transaction `txn` starts; its rows follow, each with the same `txn`.
@@ -162,7 +154,9 @@ impl Delivery {
         }
         self.metrics.transactions.fetch_add(1, Relaxed);
         tracing::debug!(%end_lsn, inflight = self.frontier.inflight_records(), "transaction read");
-        self.commit_kafka_if_due().await
+        // Exactly-once, the loop commits the Kafka transaction once it knows whether more is
+        // waiting (`commit_kafka_if_due` after each event).
+        Ok(())
     }
 
     /// Starts an event outside any transaction (a non-transactional logical message, `txn` its
@@ -182,7 +176,7 @@ impl Delivery {
         self.frontier.commit(lsn);
         self.read_records = 0;
         self.transactions.end();
-        self.commit_kafka_if_due().await
+        Ok(())
     }
 
     /// A keepalive's position, confirmable when nothing is in flight (I3).

@@ -389,8 +389,11 @@ impl<'c> Session<'c> {
                         handled += 1;
                         if handled < BATCH && self.delivery.has_room() {
                             next = ready_now(self.stream.recv());
-                            // More waiting: a backlog, which lets a Kafka transaction grow.
-                            self.delivery.set_backlog(next.is_some());
+                        }
+                        tokio::select! {
+                            biased;
+                            done = self.delivery.commit_kafka_if_due() => done?,
+                            _ = stop.wait() => return self.stop().await,
                         }
                     }
                 }

@@ -190,15 +190,17 @@ impl Transactions {
     }
 
     /// Whether the open Kafka transaction should commit now: it holds whole PostgreSQL
-    /// transactions only, and is full or old enough. While the WAL has more waiting
-    /// (`backlog`), it grows up to [`backlog_max`] before it commits: each commit empties the
-    /// pipeline, and at drain speed that cost half the throughput with 100 ms transactions.
-    pub fn due(&self, backlog: bool) -> bool {
+    /// transactions only, and is full or old enough. While the relay drains a backlog (the
+    /// last PostgreSQL transaction read committed longer ago than [`backlog_max`]) it grows
+    /// up to [`backlog_max`] first: each commit empties the pipeline, and at drain speed that
+    /// cost half the throughput with 100 ms transactions. Caught up, `transaction_max_ms`
+    /// bounds commit→visible latency.
+    pub fn due(&self) -> bool {
         let Some(s) = &self.0 else { return false };
         match &s.open {
             Some(open) if !s.in_pg_transaction && open.last.is_some() => {
-                let age = if backlog { backlog_max(&s.config) } else { s.config.transaction_max };
-                open.records >= s.config.transaction_max_records || open.since.elapsed() >= age
+                open.records >= s.config.transaction_max_records
+                    || open.since.elapsed() >= s.max_age()
             }
             _ => false,
         }
@@ -207,13 +209,12 @@ impl Transactions {
     /// When the loop must look at the open Kafka transaction again: when it becomes due by
     /// age, or — inside a PostgreSQL transaction — when that transaction would keep it open
     /// past what the broker allows ([`Transactions::overrun`]), however slowly its rows come.
-    pub fn deadline(&self, backlog: bool) -> Option<tokio::time::Instant> {
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
         let s = self.0.as_ref()?;
         let open = s.open.as_ref()?;
         let after = match (s.in_pg_transaction, open.last) {
             (true, _) => overrun_limit(&s.config),
-            (false, Some(_)) if backlog => backlog_max(&s.config),
-            (false, Some(_)) => s.config.transaction_max,
+            (false, Some(_)) => s.max_age(),
             (false, None) => return None,
         };
         Some(tokio::time::Instant::from_std(open.since + after))
@@ -309,6 +310,18 @@ impl Transactions {
 }
 
 impl State {
+    /// How long the open Kafka transaction may stay open: [`backlog_max`] while the last
+    /// PostgreSQL transaction read committed longer ago than that (a backlog: steady traffic
+    /// is read within milliseconds of its commit), else `transaction_max_ms`.
+    fn max_age(&self) -> Duration {
+        let behind = crate::metrics::unix_micros() - self.current_commit;
+        if behind > backlog_max(&self.config).as_micros() as i64 {
+            backlog_max(&self.config)
+        } else {
+            self.config.transaction_max
+        }
+    }
+
     fn enter(&mut self, txn: &Txn) -> bool {
         self.current = txn.commit_lsn;
         self.current_commit = txn.commit_micros;
@@ -386,7 +399,7 @@ mod tests {
         assert!(!t.needs_start() && t.may_read() && !t.begin(&txn(5)));
         assert!(!t.before_record(lsn(1)).unwrap());
         t.end();
-        assert_eq!((t.ceiling(), t.at_stop(), t.due(false)), (None, AtStop::Settle, false));
+        assert_eq!((t.ceiling(), t.at_stop(), t.due()), (None, AtStop::Settle, false));
     }
 
     #[test]
@@ -422,10 +435,10 @@ mod tests {
         assert!(t.before_record(lsn(5)).unwrap(), "the first record begins a Kafka transaction");
         assert!(!t.before_record(lsn(5)).unwrap());
         assert!(!t.before_record(lsn(5)).unwrap());
-        assert!(!t.due(false), "full, but inside a PostgreSQL transaction");
+        assert!(!t.due(), "full, but inside a PostgreSQL transaction");
         assert_eq!(t.at_stop(), AtStop::Abort);
         t.end();
-        assert!(t.due(false), "full at a commit");
+        assert!(t.due(), "full at a commit");
         assert_eq!(t.at_stop(), AtStop::Commit);
         let (record, at) = t.progress_record().unwrap();
         assert_eq!(at, lsn(10));
@@ -433,22 +446,32 @@ mod tests {
         assert_eq!(record.key.as_deref(), Some(&b"walrelay-t"[..]));
         assert_eq!(record.partition, Some(0));
         t.committed(at);
-        assert!(!t.is_open() && !t.due(false));
+        assert!(!t.is_open() && !t.due());
         assert_eq!(t.last_committed_commit(), Some(10_000));
         assert!(t.begin(&txn(10)), "what was committed is skipped from now on");
     }
 
     #[test]
     fn a_backlog_grows_the_transaction_past_transaction_max_and_being_caught_up_does_not() {
-        let mut t = txns(10, 1_000_000, None);
-        t.begin(&txn(10));
-        t.before_record(lsn(5)).unwrap();
-        t.end();
+        let now = crate::metrics::unix_micros();
+        let mut caught_up = txns(10, 1_000_000, None);
+        caught_up.begin(&Txn { commit_lsn: lsn(10), commit_micros: now, ..Txn::default() });
+        caught_up.before_record(lsn(5)).unwrap();
+        caught_up.end();
+        let mut behind = txns(10, 1_000_000, None);
+        // Committed a second ago: the relay is draining a backlog.
+        behind.begin(&Txn {
+            commit_lsn: lsn(10),
+            commit_micros: now - 1_000_000,
+            ..Txn::default()
+        });
+        behind.before_record(lsn(5)).unwrap();
+        behind.end();
         std::thread::sleep(Duration::from_millis(15));
-        assert!(t.due(false), "caught up: due at transaction_max_ms");
-        assert!(!t.due(true), "a backlog: not yet (ten times as long)");
+        assert!(caught_up.due(), "caught up: due at transaction_max_ms");
+        assert!(!behind.due(), "a backlog: not yet (ten times as long)");
         std::thread::sleep(Duration::from_millis(100));
-        assert!(t.due(true), "and then it is");
+        assert!(behind.due(), "and then it is");
     }
 
     #[test]
@@ -502,8 +525,7 @@ mod tests {
         }
         t.begin(&txn(10));
         t.before_record(lsn(5)).unwrap();
-        let deadline =
-            t.deadline(false).expect("a deadline while inside the PostgreSQL transaction");
+        let deadline = t.deadline().expect("a deadline while inside the PostgreSQL transaction");
         assert!(deadline <= tokio::time::Instant::now() + Duration::from_millis(16));
         std::thread::sleep(Duration::from_millis(30));
         // No row came: the loop's deadline asks, and the answer is the same as for a row.

@@ -208,6 +208,10 @@ fn reader(kafka: &KafkaConfig) -> Result<BaseConsumer<Quiet>> {
         .set("allow.auto.create.topics", "false")
         // Only what committed Kafka transactions hold: an aborted one's position never counts.
         .set("isolation.level", "read_committed")
+        // The end of the partition is known when a fetch comes back with nothing new: the
+        // broker holds such a fetch up to this long (500 ms by default), and every start waits
+        // for one.
+        .set("fetch.wait.max.ms", "10")
         .set_log_level(RDKafkaLogLevel::Debug);
     cfg.create_with_context(Quiet).map_err(|e| {
         Error::transient(

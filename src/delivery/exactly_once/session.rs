@@ -100,7 +100,7 @@ impl Delivery {
     /// When the loop must look at the open Kafka transaction again
     /// ([`Delivery::on_transaction_deadline`]); never at-least-once.
     pub fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
-        self.transactions.deadline(self.backlog)
+        self.transactions.deadline()
     }
 
     /// The open Kafka transaction's deadline passed: commit it if it is due, or stop if the
@@ -110,9 +110,9 @@ impl Delivery {
         self.commit_kafka_if_due().await
     }
 
-    /// Commits the open Kafka transaction if it is due.
+    /// Commits the open Kafka transaction if it is due; the loop asks after every event.
     pub async fn commit_kafka_if_due(&mut self) -> Result<()> {
-        if self.transactions.due(self.backlog) {
+        if self.transactions.due() {
             self.commit_kafka(TXN_CALL_TIMEOUT).await?;
         }
         Ok(())
