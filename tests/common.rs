@@ -211,7 +211,7 @@ pub fn ids(records: &[Consumed]) -> Vec<String> {
 }
 
 /// Drops the test's slot once nothing streams from it: the shared PostgreSQL has
-/// `max_replication_slots = 40` for the whole suite and other tests keep theirs.
+/// one `max_replication_slots` (support::postgres::SETTINGS) for the whole suite and other tests keep theirs.
 pub async fn release_slot(s: &Setup) {
     let inactive = wait_inactive(&s.db.url, &s.slot, Duration::from_secs(15)).await;
     if inactive {

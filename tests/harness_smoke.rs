@@ -17,16 +17,14 @@ async fn postgres_starts_with_logical_wal_level() {
     let client = db.connect().await;
     let preload =
         if pg.server().has(Capability::PgStatStatements) { "pg_stat_statements" } else { "" };
-    for (setting, want) in [
-        ("wal_level", "logical"),
-        ("max_replication_slots", "120"),
-        ("max_wal_senders", "120"),
-        ("wal_sender_timeout", "10s"),
-        ("fsync", "off"),
-        ("max_connections", "200"),
+    // The values the harness wrote (postgresql.conf quotes units; SHOW does not).
+    let written = support::postgres::SETTINGS
+        .iter()
+        .map(|(setting, value)| (*setting, value.trim_matches('\'')));
+    for (setting, want) in written.chain([
         // Preloaded when the server has it (PostgreSQL 16's wheel has no contrib).
         ("shared_preload_libraries", preload),
-    ] {
+    ]) {
         let row = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
         assert_eq!(row.get::<_, String>(0), want, "setting {setting}");
     }

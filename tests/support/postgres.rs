@@ -12,7 +12,7 @@ use tokio_postgres::{Client, GenericClient, NoTls};
 
 /// Settings appended to postgresql.conf (plus listen/socket settings and, when the library is
 /// there, `shared_preload_libraries = 'pg_stat_statements'`).
-const SETTINGS: &[(&str, &str)] = &[
+pub const SETTINGS: &[(&str, &str)] = &[
     ("wal_level", "logical"),
     ("max_wal_senders", "200"),
     ("max_replication_slots", "200"),
