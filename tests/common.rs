@@ -210,8 +210,9 @@ pub fn ids(records: &[Consumed]) -> Vec<String> {
     records.iter().map(|r| r.header_str("id").unwrap_or("<no id header>").to_string()).collect()
 }
 
-/// Drops the test's slot once nothing streams from it: the shared PostgreSQL has
-/// one `max_replication_slots` (support::postgres::SETTINGS) for the whole suite and other tests keep theirs.
+/// Drops the test's slot once nothing streams from it: the shared PostgreSQL has one
+/// `max_replication_slots` (`support::postgres::SETTINGS`) for the whole suite, and other tests
+/// keep theirs.
 pub async fn release_slot(s: &Setup) {
     let inactive = wait_inactive(&s.db.url, &s.slot, Duration::from_secs(15)).await;
     if inactive {
