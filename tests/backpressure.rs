@@ -148,17 +148,6 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
     ))
     .await;
     let committed_in = started.elapsed();
-    let truth: Vec<(String, String, i64)> = s
-        .db
-        .connect()
-        .await
-        .query("SELECT id::text, aggregateid, (payload->>'seq')::bigint FROM outbox ORDER BY (payload->>'n')::bigint", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-
     // Freeze the relay at the first record of the transaction in Kafka. On Kafka the topic's
     // high watermarks say so within a round trip; a reader would first spend seconds joining
     // its group, long enough for the relay to deliver the whole transaction (tansu's
@@ -203,6 +192,18 @@ async fn one_transaction_of_100000_rows_is_delivered_and_confirmed_only_after_th
                 .len(),
         };
     let hwm_frozen = hwm_kb(pid).unwrap_or(0);
+    // Read while the relay is frozen, not before it is watched: reading 100,000 rows took long
+    // enough for the relay to deliver the whole transaction first.
+    let truth: Vec<(String, String, i64)> = s
+        .db
+        .connect()
+        .await
+        .query("SELECT id::text, aggregateid, (payload->>'seq')::bigint FROM outbox ORDER BY (payload->>'n')::bigint", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
     thaw(pid);
 
     let want = truth.iter().map(|t| t.0.clone()).collect();
