@@ -11,9 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::common::Setup;
-use crate::support::free_port;
 use crate::support::kafka::Consumed;
 use crate::support::process::{http_get, metric, RelayProcess};
+use crate::support::{free_port, wait_until};
 
 pub const TRACE_1: &str = "0af7651916cd43dd8448eb211c80319c";
 pub const SPAN_1: &str = "b7ad6b7169203331";
@@ -293,10 +293,18 @@ async fn exported_spans_are_the_parents_in_traceparent_children_of_the_writers_f
         before <= start_ms && start_ms <= stamped && stamped <= end_ms && end_ms <= after + 5_000,
         "before {before} start {start_ms} record {stamped} end {end_ms} after {after}"
     );
-    let exported = metric(
-        &http_get(http, "/metrics").await.unwrap_or_default(),
-        "walrelay_spans_exported_total",
-    );
-    assert_eq!(exported, Some(1.0));
+    // Counted once the collector answered the export, which can be after the test read the
+    // span the collector received.
+    let exported = || async {
+        metric(
+            &http_get(http, "/metrics").await.unwrap_or_default(),
+            "walrelay_spans_exported_total",
+        )
+    };
+    wait_until("the export counted", Duration::from_secs(10), || async {
+        exported().await == Some(1.0)
+    })
+    .await;
+    assert_eq!(exported().await, Some(1.0));
     relay.terminate();
 }
