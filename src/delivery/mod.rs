@@ -87,6 +87,8 @@ pub struct Delivery {
     /// Exactly-once: `init_transactions` and the read of the progress topic, under way on a
     /// task of their own while the stream starts (see [`Delivery::start`]).
     starting: Option<exactly_once::Starting>,
+    /// Exactly-once: the report of the open Kafka transaction's progress record.
+    progress_report: exactly_once::ProgressReport,
 
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
     principal: String,
@@ -114,6 +116,7 @@ impl Delivery {
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
             pending_dead: Vec::new(),
+            progress_report: exactly_once::ProgressReport::NotSent,
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
@@ -182,6 +185,7 @@ impl Delivery {
     /// A keepalive's position, confirmable when nothing is in flight (I3).
     pub fn idle(&mut self, wal_end: Lsn) {
         self.frontier.idle(wal_end);
+        self.transactions.caught_up();
     }
 
     /// Hands the record of the row of `table` at `lsn`, in transaction `txn`, to librdkafka.
@@ -332,12 +336,15 @@ impl Delivery {
 
     fn on_report(&mut self, report: Report) -> Result<()> {
         match report {
-            // The commit of its transaction is what counts; a failure fails the commit too.
-            Report::Delivered { seq: PROGRESS_SEQ, .. } => Ok(()),
+            // The commit of its transaction is what counts: it fails too, and tells why.
+            Report::Delivered { seq: PROGRESS_SEQ, .. } => {
+                self.progress_report = exactly_once::ProgressReport::Delivered;
+                Ok(())
+            }
             Report::Failed { seq: PROGRESS_SEQ, error }
             | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => {
-                let topic = self.transactions.progress_topic().unwrap_or_default().to_string();
-                Err(self.not_the_records_fault(PROGRESS_SEQ, &topic, None, error))
+                self.progress_report = exactly_once::ProgressReport::Failed(error);
+                Ok(())
             }
             Report::Delivered { seq, partition, offset } => {
                 if let Some(mut sent) = self.frontier.ack(seq) {

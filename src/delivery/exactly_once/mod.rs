@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 pub use self::progress_topic::read_progress;
-pub(super) use self::session::{Starting, PROGRESS_SEQ};
+pub(super) use self::session::{ProgressReport, Starting, PROGRESS_SEQ};
 use crate::config::DeliveryConfig;
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
@@ -85,6 +85,9 @@ struct Open {
     /// The acknowledged position when it began: nothing past it may be confirmed until it
     /// commits.
     cap: Lsn,
+    /// PostgreSQL said it has sent everything (a keepalive) since it began: the backlog it
+    /// grew in is drained, and `transaction_max_ms` bounds it again.
+    caught_up: bool,
 }
 
 impl Transactions {
@@ -174,6 +177,7 @@ impl Transactions {
             last: None,
             first_commit: s.current_commit,
             cap: acked,
+            caught_up: false,
         });
         Ok(true)
     }
@@ -189,12 +193,23 @@ impl Transactions {
         }
     }
 
+    /// PostgreSQL has sent all it has (its walsender sends a keepalive when it waits for WAL,
+    /// never while it streams a backlog): the open Kafka transaction need not wait out
+    /// [`backlog_max`] for more. Only the bound changes: committing on every keepalive would
+    /// commit after every PostgreSQL transaction of steady traffic, which is read in bursts
+    /// with a keepalive between them.
+    pub fn caught_up(&mut self) {
+        if let Some(open) = self.0.as_mut().and_then(|s| s.open.as_mut()) {
+            open.caught_up = true;
+        }
+    }
+
     /// Whether the open Kafka transaction should commit now: it holds whole PostgreSQL
-    /// transactions only, and is full or old enough. While the relay drains a backlog (the
-    /// last PostgreSQL transaction read committed longer ago than [`backlog_max`]) it grows
-    /// up to [`backlog_max`] first: each commit empties the pipeline, and at drain speed that
-    /// cost half the throughput with 100 ms transactions. Caught up, `transaction_max_ms`
-    /// bounds commit→visible latency.
+    /// transactions only, and is full or old enough.
+    /// While the relay drains a backlog (the last PostgreSQL transaction read committed longer
+    /// ago than [`backlog_max`]) it grows up to [`backlog_max`] first: each commit empties the
+    /// pipeline, and at drain speed that cost half the throughput with 100 ms transactions.
+    /// Caught up, `transaction_max_ms` bounds commit→visible latency.
     pub fn due(&self) -> bool {
         let Some(s) = &self.0 else { return false };
         match &s.open {
@@ -312,10 +327,12 @@ impl Transactions {
 impl State {
     /// How long the open Kafka transaction may stay open: [`backlog_max`] while the last
     /// PostgreSQL transaction read committed longer ago than that (a backlog: steady traffic
-    /// is read within milliseconds of its commit), else `transaction_max_ms`.
+    /// is read within milliseconds of its commit) and PostgreSQL has not said it sent all it
+    /// has, else `transaction_max_ms`.
     fn max_age(&self) -> Duration {
         let behind = crate::metrics::unix_micros() - self.current_commit;
-        if behind > backlog_max(&self.config).as_micros() as i64 {
+        let caught_up = self.open.as_ref().is_some_and(|open| open.caught_up);
+        if !caught_up && behind > backlog_max(&self.config).as_micros() as i64 {
             backlog_max(&self.config)
         } else {
             self.config.transaction_max
@@ -472,6 +489,40 @@ mod tests {
         assert!(!behind.due(), "a backlog: not yet (ten times as long)");
         std::thread::sleep(Duration::from_millis(100));
         assert!(behind.due(), "and then it is");
+    }
+
+    #[test]
+    fn a_keepalive_bounds_the_backlog_transaction_by_transaction_max_again_but_never_ends_it_inside_a_postgresql_transaction(
+    ) {
+        let behind = crate::metrics::unix_micros() - 60_000_000;
+        let mut t = txns(100, 1_000_000, None);
+        t.begin(&Txn { commit_lsn: lsn(10), commit_micros: behind, ..Txn::default() });
+        t.before_record(lsn(5)).unwrap();
+        t.end();
+        let in_a_second = tokio::time::Instant::now() + Duration::from_millis(900);
+        assert!(!t.due() && t.deadline().unwrap() > in_a_second, "a backlog: it grows");
+        t.begin(&Txn { commit_lsn: lsn(20), commit_micros: behind, ..Txn::default() });
+        t.before_record(lsn(5)).unwrap();
+        t.caught_up();
+        let overrun = tokio::time::Instant::now() + Duration::from_secs(10);
+        assert!(t.deadline().unwrap() > overrun, "inside a PostgreSQL transaction it waits");
+        t.end();
+        let soon = tokio::time::Instant::now() + Duration::from_millis(100);
+        assert!(t.deadline().unwrap() <= soon, "caught up: transaction_max_ms bounds it again");
+        let give_up = std::time::Instant::now() + Duration::from_secs(5);
+        while !t.due() {
+            assert!(std::time::Instant::now() < give_up, "due after transaction_max_ms");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        t.committed(lsn(20));
+        t.caught_up();
+        t.begin(&Txn { commit_lsn: lsn(30), commit_micros: behind, ..Txn::default() });
+        t.before_record(lsn(20)).unwrap();
+        t.end();
+        assert!(
+            t.deadline().unwrap() > in_a_second,
+            "a keepalive before a Kafka transaction began says nothing of it"
+        );
     }
 
     #[test]
