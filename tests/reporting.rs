@@ -83,7 +83,13 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
         relay.log()
     );
     assert!(up_while_hung.contains(&0.0), "walrelay_broker_up stayed 1 during the hang");
-    assert!(ready_again.is_some(), "/readyz never ready after SIGCONT:\n{}", relay.log());
+    assert!(
+        ready_again.is_some(),
+        "/readyz never ready after SIGCONT ({}):\n{}\n--- the broker's log ---\n{}",
+        readyz(http).await,
+        relay.log(),
+        broker.log_tail(30)
+    );
     let got = kafka::consume(broker.bootstrap(), &topic, 2, Duration::from_secs(30)).await;
     assert_eq!(
         got.len(),
