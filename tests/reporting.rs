@@ -61,24 +61,39 @@ async fn readiness_follows_the_broker_after_an_outage_and_during_a_hang() {
         1
     );
 
-    // The hang: the broker frozen (10 s) with a record waiting.
+    // The hang: the broker frozen with a record waiting, until both signals are seen (the
+    // record over ready_max_unacked_s after 5 s; the probe, asked every 2 s, timed out after 4 s
+    // by 6 s at the latest), for 8 s at most. Not longer: 8 s with heartbeats every 500 ms stays
+    // inside the broker's 9 s session. A single node frozen past it fences its own broker on
+    // the thaw (its controller, frozen too, wakes to a heartbeat that old), every partition is
+    // elected again with a new epoch, and clients then went up to a minute without an answer,
+    // this test's own reader too (3 of 16 runs frozen 10 s, four at once). A deployed cluster
+    // fences a hung broker during the hang, from its other nodes.
     freeze(broker.pid());
     let frozen = Instant::now();
     s.insert_events("Order", "a2", 1).await;
-    let not_ready = wait_ready(http, false, Duration::from_secs(20)).await;
-    let hang_reason = readyz(http).await;
+    let mut not_ready = None;
+    let mut hang_reason = String::new();
     let mut up_while_hung = Vec::new();
-    while frozen.elapsed() < Duration::from_secs(10) {
+    while frozen.elapsed() < Duration::from_secs(8)
+        && (not_ready.is_none() || !up_while_hung.contains(&0.0))
+    {
+        let answer = readyz(http).await;
+        if not_ready.is_none() && !answer.contains(" 200") {
+            not_ready = Some(frozen.elapsed());
+            hang_reason = answer;
+        }
         up_while_hung.push(broker_up(http).await.unwrap_or(-1.0));
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let hung_for = frozen.elapsed();
     thaw(broker.pid());
     let ready_again = wait_ready(http, true, Duration::from_secs(60)).await;
     note(&format!(
-        "broker hung 10 s: /readyz not ready {not_ready:.1?} after SIGSTOP ({hang_reason}); broker_up sampled {up_while_hung:?}; ready again {ready_again:.1?} after SIGCONT"
+        "broker hung {hung_for:.1?}: /readyz not ready {not_ready:.1?} after SIGSTOP ({hang_reason}); broker_up sampled {up_while_hung:?}; ready again {ready_again:.1?} after SIGCONT"
     ));
     assert!(
-        not_ready.is_some_and(|t| t < Duration::from_secs(15)),
+        not_ready.is_some(),
         "/readyz stayed ready with the broker hung and a record waiting:\n{}",
         relay.log()
     );

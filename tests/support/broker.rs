@@ -109,6 +109,11 @@ pub struct KafkaNode {
 
 impl KafkaNode {
     /// A single-node cluster on `port` (a free one for the controller).
+    ///
+    /// Its broker heartbeats every 500 ms (Kafka's default is 2 s), so a hang of up to 8 s
+    /// stays inside its 9 s session wherever it falls between two heartbeats: see
+    /// `reporting::readiness_follows_the_broker_after_an_outage_and_during_a_hang` for what a
+    /// hang past it does to the one node.
     pub fn single(port: u16) -> KafkaNode {
         let controller_port = free_port();
         KafkaNode {
@@ -116,7 +121,7 @@ impl KafkaNode {
             port,
             controller_port,
             voters: format!("1@127.0.0.1:{controller_port}"),
-            properties: Vec::new(),
+            properties: vec![("broker.heartbeat.interval.ms".into(), "500".into())],
             jvm_options: Vec::new(),
             format_args: Vec::new(),
         }
