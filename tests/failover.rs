@@ -73,6 +73,18 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
     admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
 
     let (s, url, config) = on_primary_and_standby(&primary, &standby, "failover").await;
+    let mut w = WriterConfig::new(&url, &s.topic_prefix, &["Order", "Customer"], 8);
+    w.rate = Some(300.0);
+    w.max_txn = 4;
+    w.reconnect_for = Duration::from_secs(120);
+    let topics = w.topics();
+    // Created before the relay's first record: this test is about the failover. Three runs of
+    // it (1 in ~10) lost the first 3-4 records of one partition of a topic Kafka auto-created on
+    // the relay's first produce, reported delivered by librdkafka; that is not explained yet and
+    // is followed up apart from this test.
+    for topic in &topics {
+        crate::support::kafka::create_topic(services().broker.bootstrap(), topic, 4).await;
+    }
     let mut relay = s.start_streaming(&config).await;
     let failover: bool =
         s.db.connect()
@@ -83,11 +95,6 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
             .get(0);
     assert!(failover, "walrelay created a plain slot on PostgreSQL {}", server.version);
 
-    let mut w = WriterConfig::new(&url, &s.topic_prefix, &["Order", "Customer"], 8);
-    w.rate = Some(300.0);
-    w.max_txn = 4;
-    w.reconnect_for = Duration::from_secs(120);
-    let topics = w.topics();
     let writer = Writer::spawn(w);
     let standby_url = standby.pg.pg.url(&s.db.name);
     let (surl, slot) = (standby_url.as_str(), s.slot.as_str());
@@ -160,13 +167,34 @@ async fn primary_killed_and_standby_promoted_relay_carries_on_with_no_event_lost
         first_after.map_or("none".to_string(), |t| (t - promoted_ms).to_string()),
         sessions
     );
+    // CI's summary keeps a failure's first lines: what the relay did comes before its log.
+    let upper_lsns: Vec<String> = report
+        .events
+        .iter()
+        .filter(|e| v.lost_ids.iter().any(|l| l.starts_with(&e.id)))
+        .map(|e| {
+            format!(
+                "{} in txn {} (WAL insert position after its commit {})",
+                e.id, e.txn, report.txns[e.txn].upper_lsn
+            )
+        })
+        .collect();
+    let resumes: Vec<&str> =
+        log.lines().filter_map(|l| l.split("resume_lsn=").nth(1)).map(str::trim).collect();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .map(|l| &l[..l.len().min(220)])
+        .collect();
     assert!(
         v.ok(),
-        "{}\nlost: {:?}\nreordered: {:?}\n{}\n--- old primary's log ---\n{}\n--- promoted standby's log ---\n{}",
+        "{}\nlost: {:?}; {upper_lsns:?}\nrelay: sessions resumed at {resumes:?}; {} warnings and errors: {:?}\nreordered: {:?}\n{}\n--- old primary's log ---\n{}\n--- promoted standby's log ---\n{}",
         v.summary(),
         v.lost_ids,
+        warnings.len(),
+        warnings,
         v.reordered_detail,
-        relay.log(),
+        log,
         primary.log_tail(60),
         standby.pg.log_tail(60)
     );

@@ -197,10 +197,11 @@ async fn relay_process_controls_a_stand_in_child() {
     let fake = dir.join("fake-walrelay");
     std::fs::write(
         &fake,
+        // The trap comes first: the test sends SIGTERM as soon as the config is printed.
         "#!/bin/sh\n\
+         trap 'echo got TERM; exit 3' TERM\n\
          echo \"args: $*\"; echo \"log=$RUST_LOG\" >&2; cat \"$3\"\n\
          [ \"$4\" = exit7 ] && exit 7\n\
-         trap 'echo got TERM; exit 3' TERM\n\
          while :; do sleep 0.05; done\n",
     )
     .unwrap();

@@ -132,6 +132,15 @@ impl Frontier {
         }
     }
 
+    /// The record under `seq` is replaced by its dead letter, bound for `topic`: its report,
+    /// offset and count belong to that topic now.
+    pub fn redirect(&mut self, seq: Seq, topic: std::sync::Arc<str>) {
+        let i = seq.checked_sub(self.base).and_then(|i| usize::try_from(i).ok());
+        if let Some(slot) = i.and_then(|i| self.slots.get_mut(i)) {
+            slot.sent.topic = topic;
+        }
+    }
+
     /// The WAL position of the row behind an unconfirmed record.
     pub fn lsn_of(&self, seq: Seq) -> Option<Lsn> {
         let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
@@ -279,6 +288,16 @@ mod tests {
         f.begin(3_000);
         f.commit(Lsn(30));
         assert_eq!(f.last_acked_commit(), Some(3_000), "a transaction without records");
+    }
+
+    #[test]
+    fn a_redirected_record_is_acknowledged_for_its_new_topic() {
+        let mut f = Frontier::new(Lsn(0));
+        let sent = Sent { topic: "orders".into(), ..Sent::default() };
+        let r = f.sent(1, Lsn(0), sent);
+        f.redirect(r, "dead".into());
+        f.redirect(r + 1, "nowhere".into());
+        assert_eq!(&*f.ack(r).unwrap().topic, "dead");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use self::exactly_once::{AtStop, Transactions, PROGRESS_SEQ};
 pub use self::failed::Failed;
 use self::fault::Fault;
 use self::frontier::{Frontier, Sent, Seq};
+use self::offsets::Offsets;
 use self::producer::{Publisher, Refused, Report, SendError};
 use crate::config::{Config, DeadLetterConfig, Limits};
 use crate::envelope::Txn;
@@ -71,6 +72,8 @@ pub struct Delivery {
     /// Delivery reports served and not yet handled (a failure stops the handling: the rest wait).
     reports: VecDeque<Report>,
     frontier: Frontier,
+    /// The last offset reported per partition: a report below it is no write (`offsets.rs`).
+    offsets: Offsets,
     limits: Limits,
     dead_letter: Option<DeadLetterConfig>,
     /// Dead letters for refused records, waiting to be sent under the refused record's number.
@@ -113,6 +116,7 @@ impl Delivery {
             publisher,
             reports: VecDeque::new(),
             frontier: Frontier::new(confirmed),
+            offsets: Offsets::default(),
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
             pending_dead: Vec::new(),
@@ -347,6 +351,18 @@ impl Delivery {
                 Ok(())
             }
             Report::Delivered { seq, partition, offset } => {
+                if let Some(topic) = self.frontier.sent_of(seq).map(|s| s.topic.clone()) {
+                    if let Err(e) = self.offsets.reported(&topic, partition, offset) {
+                        self.metrics.delivery_errors.fetch_add(1, Relaxed);
+                        return Err(Error::transient_msg(format!(
+                            "kafka reported record #{seq} delivered to {topic} [{partition}] at offset {offset}, \
+                             not after offset {} that it reported for an earlier record there, so the broker \
+                             did not write it (a sequence number taken for a duplicate, or the partition's \
+                             log truncated or recreated); it is not confirmed and the next session sends it again",
+                            e.after
+                        )));
+                    }
+                }
                 if let Some(mut sent) = self.frontier.ack(seq) {
                     if let (Some(span), Some(exporter)) = (sent.span.take(), &self.exporter) {
                         exporter.acked(*span, &sent.topic, partition, offset, unix_micros());
@@ -490,6 +506,7 @@ impl Delivery {
         tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
         let letter = dead_letter::record(dl, rejected);
         self.metrics.dead_lettered.fetch_add(1, Relaxed);
+        self.frontier.redirect(seq, letter.topic.clone());
         self.pending_dead.push((seq, letter));
         Ok(())
     }
@@ -645,6 +662,7 @@ pub(crate) mod exactly_once;
 mod failed;
 pub(crate) mod fault;
 pub(crate) mod frontier;
+mod offsets;
 pub(crate) mod producer;
 #[cfg(test)]
 mod tests;

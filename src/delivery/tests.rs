@@ -67,6 +67,43 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     assert_eq!(confirmable, Lsn::from(0x210), "the dead letter was not acknowledged");
 }
 
+/// A record librdkafka reports delivered at an offset of its partition already reported for an
+/// earlier record was not written (a sequence number the broker took for a duplicate, or a log
+/// that started again): it is not confirmed, and the session ends with the error that says so.
+#[tokio::test(flavor = "current_thread")]
+async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_session() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("outbox.event.order", 1, 1).expect("topic");
+    let config = Config::parse(&format!(
+        "[source]\nurl = \"postgres://walrelay@127.0.0.1:5432/app\"\n\
+         [kafka]\n\"bootstrap.servers\" = \"{}\"\n",
+        mock.bootstrap_servers()
+    ))
+    .expect("config");
+    let metrics = Metrics::new();
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    read_transaction(&mut delivery, 2, true).await;
+    await_acks(&mut delivery, Lsn::from(0x210)).await;
+    // The next record's report, as librdkafka gives it when the broker took the record's
+    // sequence number for a duplicate of the first: delivered, at the first record's offset.
+    let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(0x300), xid: 3 };
+    delivery.begin(&txn);
+    let topic = Arc::from("outbox.event.order");
+    let seq = delivery.frontier.sent(10, Lsn::from(0x280), Sent { topic, ..Sent::default() });
+    assert_eq!(seq, 1);
+    delivery.commit(Lsn::from(0x310)).await.unwrap();
+    delivery.reports.push_back(Report::Delivered { seq: 1, partition: 0, offset: 0 });
+    let error = delivery.serve_reports().expect_err("a report at offset 0 twice");
+    println!("{error}");
+    assert!(error.to_string().contains("did not write it"), "{error}");
+    assert!(error.to_string().contains("outbox.event.order [0] at offset 0"), "{error}");
+    assert_eq!(
+        delivery.progress().confirmable(),
+        Lsn::from(0x210),
+        "the second commit was confirmed"
+    );
+}
+
 /// An exactly-once delivery on the mock cluster, started, resumed at 0/100: Kafka transactions
 /// commit only when told to (a minute, a million records).
 async fn exactly_once_on(

@@ -1,0 +1,89 @@
+//! The broker's own word that a record was written: its offset. In one partition a record
+//! reported after another was written after it, so its offset is higher. A delivery report at or
+//! below an offset already reported for that partition says the broker did not write the
+//! record although librdkafka calls it delivered: the idempotent producer sent a sequence number
+//! again that the broker took for a duplicate of a batch it had (librdkafka 1.9's changelog
+//! describes one way: partition state forgotten and restarted at zero), or the partition's log was
+//! truncated or recreated under the producer. Such a record is not acknowledged: the session
+//! ends, and the next one sends it again from the confirmed position (I2).
+//!
+//! Reports of one partition arrive in the order its records were written (librdkafka keeps that
+//! order for the idempotent producer, which walrelay always is), so the last offset per
+//! partition is all there is to keep.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The last offset reported per topic and partition, for one producer's life.
+#[derive(Debug, Default)]
+pub struct Offsets {
+    last: HashMap<Arc<str>, Vec<i64>>,
+}
+
+/// A report that is not where a written record would be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotWritten {
+    /// The offset an earlier report of the same partition gave.
+    pub after: i64,
+}
+
+impl Offsets {
+    /// Takes the report of a record of `topic` at `partition` and `offset`. Offsets below zero
+    /// (librdkafka did not learn one) say nothing and are let through.
+    pub fn reported(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), NotWritten> {
+        let (Ok(p), true) = (usize::try_from(partition), offset >= 0) else { return Ok(()) };
+        let last = match self.last.get_mut(&**topic) {
+            Some(last) => last,
+            None => self.last.entry(topic.clone()).or_default(),
+        };
+        if last.len() <= p {
+            last.resize(p + 1, -1);
+        }
+        if offset <= last[p] {
+            return Err(NotWritten { after: last[p] });
+        }
+        last[p] = offset;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rising_offsets_per_partition_pass_and_partitions_and_topics_are_apart() {
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let mut o = Offsets::default();
+        assert_eq!(o.reported(&a, 0, 0), Ok(()));
+        assert_eq!(o.reported(&a, 0, 1), Ok(()));
+        assert_eq!(o.reported(&a, 3, 0), Ok(()), "another partition starts on its own");
+        assert_eq!(o.reported(&b, 0, 0), Ok(()), "another topic too");
+        assert_eq!(o.reported(&a, 0, 7), Ok(()), "gaps are transaction markers or others' records");
+    }
+
+    #[test]
+    fn a_report_at_or_below_an_earlier_offset_of_its_partition_is_not_a_write() {
+        let t: Arc<str> = Arc::from("t");
+        let mut o = Offsets::default();
+        o.reported(&t, 1, 5).unwrap();
+        assert_eq!(o.reported(&t, 1, 5), Err(NotWritten { after: 5 }), "the same offset twice");
+        assert_eq!(o.reported(&t, 1, 0), Err(NotWritten { after: 5 }), "the log started again");
+        assert_eq!(o.reported(&t, 1, 6), Ok(()), "the refusal did not move the last offset");
+    }
+
+    #[test]
+    fn reports_without_an_offset_say_nothing() {
+        let t: Arc<str> = Arc::from("t");
+        let mut o = Offsets::default();
+        o.reported(&t, 0, 9).unwrap();
+        assert_eq!(o.reported(&t, 0, -1001), Ok(()));
+        assert_eq!(o.reported(&t, -1, 3), Ok(()));
+        assert_eq!(o.reported(&t, 0, 10), Ok(()));
+    }
+}
