@@ -351,11 +351,15 @@ impl Delivery {
                 Ok(())
             }
             Report::Delivered { seq, partition, offset } => {
-                if let Some(sent) = self.frontier.sent_of(seq) {
-                    if let Err(e) = self.offsets.reported(&sent.topic, partition, offset) {
+                if let Some(topic) = self.frontier.sent_of(seq).map(|s| s.topic.clone()) {
+                    if let Err(e) = self.offsets.reported(&topic, partition, offset) {
                         self.metrics.delivery_errors.fetch_add(1, Relaxed);
                         return Err(Error::transient_msg(format!(
-                            "kafka reported record #{seq} {e}"
+                            "kafka reported record #{seq} delivered to {topic} [{partition}] at offset {offset}, \
+                             not after offset {} that it reported for an earlier record there, so the broker \
+                             did not write it (a sequence number taken for a duplicate, or the partition's \
+                             log truncated or recreated); it is not confirmed and the next session sends it again",
+                            e.after
                         )));
                     }
                 }

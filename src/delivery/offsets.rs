@@ -21,26 +21,10 @@ pub struct Offsets {
 }
 
 /// A report that is not where a written record would be.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotWritten {
-    pub topic: Arc<str>,
-    pub partition: i32,
-    pub offset: i64,
     /// The offset an earlier report of the same partition gave.
     pub after: i64,
-}
-
-impl std::fmt::Display for NotWritten {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "delivered to {} [{}] at offset {}, not after offset {} that it reported for an \
-             earlier record there, so the broker did not write it (a sequence number taken for a \
-             duplicate, or the partition's log truncated or recreated); it is not confirmed and \
-             the next session sends it again",
-            self.topic, self.partition, self.offset, self.after
-        )
-    }
 }
 
 impl Offsets {
@@ -61,7 +45,7 @@ impl Offsets {
             last.resize(p + 1, -1);
         }
         if offset <= last[p] {
-            return Err(NotWritten { topic: topic.clone(), partition, offset, after: last[p] });
+            return Err(NotWritten { after: last[p] });
         }
         last[p] = offset;
         Ok(())
@@ -88,8 +72,8 @@ mod tests {
         let t: Arc<str> = Arc::from("t");
         let mut o = Offsets::default();
         o.reported(&t, 1, 5).unwrap();
-        assert_eq!(o.reported(&t, 1, 5).map_err(|e| e.after), Err(5), "the same offset twice");
-        assert_eq!(o.reported(&t, 1, 0).map_err(|e| e.after), Err(5), "the log started again");
+        assert_eq!(o.reported(&t, 1, 5), Err(NotWritten { after: 5 }), "the same offset twice");
+        assert_eq!(o.reported(&t, 1, 0), Err(NotWritten { after: 5 }), "the log started again");
         assert_eq!(o.reported(&t, 1, 6), Ok(()), "the refusal did not move the last offset");
     }
 
