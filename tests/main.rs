@@ -7,6 +7,7 @@ mod common;
 mod harness_smoke;
 
 mod admin;
+mod auto_topics;
 mod backpressure;
 mod broker_faults;
 mod broker_outages;

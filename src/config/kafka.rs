@@ -54,6 +54,16 @@ impl KafkaConfig {
         })
     }
 
+    /// How long librdkafka lets a topic missing from the metadata propagate
+    /// (`topic.metadata.propagation.max.ms`, walrelay's default when unset or unreadable).
+    pub fn topic_propagation(&self) -> std::time::Duration {
+        let ms =
+            self.properties.get("topic.metadata.propagation.max.ms").and_then(|v| v.parse().ok());
+        std::time::Duration::from_millis(
+            ms.unwrap_or_else(|| DEFAULT_TOPIC_PROPAGATION_MS.parse().unwrap_or(10_000)),
+        )
+    }
+
     /// The connection and security settings of `[kafka]` for a consumer of walrelay's own (the
     /// progress topic, Kafka Connect's offsets): every property but those only a producer takes,
     /// about each of which librdkafka would warn.

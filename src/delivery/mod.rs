@@ -292,6 +292,7 @@ impl Delivery {
     /// Hands a record to librdkafka under `seq`; its delivery report settles that number.
     async fn send(&mut self, seq: Seq, mut record: Record) -> Result<()> {
         loop {
+            self.publisher.meet(&record.topic).await;
             match self.publisher.send(&record, seq) {
                 Ok(()) => return Ok(()),
                 // librdkafka's own queue is full: wait for a delivery report, then retry.
@@ -356,10 +357,7 @@ impl Delivery {
                         self.metrics.delivery_errors.fetch_add(1, Relaxed);
                         return Err(Error::transient_msg(format!(
                             "kafka reported record #{seq} delivered to {topic} [{partition}] at offset {offset}, \
-                             not after offset {} that it reported for an earlier record there, so the broker \
-                             did not write it (a sequence number taken for a duplicate, or the partition's \
-                             log truncated or recreated); it is not confirmed and the next session sends it again",
-                            e.after
+                             {e}; it is not confirmed and the next session sends it again"
                         )));
                     }
                 }

@@ -7,6 +7,12 @@
 //! truncated or recreated under the producer. Such a record is not acknowledged: the session
 //! ends, and the next one sends it again from the confirmed position (I2).
 //!
+//! A report with no offset is not taken as a write either. With acks=all the broker answers
+//! every write with its offset; librdkafka reports a record delivered without one when the broker
+//! answered its batch with DUPLICATE_SEQUENCE_NUMBER (`rdkafka_request.c`: "treat as success,
+//! however offset and timestamp will be invalid"), which says the broker has a batch under those
+//! sequence numbers, not that it holds these records. Sending it again costs a duplicate at worst.
+//!
 //! Reports of one partition arrive in the order its records were written (librdkafka keeps that
 //! order for the idempotent producer, which walrelay always is), so the last offset per
 //! partition is all there is to keep.
@@ -22,21 +28,41 @@ pub struct Offsets {
 
 /// A report that is not where a written record would be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotWritten {
-    /// The offset an earlier report of the same partition gave.
-    pub after: i64,
+pub enum NotWritten {
+    /// At or below `after`, the offset an earlier report of the same partition gave.
+    Repeated { after: i64 },
+    /// With no offset, or no partition.
+    NoOffset,
+}
+
+impl std::fmt::Display for NotWritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotWritten::Repeated { after } => write!(
+                f,
+                "not after offset {after} that it reported for an earlier record there, so the \
+                 broker did not write it (a sequence number taken for a duplicate, or the \
+                 partition's log truncated or recreated)"
+            ),
+            NotWritten::NoOffset => f.write_str(
+                "with no offset: the broker took its batch for a duplicate of one it has \
+                 (DUPLICATE_SEQUENCE_NUMBER) and did not say where the record is",
+            ),
+        }
+    }
 }
 
 impl Offsets {
-    /// Takes the report of a record of `topic` at `partition` and `offset`. Offsets below zero
-    /// (librdkafka did not learn one) say nothing and are let through.
+    /// Takes the report of a record of `topic` at `partition` and `offset`.
     pub fn reported(
         &mut self,
         topic: &Arc<str>,
         partition: i32,
         offset: i64,
     ) -> Result<(), NotWritten> {
-        let (Ok(p), true) = (usize::try_from(partition), offset >= 0) else { return Ok(()) };
+        let (Ok(p), true) = (usize::try_from(partition), offset >= 0) else {
+            return Err(NotWritten::NoOffset);
+        };
         let last = match self.last.get_mut(&**topic) {
             Some(last) => last,
             None => self.last.entry(topic.clone()).or_default(),
@@ -45,7 +71,7 @@ impl Offsets {
             last.resize(p + 1, -1);
         }
         if offset <= last[p] {
-            return Err(NotWritten { after: last[p] });
+            return Err(NotWritten::Repeated { after: last[p] });
         }
         last[p] = offset;
         Ok(())
@@ -72,18 +98,19 @@ mod tests {
         let t: Arc<str> = Arc::from("t");
         let mut o = Offsets::default();
         o.reported(&t, 1, 5).unwrap();
-        assert_eq!(o.reported(&t, 1, 5), Err(NotWritten { after: 5 }), "the same offset twice");
-        assert_eq!(o.reported(&t, 1, 0), Err(NotWritten { after: 5 }), "the log started again");
+        let repeated = Err(NotWritten::Repeated { after: 5 });
+        assert_eq!(o.reported(&t, 1, 5), repeated, "the same offset twice");
+        assert_eq!(o.reported(&t, 1, 0), repeated, "the log started again");
         assert_eq!(o.reported(&t, 1, 6), Ok(()), "the refusal did not move the last offset");
     }
 
     #[test]
-    fn reports_without_an_offset_say_nothing() {
+    fn a_report_without_an_offset_or_partition_is_not_a_write() {
         let t: Arc<str> = Arc::from("t");
         let mut o = Offsets::default();
         o.reported(&t, 0, 9).unwrap();
-        assert_eq!(o.reported(&t, 0, -1001), Ok(()));
-        assert_eq!(o.reported(&t, -1, 3), Ok(()));
-        assert_eq!(o.reported(&t, 0, 10), Ok(()));
+        assert_eq!(o.reported(&t, 0, -1), Err(NotWritten::NoOffset), "a duplicate's report");
+        assert_eq!(o.reported(&t, -1, 3), Err(NotWritten::NoOffset), "no partition");
+        assert_eq!(o.reported(&t, 0, 10), Ok(()), "the refusals did not move the last offset");
     }
 }

@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use crate::metrics::Metrics;
 
 mod reachability;
+mod topics;
 
 use super::fault::Fault;
 use super::frontier::Seq;
@@ -184,6 +185,11 @@ impl ClientContext for RelayContext {
             tracing::debug!(target: "librdkafka", fac, "{message}");
             return;
         }
+        // Asked for with `[kafka] debug`: every line, none left out as a repeat.
+        if matches!(level, RDKafkaLogLevel::Debug) {
+            tracing::debug!(target: "librdkafka", fac, "{message}");
+            return;
+        }
         let Some(repeats) = self.admit(fac) else { return };
         match level {
             RDKafkaLogLevel::Emerg
@@ -198,7 +204,7 @@ impl ClientContext for RelayContext {
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
                 tracing::info!(target: "librdkafka", fac, repeats, "{message}")
             }
-            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+            RDKafkaLogLevel::Debug => {}
         }
     }
 
@@ -258,6 +264,8 @@ pub struct Publisher {
     /// broker sees: for the fix of a missing ACL.
     transactional_id: String,
     principal: String,
+    /// The topics records went to, so a new one is known before its first record.
+    topics: topics::KnownTopics,
 }
 
 /// librdkafka's main queue (delivery reports, errors, logs), served by the relay loop. There is
@@ -359,7 +367,14 @@ impl Publisher {
         if let Some(id) = transactional_id {
             cfg.set("transactional.id", id);
         }
-        cfg.set_log_level(RDKafkaLogLevel::Warning);
+        // librdkafka's `debug` contexts log at debug level: an operator who sets `[kafka] debug`
+        // sees them (with RUST_LOG=librdkafka=debug); otherwise warnings and worse only.
+        let wants_debug = kafka.properties.get("debug").is_some_and(|d| !d.is_empty());
+        cfg.set_log_level(if wants_debug {
+            RDKafkaLogLevel::Debug
+        } else {
+            RDKafkaLogLevel::Warning
+        });
         let context = RelayContext {
             reports: Mutex::new(Vec::new()),
             capture_bytes,
@@ -396,6 +411,7 @@ impl Publisher {
             producer,
             transactional_id: transactional_id.unwrap_or_default().to_string(),
             principal: principal(kafka),
+            topics: topics::KnownTopics::new(kafka.topic_propagation()),
         })
     }
 
