@@ -94,11 +94,7 @@ impl Frontier {
     /// Records a broker acknowledgement; returns what was registered with the record the first
     /// time it is acknowledged. Unknown or repeated sequence numbers are ignored.
     pub fn ack(&mut self, seq: Seq) -> Option<Sent> {
-        let slot = seq
-            .checked_sub(self.base)
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| self.slots.get_mut(i))
-            .filter(|slot| !slot.acked)?;
+        let slot = self.slot_mut(seq).filter(|slot| !slot.acked)?;
         slot.acked = true;
         let sent = std::mem::take(&mut slot.sent);
         self.advance();
@@ -135,22 +131,27 @@ impl Frontier {
     /// The record under `seq` is replaced by its dead letter, bound for `topic`: its report,
     /// offset and count belong to that topic now.
     pub fn redirect(&mut self, seq: Seq, topic: std::sync::Arc<str>) {
-        let i = seq.checked_sub(self.base).and_then(|i| usize::try_from(i).ok());
-        if let Some(slot) = i.and_then(|i| self.slots.get_mut(i)) {
+        if let Some(slot) = self.slot_mut(seq) {
             slot.sent.topic = topic;
         }
     }
 
     /// The WAL position of the row behind an unconfirmed record.
     pub fn lsn_of(&self, seq: Seq) -> Option<Lsn> {
-        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        self.slots.get(i).map(|s| s.lsn)
+        self.slot(seq).map(|s| s.lsn)
     }
 
-    /// What was registered with an unconfirmed record.
+    /// What was registered with a record not yet acknowledged (the ack hands it back).
     pub fn sent_of(&self, seq: Seq) -> Option<&Sent> {
-        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        self.slots.get(i).map(|s| &s.sent)
+        self.slot(seq).filter(|s| !s.acked).map(|s| &s.sent)
+    }
+
+    fn slot(&self, seq: Seq) -> Option<&Slot> {
+        self.slots.get(usize::try_from(seq.checked_sub(self.base)?).ok()?)
+    }
+
+    fn slot_mut(&mut self, seq: Seq) -> Option<&mut Slot> {
+        self.slots.get_mut(usize::try_from(seq.checked_sub(self.base)?).ok()?)
     }
 
     /// The end of the acknowledged prefix.

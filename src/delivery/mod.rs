@@ -352,12 +352,13 @@ impl Delivery {
                 Ok(())
             }
             Report::Delivered { seq, partition, offset } => {
-                if let Some(topic) = self.frontier.sent_of(seq).map(|s| s.topic.clone()) {
-                    if let Err(e) = self.offsets.reported(&topic, partition, offset) {
+                if let Some(sent) = self.frontier.sent_of(seq) {
+                    if let Err(e) = self.offsets.reported(&sent.topic, partition, offset) {
                         self.metrics.delivery_errors.fetch_add(1, Relaxed);
                         return Err(Error::transient_msg(format!(
-                            "kafka reported record #{seq} delivered to {topic} [{partition}] at offset {offset}, \
-                             {e}; it is not confirmed and the next session sends it again"
+                            "kafka reported record #{seq} delivered to {} [{partition}] at offset {offset}, \
+                             {e}; it is not confirmed and the next session sends it again",
+                            sent.topic
                         )));
                     }
                 }
