@@ -153,13 +153,14 @@ table = "public.outbox"
         expected: usize,
         deadline: Duration,
     ) -> Vec<Consumed> {
-        kafka::consume(
-            services().broker.bootstrap(),
-            &self.topic(aggregate_type),
-            expected,
-            deadline,
-        )
-        .await
+        let (bootstrap, topic) = (services().broker.bootstrap(), self.topic(aggregate_type));
+        let got = kafka::consume(bootstrap, &topic, expected, deadline).await;
+        if got.len() < expected {
+            // What the broker holds tells records never written from records a reader missed.
+            let holdings = kafka::holdings(bootstrap, &topic);
+            eprintln!("[support] read {topic}: {} of {expected}; {holdings}", got.len());
+        }
+        got
     }
 
     /// How many relations the test's publication sends (`pg_publication_tables`).

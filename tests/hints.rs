@@ -319,11 +319,30 @@ async fn setup_publication_only_creates_no_slot_and_status_names_the_walsender()
     })
     .await;
     assert!(streaming, "{}", relay.log());
-    let status = walrelay_async(&["status"], Some(&config)).await;
-    let line =
-        status.stdout.lines().find(|l| l.starts_with("active pid")).unwrap_or("").to_string();
-    note(&format!("status while streaming: {line}"));
-    assert!(line.contains("walsender"), "{status}");
+    // Asked until it names the walsender: a session that restarts in between (its slot
+    // inactive for the backoff) shows `-`, as it should.
+    let last = std::sync::Mutex::new(String::new());
+    let (cfg, l) = (&config, &last);
+    let named = crate::support::wait_until(
+        "status names the walsender",
+        Duration::from_secs(20),
+        || async move {
+            let status = walrelay_async(&["status"], Some(cfg)).await;
+            let line = status
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("active pid"))
+                .unwrap_or("")
+                .to_string();
+            let named = line.contains("walsender");
+            *l.lock().unwrap() = if named { line } else { status.to_string() };
+            named
+        },
+    )
+    .await;
+    let last = last.into_inner().unwrap();
+    assert!(named, "{last}\n--- relay log ---\n{}", relay.log());
+    note(&format!("status while streaming: {last}"));
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
 }
 
