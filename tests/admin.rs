@@ -389,3 +389,47 @@ async fn status_of_an_exactly_once_relay_answers_within_5_s_with_the_broker_down
         "{run}"
     );
 }
+
+/// Exactly-once, `setup` also creates the progress topic as `run` would at its first start
+/// (compacted, one partition), so a relay whose principal may not CREATE finds it; a second
+/// `setup` leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_under_exactly_once_creates_the_progress_topic_compacted_with_one_partition() {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+
+    let s = Setup::new("setup_eos").await;
+    let topic = unique("setup_progress");
+    let delivery = format!(
+        "[delivery]\nguarantee = \"exactly-once\"\nprogress_topic = \"{topic}\"\ntransactional_id = \"{}\"\n",
+        unique("setup_txn")
+    );
+    let config = s.config_with("", "", &delivery);
+    let run = walrelay_async(&["setup"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stdout.contains(&format!(
+            "created progress topic {topic} (compacted, one partition, 1 replica(s))"
+        )),
+        "{run}"
+    );
+    let bootstrap = services().broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> =
+        crate::support::kafka::client_config(bootstrap).create().expect("admin client");
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Topic(&topic)], &AdminOptions::new())
+        .await
+        .expect("describe the progress topic");
+    let resource = configs.into_iter().next().expect("one answer").expect("the topic's configs");
+    let policy = resource.get("cleanup.policy").and_then(|e| e.value.clone());
+    assert_eq!(policy.as_deref(), Some("compact"));
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .expect("the progress topic's metadata");
+    assert_eq!(metadata.topics()[0].partitions().len(), 1);
+
+    let run = walrelay_async(&["setup"], Some(&config)).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(run.stdout.contains(&format!("progress topic {topic} exists (unchanged)")), "{run}");
+}

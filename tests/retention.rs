@@ -269,7 +269,14 @@ async fn retention_in_walrelay_run_purges_on_its_own() {
         "[retention] keep = 7d, interval = 1s: 100 old rows gone {} ms after they were written",
         started.elapsed().as_millis()
     );
+    // The rows are gone when the DELETE commits; the counter follows a moment later.
+    let counted = wait_until("the purge is counted", Duration::from_secs(10), || async move {
+        let text = http_get(port, "/metrics").await.unwrap_or_default();
+        metric(&text, "walrelay_purged_rows_total") == Some(100.0)
+    })
+    .await;
     let text = http_get(port, "/metrics").await.unwrap_or_default();
+    assert!(counted, "{text}");
     assert_eq!(metric(&text, "walrelay_purged_rows_total"), Some(100.0), "{text}");
     assert_eq!(metric(&text, "walrelay_purged_partitions_total"), Some(0.0), "{text}");
     assert!(metric(&text, "walrelay_purge_last_success_seconds").unwrap_or(0.0) > 0.0, "{text}");

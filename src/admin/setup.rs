@@ -87,7 +87,36 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     } else {
         println!("created replication slot {} (pgoutput{failover}) at LSN {lsn}", src.slot);
     }
+    if config.delivery.exactly_once() {
+        return progress_topic(config).await;
+    }
     ExitCode::SUCCESS
+}
+
+/// Exactly-once: the progress topic, created as `walrelay run` would create it at its first
+/// start, so that a relay whose principal may not CREATE topics finds it there.
+async fn progress_topic(config: &Config) -> ExitCode {
+    use crate::delivery::exactly_once::progress_topic::{create_progress_topic, PROGRESS_TIMEOUT};
+    let topic = config.delivery.progress_topic.as_str();
+    match create_progress_topic(&config.kafka, topic, PROGRESS_TIMEOUT).await {
+        Ok(Some(replicas)) => {
+            println!(
+                "created progress topic {topic} (compacted, one partition, {replicas} replica(s))"
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!("progress topic {topic} exists (unchanged)");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.chain());
+            if let Some(hint) = e.hint() {
+                eprintln!("fix: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

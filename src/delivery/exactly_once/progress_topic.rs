@@ -338,8 +338,13 @@ fn not_allowed(kafka: &KafkaConfig, topic: &str, operation: &str) -> Error {
 
 /// Creates the progress topic: one partition, compacted, with the cluster's replication factor
 /// (its `default.replication.factor`, and at least as many replicas as it has brokers up to
-/// three); never with one replica because the cluster could not be asked.
-async fn create_progress_topic(kafka: &KafkaConfig, topic: &str, timeout: Duration) -> Result<()> {
+/// three); never with one replica because the cluster could not be asked. Returns the
+/// replication factor it was created with, `None` when it existed.
+pub(crate) async fn create_progress_topic(
+    kafka: &KafkaConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<i32>> {
     let hint = format!(
         "create it yourself: one partition, cleanup.policy=compact (kafka-topics.sh --create --topic {topic} --partitions 1 --replication-factor 3 --config cleanup.policy=compact), or allow walrelay's principal CREATE on it"
     );
@@ -359,14 +364,18 @@ async fn create_progress_topic(kafka: &KafkaConfig, topic: &str, timeout: Durati
         .create_topics([&new], &opts)
         .await
         .map_err(|e| Error::transient(format!("cannot create the progress topic {topic}"), e))?;
+    let mut created = None;
     for r in results {
         match r {
-            Ok(_) => tracing::info!(
-                topic,
-                replicas,
-                brokers,
-                "created the progress topic (compacted, one partition)"
-            ),
+            Ok(_) => {
+                tracing::info!(
+                    topic,
+                    replicas,
+                    brokers,
+                    "created the progress topic (compacted, one partition)"
+                );
+                created = Some(replicas);
+            }
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((_, code)) => {
                 return Err(Error::definite(
@@ -376,7 +385,7 @@ async fn create_progress_topic(kafka: &KafkaConfig, topic: &str, timeout: Durati
             }
         }
     }
-    Ok(())
+    Ok(created)
 }
 
 /// The replication factor a progress topic is created with, and the cluster's brokers: the
