@@ -9,6 +9,7 @@
 //! relayed outbox rows, off the data path.
 
 pub mod admin;
+pub mod audit;
 pub mod config;
 pub(crate) mod delivery;
 pub(crate) mod duration;

@@ -7,6 +7,7 @@ mod common;
 mod harness_smoke;
 
 mod admin;
+mod audit;
 mod auto_topics;
 mod backpressure;
 mod broker_faults;

@@ -1,11 +1,12 @@
 //! Operator commands beside `run`: `check` (preflight), `setup` / `teardown` (publication and
-//! slot), `status` (slot lag and retained WAL), `purge` (retention) and `import-debezium`
-//! (connector config → walrelay.toml).
+//! slot), `status` (slot lag and retained WAL), `purge` (retention), `replay`, `audit` (the
+//! window's rows against Kafka) and `import-debezium` (connector config → walrelay.toml).
 //!
 //! Like [`crate::source`], these read only `pg_catalog` views, settings and slot functions — never
 //! the outbox table (I4) — except `purge`, which deletes relayed rows through
-//! [`crate::retention`]. What they print goes to stdout; logs go to stderr.
+//! [`crate::retention`], and `replay` and `audit`, which read retained rows in a snapshot. What they print goes to stdout; logs go to stderr.
 
+mod audit;
 mod check;
 mod purge;
 pub mod replay;
@@ -88,6 +89,10 @@ pub enum AdminCommand {
     /// exactly-once guarantee: replayed records are not in Kafka transactions, and repeat events
     /// on purpose (consumers deduplicate by the id header).
     Replay(replay::Args),
+    /// Compares the retained outbox rows of a window with what the Kafka topics hold: delivered
+    /// once, missing, duplicated (and how many by replay), out of order, misplaced, unexpected;
+    /// exit code 0 when clean, 1 otherwise.
+    Audit(audit::Args),
     /// Prints the walrelay.toml equivalent to a Debezium PostgreSQL connector configuration
     /// (connector JSON, flat JSON config or .properties); warnings go to stderr.
     ImportDebezium {
@@ -132,6 +137,10 @@ pub fn run(command: AdminCommand) -> ExitCode {
             },
             AdminCommand::Replay(args) => match load(args.config()) {
                 Ok(c) => replay::run(&c, args).await,
+                Err(code) => code,
+            },
+            AdminCommand::Audit(args) => match load(args.config()) {
+                Ok(c) => audit::run(&c, args).await,
                 Err(code) => code,
             },
             AdminCommand::ImportDebezium { .. } => unreachable!("handled above"),

@@ -123,6 +123,8 @@ pub struct Replay<'c> {
     /// Rows the selection holds in the snapshot, over every table.
     pub total: u64,
     pub replay_id: String,
+    /// The table being read ([`Replay::next_records`]).
+    current: usize,
 }
 
 impl<'c> Replay<'c> {
@@ -182,7 +184,17 @@ impl<'c> Replay<'c> {
             );
         }
         let replay_id = uuid::Uuid::now_v7().to_string();
-        Ok(Replay { config, opts, control, tables: reads, column, order, total, replay_id })
+        Ok(Replay {
+            config,
+            opts,
+            control,
+            tables: reads,
+            column,
+            order,
+            total,
+            replay_id,
+            current: 0,
+        })
     }
 
     /// The order rows go in, in words.
@@ -212,34 +224,24 @@ impl<'c> Replay<'c> {
             (Arc::from(REPLAY_HEADER), Bytes::from(self.replay_id.clone()));
         let mut topics: BTreeMap<String, u64> = BTreeMap::new();
         let mut done = 0u64;
-        for table in &mut self.tables {
-            let binding = table.binding().clone();
-            while let Some(rows) = table.next_batch(&self.control).await? {
-                for row in rows {
-                    let txn =
-                        Txn { commit_micros: row.commit_micros, xid: row.xid, ..Txn::default() };
-                    let mut record = encoder.row(&binding, &row.tuple, &txn).map_err(|e| {
-                        let id = encoder.router().raw(&binding, &row.tuple, RawColumn::EventId);
-                        unroutable(id.as_deref(), e)
-                    })?;
-                    place(&mut record, &to_topic, &header);
-                    if let Some(sender) = sender.as_mut() {
-                        sender.send(&record).await?;
-                    }
-                    *topics.entry(record.topic.to_string()).or_default() += 1;
-                    done += 1;
-                }
+        while let Some(records) = self.next_records(&mut encoder).await? {
+            for (mut record, _) in records {
+                place(&mut record, &to_topic, &header);
                 if let Some(sender) = sender.as_mut() {
-                    sender.serve()?;
+                    sender.send(&record).await?;
                 }
-                progress(Progress { done, total: self.total, elapsed: started.elapsed() });
+                *topics.entry(record.topic.to_string()).or_default() += 1;
+                done += 1;
             }
+            if let Some(sender) = sender.as_mut() {
+                sender.serve()?;
+            }
+            progress(Progress { done, total: self.total, elapsed: started.elapsed() });
         }
         if let Some(sender) = sender.as_mut() {
             sender.flush().await?;
         }
-        // The snapshot was read-only: ending it changes nothing.
-        let _ = self.control.batch("COMMIT").await;
+        self.close().await;
         Ok(Summary {
             replay_id: self.replay_id,
             dry_run: self.opts.dry_run,
@@ -247,6 +249,56 @@ impl<'c> Replay<'c> {
             topics,
             elapsed: started.elapsed(),
         })
+    }
+
+    /// The next batch of the selection as the live relay's records, in replay order, each with
+    /// its row's commit time (µs since the Unix epoch); `None` once it is all read.
+    pub(crate) async fn next_records(
+        &mut self,
+        encoder: &mut Encoder,
+    ) -> Result<Option<Vec<(Record, i64)>>> {
+        while let Some(table) = self.tables.get_mut(self.current) {
+            let Some(rows) = table.next_batch(&self.control).await? else {
+                self.current += 1;
+                continue;
+            };
+            let binding = table.binding();
+            let mut records = Vec::with_capacity(rows.len());
+            for row in rows {
+                let txn = Txn { commit_micros: row.commit_micros, xid: row.xid, ..Txn::default() };
+                let record = encoder.row(binding, &row.tuple, &txn).map_err(|e| {
+                    let id = encoder.router().raw(binding, &row.tuple, RawColumn::EventId);
+                    unroutable(id.as_deref(), e)
+                })?;
+                records.push((record, row.commit_micros));
+            }
+            return Ok(Some(records));
+        }
+        Ok(None)
+    }
+
+    /// Which of `ids` are rows of the outbox tables (in the snapshot, whatever the window).
+    pub(crate) async fn present_ids(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::HashSet<String>> {
+        let mut present = std::collections::HashSet::new();
+        for table in &self.tables {
+            for chunk in ids.chunks(BATCH_ROWS) {
+                present.extend(table.present_ids(&self.control, chunk).await?);
+            }
+        }
+        Ok(present)
+    }
+
+    /// Ends the snapshot; it was read-only, so ending it changes nothing.
+    pub(crate) async fn close(&self) {
+        let _ = self.control.batch("COMMIT").await;
+    }
+
+    /// The order [`Replay::next_records`] goes in.
+    pub(crate) fn commit_ordered(&self) -> bool {
+        self.order == Order::Commit
     }
 }
 

@@ -257,6 +257,24 @@ impl TableRead {
         ))
     }
 
+    /// Which of `ids` (event ids, as text) are rows of this table, in the snapshot, whatever
+    /// the window: the audit's test of a record Kafka holds that the window does not.
+    pub async fn present_ids(&self, control: &Control, ids: &[String]) -> Result<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let i = quote(&self.id.name);
+        let list: Vec<String> = ids.iter().map(|v| literal(v)).collect();
+        let sql = format!(
+            "SELECT t.{i}::text FROM {} t WHERE t.{i} = ANY (ARRAY[{}]::text[]::{}[])",
+            self.table.name.quoted(),
+            list.join(","),
+            self.id.type_name
+        );
+        let rows = statement(control, &self.what(), &sql).await?;
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+    }
+
     /// The next batch in replay order; `None` once the selection is read.
     pub async fn next_batch(&mut self, control: &Control) -> Result<Option<Vec<Row>>> {
         if self.finished {
