@@ -163,6 +163,24 @@ table = "public.outbox"
         got
     }
 
+    /// Reads `aggregate_type`'s topic until every event of `ids` arrived (at-least-once may
+    /// add copies, which a count would take for the rest) or 60 s passed; every record read.
+    pub async fn read_ids(&self, aggregate_type: &str, ids: &[String]) -> Vec<Consumed> {
+        let mut left: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let mut got = Vec::new();
+        let topic = self.topic(aggregate_type);
+        let bootstrap = services().broker.bootstrap();
+        kafka::consume_while(bootstrap, &[topic], Duration::from_secs(60), |next| {
+            if let kafka::Next::Record(r) = next {
+                left.remove(r.header_str("id").unwrap_or_default());
+                got.push(r);
+            }
+            !left.is_empty()
+        })
+        .await;
+        got
+    }
+
     /// How many relations the test's publication sends (`pg_publication_tables`).
     pub async fn published_tables(&self) -> i64 {
         self.db

@@ -45,8 +45,8 @@ impl std::fmt::Display for NotWritten {
                  partition's log truncated or recreated)"
             ),
             NotWritten::NoOffset => f.write_str(
-                "with no offset: the broker took its batch for a duplicate of one it has \
-                 (DUPLICATE_SEQUENCE_NUMBER) and did not say where the record is",
+                "with no offset, which is no proof of a write (librdkafka reports a batch so when \
+                 the broker called it a duplicate: DUPLICATE_SEQUENCE_NUMBER)",
             ),
         }
     }
