@@ -8,10 +8,13 @@
 //! ends, and the next one sends it again from the confirmed position (I2).
 //!
 //! A report with no offset is not taken as a write either. With acks=all the broker answers
-//! every write with its offset; librdkafka reports a record delivered without one when the broker
-//! answered its batch with DUPLICATE_SEQUENCE_NUMBER (`rdkafka_request.c`: "treat as success,
-//! however offset and timestamp will be invalid"), which says the broker has a batch under those
-//! sequence numbers, not that it holds these records. Sending it again costs a duplicate at worst.
+//! every write with its offset; librdkafka reports a record delivered without one when it
+//! acknowledges it implicitly, because a later batch of its partition succeeded
+//! (`rd_kafka_dr_implicit_ack`), or when the broker answered its batch with
+//! DUPLICATE_SEQUENCE_NUMBER. Neither says the broker holds the record, and the first does not
+//! hold: a topic's new partition refused a first batch (Not leader), took the next one, already in
+//! flight, as the producer's first, and the refused record was reported delivered at offset -1001
+//! (docs/operations.md, "Topics created on first use"). Sending it again costs a duplicate at worst.
 //!
 //! Reports of one partition arrive in the order its records were written (librdkafka keeps that
 //! order for the idempotent producer, which walrelay always is), so the last offset per
@@ -45,8 +48,9 @@ impl std::fmt::Display for NotWritten {
                  partition's log truncated or recreated)"
             ),
             NotWritten::NoOffset => f.write_str(
-                "with no offset, which is no proof of a write (librdkafka reports a batch so when \
-                 the broker called it a duplicate: DUPLICATE_SEQUENCE_NUMBER)",
+                "with no offset, which is no proof of a write (librdkafka reports so a record it \
+                 acknowledged implicitly by a later batch's success, or a batch the broker called a \
+                 duplicate)",
             ),
         }
     }

@@ -5,9 +5,11 @@
 //! metadata arrives while the topic is still being created: partitions known, their logs not yet
 //! ready. Four runs of the test suite lost the first 3–4 records of one partition of a topic
 //! created that way, all reported delivered, never while the topic existed before the relay's
-//! first record (docs/operations.md, "Topics created on first use"). So the relay asks for the
-//! topic's metadata itself first (which is what creates it on such a broker) and sends only once
-//! every partition has a leader: records never wait on the unassigned queue of a topic in creation.
+//! first record. So the relay asks for the topic's metadata itself first (which is what creates
+//! it on such a broker) and sends only once every partition has a leader: records never wait on
+//! the unassigned queue of a topic in creation. A first batch can still meet a partition not yet
+//! leading; the report that lost records then comes without an offset, and `offsets.rs` refuses it
+//! (docs/operations.md, "Topics created on first use").
 //!
 //! Once per topic per producer; when the topic does not come (creation on first use disabled, an
 //! ACL missing, the broker down), the record is sent after the wait as before, and its delivery
