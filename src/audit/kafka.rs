@@ -163,8 +163,7 @@ fn read_blocking(
             }
             Err(e) => return Err(Error::transient("the audit's read of Kafka failed", e)),
         };
-        // The audited topic's own name: no allocation per record.
-        let Some(topic) = topics.iter().find(|t| ***t == *m.topic()).cloned() else { continue };
+        let topic: Arc<str> = Arc::from(m.topic());
         let key = (topic.clone(), m.partition());
         if let Some(end) = ends.get(&key) {
             if m.offset() + 1 >= *end {
