@@ -27,6 +27,8 @@ use super::{Publisher, RelayContext};
 /// The topics this producer has met, and how long to wait for a new one's leaders.
 pub struct KnownTopics {
     met: HashSet<Arc<str>>,
+    /// The topic met last.
+    last: Option<Arc<str>>,
     /// `topic.metadata.propagation.max.ms` (as long as librdkafka itself waits for a topic), at
     /// most [`MAX_WAIT`].
     wait: Duration,
@@ -38,7 +40,7 @@ const MAX_WAIT: Duration = Duration::from_secs(5);
 
 impl KnownTopics {
     pub fn new(propagation: Duration) -> KnownTopics {
-        KnownTopics { met: HashSet::new(), wait: propagation.min(MAX_WAIT) }
+        KnownTopics { met: HashSet::new(), last: None, wait: propagation.min(MAX_WAIT) }
     }
 }
 
@@ -46,7 +48,12 @@ impl Publisher {
     /// Returns once `topic` has a leader for every partition, or after the wait; at once for a
     /// topic met before.
     pub async fn meet(&mut self, topic: &Arc<str>) {
+        // Every record asks: the topic of the one before, by pointer, spares the hash.
+        if self.topics.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, topic)) {
+            return;
+        }
         if self.topics.met.contains(topic) {
+            self.topics.last = Some(topic.clone());
             return;
         }
         let (producer, name, wait) =
@@ -62,6 +69,7 @@ impl Publisher {
             tracing::debug!(%topic, waited_ms, "topic without a leader for every partition; its records are sent anyway and their reports say why");
         }
         self.topics.met.insert(topic.clone());
+        self.topics.last = Some(topic.clone());
     }
 }
 
