@@ -416,13 +416,27 @@ async fn setup_under_exactly_once_creates_the_progress_topic_compacted_with_one_
     let bootstrap = services().broker.bootstrap();
     let admin: AdminClient<DefaultClientContext> =
         crate::support::kafka::client_config(bootstrap).create().expect("admin client");
+    // A broker answers for a topic created a moment ago once its metadata has the configs.
+    let (admin_ref, topic_ref) = (&admin, &topic);
+    crate::support::wait_until("the topic's configs", Duration::from_secs(15), || async {
+        let configs = admin_ref
+            .describe_configs([&ResourceSpecifier::Topic(topic_ref)], &AdminOptions::new())
+            .await;
+        let found = configs
+            .ok()
+            .and_then(|c| c.into_iter().next())
+            .and_then(|r| r.ok())
+            .and_then(|r| r.get("cleanup.policy").and_then(|e| e.value.clone()));
+        found.is_some()
+    })
+    .await;
     let configs = admin
         .describe_configs([&ResourceSpecifier::Topic(&topic)], &AdminOptions::new())
         .await
         .expect("describe the progress topic");
     let resource = configs.into_iter().next().expect("one answer").expect("the topic's configs");
     let policy = resource.get("cleanup.policy").and_then(|e| e.value.clone());
-    assert_eq!(policy.as_deref(), Some("compact"));
+    assert_eq!(policy.as_deref(), Some("compact"), "{resource:?}");
     let metadata = admin
         .inner()
         .fetch_metadata(Some(&topic), Duration::from_secs(10))

@@ -85,9 +85,9 @@ async fn audit_of_a_clean_window_finds_every_event_once_where_the_router_puts_it
 }
 
 /// The slot moved past 500 rows while the relay was down: exactly those are missing, by id,
-/// and the audit exits 1; a replay of them makes the next audit clean.
+/// and the audit exits 1; `--repair` re-publishes them and its second audit is clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_names_exactly_the_events_a_skipped_slot_lost_and_a_replay_of_them_cleans_it() {
+async fn audit_names_exactly_the_events_a_skipped_slot_lost_and_its_repair_republishes_them() {
     let s = Setup::new("audit_lost").await;
     let mut relay = s.start_relay();
     s.wait_streaming(&mut relay).await;
@@ -136,22 +136,31 @@ async fn audit_names_exactly_the_events_a_skipped_slot_lost_and_a_replay_of_them
     assert_eq!(report["total"]["duplicated"], dup, "{run}");
     assert_eq!(report["total"]["delivered_once"], 100 - dup, "{run}");
 
-    // What the audit found, replayed: the next audit is clean.
-    let ids_file = crate::support::scratch_dir("audit_ids").join("lost.txt");
-    std::fs::write(&ids_file, lost.join("\n")).unwrap();
-    let replay = walrelay_async(
-        &["replay", "--ids", ids_file.to_str().unwrap(), "--yes"],
-        Some(&s.config()),
-    )
-    .await;
-    assert_eq!(replay.code, Some(0), "{replay}");
-    let (code, report, run) = audit(&s.config(), &[]).await;
+    // `--repair --dry-run` says what it would send and sends nothing.
+    let dry = ["audit", "--since", "1h", "--settle", "0s", "--repair", "--dry-run", "--json"];
+    let dry = walrelay_async(&dry, Some(&s.config())).await;
+    let json: serde_json::Value = serde_json::from_str(dry.stdout.trim()).unwrap_or_default();
+    assert_eq!((dry.code, &json["repair"]["would_send"]), (Some(1), &500.into()), "{dry}");
+    assert_eq!(json["repair"]["sent"], 0, "{dry}");
+    // `--repair` re-publishes exactly those, and its second audit is clean.
+    let (code, report, run) = audit(&s.config(), &["--repair", "--yes"]).await;
+    println!("[audit] repair: {} then {}", report["repair"], report["after"]["total"]);
+    assert_eq!(report["before"]["total"]["missing"], 500, "{run}");
+    assert_eq!(report["repair"]["sent"], 500, "{run}");
     let (dup, by_replay) = duplicates(&held(&s).await);
-    assert_eq!(report["total"]["missing"], 0, "{run}");
-    assert_eq!(report["total"]["duplicated"], dup, "{run}");
-    assert_eq!(report["total"]["duplicated_by_replay"], by_replay, "{run}");
-    assert_eq!(report["total"]["delivered_once"], 600 - dup, "{run}");
+    let after = &report["after"]["total"];
+    assert_eq!(after["missing"], 0, "{run}");
+    assert_eq!(after["duplicated"], dup, "{run}");
+    assert_eq!(after["duplicated_by_replay"], by_replay, "{run}");
+    assert_eq!(after["delivered_once"], 600 - dup, "{run}");
     assert_eq!(code, Some(if dup == by_replay { 0 } else { 1 }), "{run}");
+    // And a third audit, on its own, agrees.
+    let (_, again, run) = audit(&s.config(), &[]).await;
+    assert_eq!(again["total"]["missing"], 0, "{run}");
+    let copies = held(&s).await;
+    for id in &lost {
+        assert_eq!(copies.get(id).map(|c| c.1), Some(1), "{id}: one copy from the repair: {run}");
+    }
     let all: Vec<String> = written.iter().chain(&lost).cloned().collect();
     let consumers: BTreeSet<String> = ids(&s.read_ids("Order", &all).await).into_iter().collect();
     let all: BTreeSet<String> = all.into_iter().collect();
@@ -200,5 +209,112 @@ async fn audit_counts_a_replays_copies_as_duplicates_made_on_purpose() {
         println!("[audit] the relay itself wrote {relay_twice} events twice: {w:#?}");
     }
     assert_eq!(relay.terminate(), Some(0));
+    crate::common::release_slot(&s).await;
+}
+
+/// Kafka deleted a partition's first records (its log start moved, as retention moves it): the
+/// events that were there are "expired", not missing, the topic's `retention.ms` is given, and
+/// the window is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_reports_events_whose_records_kafka_deleted_as_expired_not_missing() {
+    let s = Setup::new("audit_expired").await;
+    let bootstrap = crate::support::services().broker.bootstrap().to_string();
+    let topic = s.topic("Order");
+    let retention = [("retention.ms", "86400000")];
+    crate::support::kafka::create_topic_with(&bootstrap, &topic, 1, 1, &retention).await;
+    let mut relay = s.start_relay();
+    s.wait_streaming(&mut relay).await;
+    let written = insert(&s, 100).await;
+    assert!(s.read_ids("Order", &written).await.len() >= 100, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+    // What retention does to the oldest segments: the log start moves past offset 50.
+    crate::support::kafka::delete_records_before(&bootstrap, &topic, 0, 50).await;
+    let left: BTreeSet<String> = held(&s).await.into_keys().collect();
+    let gone = written.iter().filter(|id| !left.contains(*id)).count() as u64;
+    assert!(gone >= 40, "only {gone} events were before offset 50");
+
+    let (code, report, run) = audit(&s.config(), &[]).await;
+    println!("[audit] after Kafka deleted offsets 0–49: {}", report["total"]);
+    let t = &report["total"];
+    assert_eq!(
+        (&t["expired"], &t["missing"]),
+        (&serde_json::json!(gone), &serde_json::json!(0)),
+        "{run}"
+    );
+    assert_eq!(report["topics"][&topic]["retention_ms"], 86_400_000, "{run}");
+    let table =
+        walrelay_async(&["audit", "--since", "1h", "--settle", "0s"], Some(&s.config())).await;
+    assert!(table.stdout.contains(&format!("{gone} event(s) expired")), "{table}");
+    assert!(table.stdout.contains("retention.ms=86400000"), "{table}");
+    let (dup, _) = duplicates(&held(&s).await);
+    if dup == 0 {
+        assert_eq!(code, Some(0), "expired is said, not judged: {run}");
+    }
+    crate::common::release_slot(&s).await;
+}
+
+/// Two events of one aggregate put in Kafka against their commit order (each sent alone by
+/// `walrelay replay --id`, the later first): with `track_commit_timestamp = on` the earlier one
+/// is reported out of order, and the audit exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_reports_two_events_of_one_aggregate_sent_in_the_wrong_order() {
+    use crate::support::postgres::PrivatePostgres;
+    use crate::support::servers::Server;
+    let private = tokio::task::spawn_blocking(|| {
+        let server = Server::selected().expect("a PostgreSQL server");
+        PrivatePostgres::start_on("auditorder", &server, &[("track_commit_timestamp", "on")])
+    })
+    .await
+    .unwrap();
+    let s = Setup::on(&private.pg, "auditorder").await;
+    let bootstrap = crate::support::services().broker.bootstrap().to_string();
+    crate::support::kafka::create_topic(&bootstrap, &s.topic("Order"), 2).await;
+    let first = s.db.insert_outbox("outbox", "Order", "o-1", "Created", Some("{}")).await;
+    let second = s.db.insert_outbox("outbox", "Order", "o-1", "Paid", Some("{}")).await;
+    for id in [&second, &first] {
+        let sent = walrelay_async(&["replay", "--yes", "--id", id], Some(&s.config())).await;
+        assert_eq!(sent.code, Some(0), "{sent}");
+    }
+    let (code, report, run) = audit(&s.config(), &[]).await;
+    println!("[audit] two events sent in the wrong order: {}", report["total"]);
+    assert_eq!(report["order_checked"], true, "{run}");
+    assert_eq!(report["total"]["out_of_order"], 1, "{run}");
+    assert_eq!(report["total"]["delivered_once"], 2, "{run}");
+    let problem = &report["problems"][0];
+    assert_eq!(
+        (&problem["kind"], &problem["event_id"]),
+        (&serde_json::json!("out_of_order"), &serde_json::json!(first)),
+        "{run}"
+    );
+    assert_eq!(code, Some(1), "{run}");
+    crate::common::release_slot(&s).await;
+}
+
+/// Bad input exits 2 with the fix: `--until` before `--since`, a column that is not there, a
+/// window with no rows; `--dry-run` needs `--repair`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_refuses_bad_input_with_exit_code_2_and_the_fix() {
+    let s = Setup::new("audit_input").await;
+    s.db.insert_outbox("outbox", "Order", "o-1", "Created", Some("{}")).await;
+    let config = s.config();
+    for (args, says) in [
+        (&["--since", "1h", "--until", "2h"][..], "is not after --since"),
+        (
+            &["--since", "2026-12-02T00:00:00Z", "--until", "2026-12-01T00:00:00Z"][..],
+            "is not after --since",
+        ),
+        (&["--since", "1h", "--column", "nosuch"][..], "nosuch"),
+        (
+            &["--since", "2000-01-01T00:00:00Z", "--until", "2000-01-02T00:00:00Z"][..],
+            "no outbox rows match",
+        ),
+        (&["--since", "1h", "--dry-run"][..], "--repair"),
+    ] {
+        let mut all = vec!["audit"];
+        all.extend_from_slice(args);
+        let run = walrelay_async(&all, Some(&config)).await;
+        assert_eq!(run.code, Some(2), "{args:?}: {run}");
+        assert!(run.stderr.contains(says), "{args:?} should say {says:?}: {run}");
+    }
     crate::common::release_slot(&s).await;
 }

@@ -39,7 +39,7 @@ fn delivery(guarantee: &str) -> String {
 /// stand-by takes over from a frozen active relay (its walsender terminated, as a network
 /// partition would), and the frozen one, thawed, finds itself fenced (exactly-once) or stands
 /// by. Returns the verdict and the logs.
-async fn chaos(guarantee: &str) -> (Verdict, String) {
+async fn chaos(guarantee: &str) -> (Verdict, String, serde_json::Value) {
     let cluster = KafkaCluster::start(&format!("chaos_{}", guarantee.replace('-', "_"))).await;
     let s = Setup::new(&format!("chaos_{}", guarantee.replace('-', "_"))).await;
     let kafka = "\"transaction.timeout.ms\" = 8000\n\"message.timeout.ms\" = 7000";
@@ -142,26 +142,58 @@ async fn chaos(guarantee: &str) -> (Verdict, String) {
             json["progress_lsn"].as_str().and_then(|t| t.parse::<walrelay::lsn::Lsn>().ok());
         assert!(progress.is_some_and(|p| p.as_u64() > 0), "{status}");
     }
-    (v, logs)
+    // `walrelay audit` on the same cluster, against what the readers found (issue 34).
+    let args = ["audit", "--since", "1h", "--settle", "0s", "--json", "--details", "0"];
+    let audit = crate::support::process::walrelay_async(&args, Some(&config)).await;
+    let audit: serde_json::Value = serde_json::from_str(audit.stdout.trim())
+        .unwrap_or_else(|e| panic!("audit --json: {e}: {audit}"));
+    println!(
+        "{guarantee}: walrelay audit: {} (read_committed {})",
+        audit["total"], audit["read_committed"]
+    );
+    if guarantee == "exactly-once" {
+        // read_uncommitted sees what aborted Kafka transactions wrote, and says how it read.
+        let mut args = args.to_vec();
+        args.push("--read-uncommitted");
+        let run = crate::support::process::walrelay_async(&args, Some(&config)).await;
+        let raw: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap_or_default();
+        println!("exactly-once: walrelay audit --read-uncommitted: {}", raw["total"]);
+        assert_eq!(raw["read_committed"], false, "{run}");
+        let table = ["audit", "--since", "1h", "--settle", "0s", "--read-uncommitted"];
+        let table = crate::support::process::walrelay_async(&table, Some(&config)).await;
+        assert!(table.stdout.contains("read_uncommitted (aborted records count too)"), "{table}");
+    }
+    (v, logs, audit)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_read_committed_consumer_gets_each_event_once_through_kills_a_leader_kill_a_hang_and_a_takeover(
 ) {
-    let (v, logs) = chaos("exactly-once").await;
+    let (v, logs, audit) = chaos("exactly-once").await;
     assert!(v.lost == 0 && v.reordered == 0 && v.unexpected == 0, "{}\n{logs}", v.summary());
     assert_eq!(v.duplicates, 0, "duplicates {:?}\n{logs}", v.duplicated);
+    // The audit reads read_committed too: nothing aborted counts, nothing is there twice.
+    let total = &audit["total"];
+    assert_eq!(audit["read_committed"], true, "{audit}");
+    assert_eq!((&total["missing"], &total["duplicated"]), (&0.into(), &0.into()), "{audit}");
+    assert_eq!(total["delivered_once"], v.unique, "{audit}");
+    assert_eq!(audit["clean"], true, "{audit}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_same_chaos_loses_nothing_and_prints_its_duplicates() {
-    let (v, logs) = chaos("at-least-once").await;
+    let (v, logs, audit) = chaos("at-least-once").await;
     // Nothing fences the thawed relay here: records still queued in its librdkafka may land
     // after the stand-by's, so an aggregate can be seen out of order once (a run printed
     // "reordered aggregates 1" beside 4,891 duplicates). That is what exactly-once's fencing
     // is for; at-least-once promises no loss, and this prints what it cost.
     println!("at-least-once: {} (reordered: {:?})", v.summary(), v.reordered_detail);
     assert!(v.lost == 0 && v.unexpected == 0, "{}\nlost {:?}\n{logs}", v.summary(), v.lost_ids);
+    // The audit finds the same duplicates the readers did, and nothing missing.
+    let total = &audit["total"];
+    assert_eq!(total["missing"], 0, "{audit}");
+    assert_eq!(total["duplicated"], v.duplicated.len(), "{audit}");
+    assert_eq!(audit["clean"], v.duplicated.is_empty(), "{audit}");
 }
 
 /// Issue 33: ten SIGTERMs, each while transactions of 300–1,500 rows stream in, exactly-once on

@@ -314,6 +314,20 @@ fn kubernetes_manifest_passes_the_schema_validator_and_its_config_and_secret_par
         "terminationGracePeriodSeconds {kill_after} is not 5 s above shutdown_grace_ms {:?}",
         config.limits.shutdown_grace
     );
+    // The hourly audit runs the same image on the same config and Secret, with a writable /tmp
+    // for what it spills (the root file system is read-only).
+    let audit = &find("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    let job = &audit["containers"][0];
+    assert_eq!(job["args"][0], "audit");
+    assert_eq!(job["image"], container["image"]);
+    assert_eq!(job["envFrom"][0]["secretRef"]["name"], secret["metadata"]["name"]);
+    let mounts: Vec<&str> = job["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert_eq!(mounts, ["/etc/walrelay", "/tmp"]);
     println!("kubernetes-validate --strict: {passed} resources passed; the config parses with the Secret's {} variables", secret["stringData"].as_object().unwrap().len());
 }
 

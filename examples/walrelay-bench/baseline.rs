@@ -182,6 +182,7 @@ mod tests {
             floors: Vec::new(),
             retention: Vec::new(),
             replays: Vec::new(),
+            audits: Vec::new(),
         }
     }
 

@@ -16,6 +16,7 @@
 mod support;
 
 mod ackhist;
+mod audit;
 mod baseline;
 mod fresh;
 mod kafka;
@@ -301,6 +302,8 @@ pub struct Rep {
     pub retention: Vec<retention::Purged>,
     /// `walrelay replay` of retained rows of the drained backlog.
     pub replays: Vec<replay::Replayed>,
+    /// `walrelay audit` of the replayed window.
+    pub audits: Vec<audit::Audited>,
 }
 
 async fn run(s: Settings, json_path: PathBuf) -> bool {
@@ -333,6 +336,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             floors: Vec::new(),
             retention: Vec::new(),
             replays: Vec::new(),
+            audits: Vec::new(),
         };
         for &rate in &s.rates {
             fresh::broker();
@@ -457,6 +461,13 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     )
                     .await,
                 );
+                let replayed = rep.replays.last().expect("just pushed");
+                if replayed.ok {
+                    eprintln!("[bench] audit: the replayed window against its topics");
+                    let live = live.map(|d| (d.events_per_s, d.peak_rss_mb));
+                    let a = audit::replayed(&db, relay_slot, &publication, replayed, live).await;
+                    rep.audits.push(a);
+                }
             }
             if s.runs("walrelay") {
                 eprintln!("[bench] retention: purge what walrelay relayed, drop a partition");
@@ -516,6 +527,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
     let summary = report::summarize(&s, &reps);
     println!("{}", report::render(&s, &summary));
     print!("{}", replay::render(&reps));
+    print!("{}", audit::render(&reps));
     report::write_json(&json_path, &s, &reps);
     println!("JSON: {}", json_path.display());
     summary.all_delivered

@@ -29,6 +29,11 @@ pub struct Replayed {
     /// walrelay's drain of the same backlog from its slot, in the same repetition.
     pub live_drain_events_per_s: Option<f64>,
     pub ok: bool,
+    /// The topics' prefix and the window's end, for the audit of what was sent.
+    #[serde(skip)]
+    pub prefix: String,
+    #[serde(skip)]
+    pub until: Option<String>,
 }
 
 /// Replays the first `limit` rows (by `created_at`) of `db`'s outbox.
@@ -65,7 +70,7 @@ pub async fn retained(
     let opts = Options {
         selection: Selection {
             since: Some(TimeBound::Ago(Duration::from_secs(7 * 86_400))),
-            until: until.map(TimeBound::At),
+            until: until.clone().map(TimeBound::At),
             ..Selection::default()
         },
         ..Options::default()
@@ -90,6 +95,8 @@ pub async fn retained(
         index_seconds,
         live_drain_events_per_s,
         ok,
+        prefix,
+        until,
     };
     eprintln!(
         "[bench] replay: {} events in {:.2} s ({:.0} events/s; live drain {:?} events/s); index built in {:.2} s",

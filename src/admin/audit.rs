@@ -1,8 +1,14 @@
 //! `walrelay audit`: compares the retained outbox rows of a window with what Kafka holds (see
-//! [`crate::audit`]). A table by default, `--json` for scripts. Exit code 0 when clean, 1 when
-//! anything is missing, duplicated beyond replays, out of order, misplaced or unexpected (or the
-//! audit could not finish), 2 for invalid options.
+//! [`crate::audit`]). A table by default, `--json` for scripts. `--repair` re-publishes the
+//! missing events the way `walrelay replay --ids` does (same ids, keys and partitions), then
+//! audits again and shows both.
+//!
+//! Exit code 0 when clean; 1 when anything is missing, duplicated beyond replays, out of order,
+//! misplaced or unexpected, or the audit could not finish (run it again); 2 when it cannot run
+//! as given (bad options, a window with no rows, a topic it may not read: the message says the
+//! fix).
 
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -39,6 +45,19 @@ pub struct Args {
     /// Print at most this many problem events, one line each.
     #[arg(long, default_value_t = 20)]
     details: usize,
+    /// Under exactly-once, read Kafka read_uncommitted: aborted Kafka transactions' records
+    /// count too (as duplicates or unexpected).
+    #[arg(long)]
+    read_uncommitted: bool,
+    /// Re-publish the missing events (as `walrelay replay --ids` would), then audit again.
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: say what would be re-published; send nothing.
+    #[arg(long, requires = "repair")]
+    dry_run: bool,
+    /// With --repair: do not ask for confirmation on a terminal.
+    #[arg(long, requires = "repair")]
+    yes: bool,
 }
 
 impl Args {
@@ -67,29 +86,176 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         aggregate_id: args.aggregate_id.clone(),
     };
     let described = replay::describe(&selection);
-    let opts = Options { selection, column: args.column.clone(), settle: args.settle };
-    let report = match audit::run(config, opts).await {
+    let opts = Options {
+        selection,
+        column: args.column.clone(),
+        settle: args.settle,
+        read_uncommitted: args.read_uncommitted,
+    };
+    let before = match audit::run(config, opts.clone()).await {
         Ok(r) => r,
-        Err(e) => {
-            match e.hint() {
-                Some(hint) => eprintln!("error: {} — fix: {hint}", e.chain()),
-                None => eprintln!("error: {} (run the audit again)", e.chain()),
-            }
+        Err(e) => return failed(&e),
+    };
+    if !args.repair {
+        show(&before, &described, &args, None);
+        return verdict(&before);
+    }
+    let mut repair = Repair::default();
+    let mut after = before.clone();
+    // Each round re-publishes the missing events the report lists (at most PROBLEMS_KEPT), then
+    // audits again: a window with more missing than that takes more rounds.
+    loop {
+        let missing = missing_ids(&after);
+        if missing.is_empty() || args.dry_run {
+            repair.would_send = missing.len() as u64;
+            break;
+        }
+        if repair.rounds > 0 && after.total.missing >= repair.left_last {
+            eprintln!("error: the repair sent {} events and as many are still missing — fix: check that the relay's topics accept records (walrelay check) and run the audit again", repair.sent);
+            break;
+        }
+        let ask = !args.yes && std::io::stdin().is_terminal();
+        if ask && !confirmed(missing.len()) {
+            eprintln!("repair cancelled: nothing was sent");
+            show(&before, &described, &args, None);
             return ExitCode::FAILURE;
         }
-    };
-    if args.json {
-        let mut v = serde_json::to_value(&report).unwrap_or_default();
-        v["window"] = serde_json::json!(described);
-        v["clean"] = serde_json::json!(report.clean());
-        println!("{v}");
-    } else {
-        print!("{}", render(&report, &described, args.details));
+        repair.left_last = after.total.missing;
+        match republish(config, missing, args.column.clone()).await {
+            Ok(summary) => {
+                repair.sent += summary.events;
+                repair.replay_ids.push(summary.replay_id);
+            }
+            Err(e) => {
+                eprintln!("error: the repair's re-publishing failed: {} (what was sent stays sent; run the audit again)", e.chain());
+                return ExitCode::FAILURE;
+            }
+        }
+        repair.rounds += 1;
+        after = match audit::run(config, opts.clone()).await {
+            Ok(r) => r,
+            Err(e) => return failed(&e),
+        };
     }
-    if report.clean() {
+    show(&before, &described, &args, Some((&repair, &after)));
+    verdict(&after)
+}
+
+/// What `--repair` did.
+#[derive(Debug, Default, serde::Serialize)]
+struct Repair {
+    rounds: u32,
+    sent: u64,
+    /// With `--dry-run`: how many missing events it would send.
+    would_send: u64,
+    replay_ids: Vec<String>,
+    #[serde(skip)]
+    left_last: u64,
+}
+
+fn verdict(r: &Report) -> ExitCode {
+    if r.clean() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+fn failed(e: &crate::error::Error) -> ExitCode {
+    match e.hint() {
+        Some(hint) => {
+            eprintln!("error: {} — fix: {hint}", e.chain());
+            ExitCode::from(2)
+        }
+        None => {
+            eprintln!("error: {} (run the audit again)", e.chain());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The missing events the report lists.
+fn missing_ids(r: &Report) -> Vec<String> {
+    r.problems
+        .iter()
+        .filter(|p| p.kind == audit::ProblemKind::Missing)
+        .map(|p| p.event_id.clone())
+        .collect()
+}
+
+/// Sends `ids` through `walrelay replay`'s path: the router's topic, key and partition.
+async fn republish(
+    config: &Config,
+    ids: Vec<String>,
+    column: Option<String>,
+) -> crate::error::Result<replay::Summary> {
+    let opts = replay::Options {
+        selection: Selection { ids, ..Selection::default() },
+        column,
+        ..replay::Options::default()
+    };
+    let replay = replay::Replay::open(config, opts).await?;
+    eprintln!(
+        "repair: re-publishing {} missing event(s) as replay {}",
+        replay.total, replay.replay_id
+    );
+    replay.run(crate::metrics::Metrics::new(), &mut |_| {}).await
+}
+
+/// Asks on the terminal; anything but y/yes is no.
+fn confirmed(n: usize) -> bool {
+    eprint!("re-publish {n} missing events to Kafka? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// The report (and, after a repair, what it did and the second report) on stdout.
+fn show(before: &Report, window: &str, args: &Args, repaired: Option<(&Repair, &Report)>) {
+    if args.json {
+        let report = |r: &Report| {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["window"] = serde_json::json!(window);
+            v["clean"] = serde_json::json!(r.clean());
+            v
+        };
+        let v = match repaired {
+            None => report(before),
+            Some((repair, after)) => serde_json::json!({
+                "before": report(before),
+                "repair": repair,
+                "after": report(after),
+                "clean": after.clean(),
+            }),
+        };
+        println!("{v}");
+        return;
+    }
+    match repaired {
+        None => print!("{}", render(before, window, args.details)),
+        Some((repair, after)) => {
+            println!("before the repair:");
+            print!("{}", render(before, window, args.details));
+            if args.dry_run {
+                println!(
+                    "repair (dry run): would re-publish {} missing event(s); nothing was sent",
+                    repair.would_send
+                );
+                for id in missing_ids(before).iter().take(args.details) {
+                    println!("  would re-publish {id}");
+                }
+                return;
+            }
+            println!(
+                "repair: re-published {} event(s) in {} round(s) (replay {})",
+                repair.sent,
+                repair.rounds,
+                repair.replay_ids.join(", ")
+            );
+            println!("after the repair:");
+            print!("{}", render(after, window, args.details));
+        }
     }
 }
 
@@ -112,12 +278,13 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     );
     let width = r.topics.keys().map(String::len).max().unwrap_or(5).max(5);
     out += &format!(
-        "{:<width$}  {:>8}  {:>8}  {:>7}  {:>7}  {:>10}  {:>6}  {:>12}  {:>9}  {:>10}\n",
+        "{:<width$}  {:>8}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>6}  {:>12}  {:>9}  {:>10}\n",
         "topic",
         "expected",
         "once",
         "pending",
         "missing",
+        "expired",
         "duplicated",
         "replay",
         "out of order",
@@ -126,11 +293,12 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     );
     let row = |name: &str, t: &TopicReport| {
         format!(
-            "{name:<width$}  {:>8}  {:>8}  {:>7}  {:>7}  {:>10}  {:>6}  {:>12}  {:>9}  {:>10}\n",
+            "{name:<width$}  {:>8}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>6}  {:>12}  {:>9}  {:>10}\n",
             t.expected,
             t.delivered_once,
             t.pending,
             t.missing,
+            t.expired,
             t.duplicated,
             t.duplicated_by_replay,
             t.out_of_order,
@@ -142,11 +310,21 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
         out += &row(topic, t);
     }
     out += &row("total", &r.total);
-    let problems = r.problems.len();
+    for (topic, t) in r.topics.iter().filter(|(_, t)| t.expired > 0) {
+        let retention = t.retention_ms.map_or("retention.ms unknown".to_string(), |ms| {
+            format!(
+                "retention.ms={ms}, {}",
+                crate::duration::format(Duration::from_millis(ms.max(0) as u64))
+            )
+        });
+        out += &format!("{topic}: {} event(s) expired: Kafka deleted the partition's records from before they committed ({retention}), so whether they were delivered cannot be checked; audit a window younger than the topic's retention\n", t.expired);
+    }
+    let problems = r.problems.len() + r.problems_not_listed as usize;
     out += &if r.clean() {
         let replays = r.total.duplicated_by_replay;
         format!(
-            "clean: every settled event is in Kafka once{}\n",
+            "clean: every settled event{} is in Kafka once{}\n",
+            if r.total.expired > 0 { " Kafka still keeps" } else { "" },
             match replays {
                 0 => String::new(),
                 n => format!(" (and {n} again from walrelay replay, on purpose)"),
@@ -170,7 +348,11 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
             &format!("  {:<12} {} in {}{at}: {}\n", p.kind.name(), p.event_id, p.topic, p.detail);
     }
     if problems > details {
-        out += &format!("  … {} more (--details N, or --json for all)\n", problems - details);
+        out += &format!(
+            "  … {} more (--details N, or --json for the first {})\n",
+            problems - details,
+            audit::PROBLEMS_KEPT
+        );
     }
     out
 }

@@ -1,13 +1,129 @@
-//! The comparison of what the window's rows should be in Kafka with what Kafka holds, and its
-//! report: counts per topic and in total, and one line per problem event.
+//! The comparison, streamed. The window's expected records and the topics' records, each sorted
+//! by event id (spilled to disk past a budget), are walked side by side, one event id at a
+//! time; what the order check needs is sorted again, by partition, key and offset. Memory is the
+//! sorters' budgets and the first [`PROBLEMS_KEPT`] problem events, whatever the window.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::kafka::Holdings;
-use super::Expected;
+use super::kafka::{Copy, Shape};
+use super::spill::{read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
+use crate::error::{Error, Result};
+
+/// Problem events listed one by one; past it they are only counted.
+pub const PROBLEMS_KEPT: usize = 10_000;
+
+/// One expected record: where the live relay puts the event; sorted by event id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Want {
+    pub id: String,
+    /// Its place in commit order (the window is read in it).
+    pub place: u64,
+    /// Its topic's index in the audit's topic list.
+    pub topic: u32,
+    /// From a partition placement; -1: the key's partition (murmur2), or any without a key.
+    pub partition: i32,
+    pub key: Option<Vec<u8>>,
+    pub commit_micros: i64,
+}
+
+impl Item for Want {
+    fn size(&self) -> usize {
+        self.id.len() + self.key.as_ref().map_or(0, Vec::len)
+    }
+
+    fn write(&self, w: &mut impl Write) -> io::Result<()> {
+        write_bytes(w, self.id.as_bytes())?;
+        write_i64(w, self.place as i64)?;
+        write_i64(w, ((self.topic as i64) << 32) | (self.partition as u32 as i64))?;
+        write_key(w, &self.key)?;
+        write_i64(w, self.commit_micros)
+    }
+
+    fn read(r: &mut impl Read) -> io::Result<Option<Want>> {
+        let Some(id) = read_bytes(r)? else { return Ok(None) };
+        let place = read_i64(r)? as u64;
+        let at = read_i64(r)?;
+        let key = read_key(r)?;
+        Ok(Some(Want {
+            id: String::from_utf8_lossy(&id).into_owned(),
+            place,
+            topic: (at >> 32) as u32,
+            partition: at as u32 as i32,
+            key,
+            commit_micros: read_i64(r)?,
+        }))
+    }
+}
+
+/// An event's first copy, for the order check: sorted by topic, partition, key and offset.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Placed {
+    topic: u32,
+    partition: i32,
+    key: Option<Vec<u8>>,
+    offset: i64,
+    place: u64,
+    id: String,
+}
+
+impl Item for Placed {
+    fn size(&self) -> usize {
+        self.id.len() + self.key.as_ref().map_or(0, Vec::len)
+    }
+
+    fn write(&self, w: &mut impl Write) -> io::Result<()> {
+        write_i64(w, ((self.topic as i64) << 32) | (self.partition as u32 as i64))?;
+        write_key(w, &self.key)?;
+        write_i64(w, self.offset)?;
+        write_i64(w, self.place as i64)?;
+        write_bytes(w, self.id.as_bytes())
+    }
+
+    fn read(r: &mut impl Read) -> io::Result<Option<Placed>> {
+        let mut at = [0u8; 8];
+        match r.read_exact(&mut at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let at = i64::from_le_bytes(at);
+        let key = read_key(r)?;
+        let offset = read_i64(r)?;
+        let place = read_i64(r)? as u64;
+        let id = read_bytes(r)?.unwrap_or_default();
+        Ok(Some(Placed {
+            topic: (at >> 32) as u32,
+            partition: at as u32 as i32,
+            key,
+            offset,
+            place,
+            id: String::from_utf8_lossy(&id).into_owned(),
+        }))
+    }
+}
+
+fn write_key(w: &mut impl Write, key: &Option<Vec<u8>>) -> io::Result<()> {
+    match key {
+        Some(k) => {
+            w.write_all(&[1])?;
+            write_bytes(w, k)
+        }
+        None => w.write_all(&[0]),
+    }
+}
+
+fn read_key(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut flag = [0u8; 1];
+    r.read_exact(&mut flag)?;
+    match flag[0] {
+        0 => Ok(None),
+        _ => read_bytes(r)?.map(Some).ok_or_else(|| io::ErrorKind::UnexpectedEof.into()),
+    }
+}
 
 /// What is wrong with one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -18,6 +134,8 @@ pub enum ProblemKind {
     OutOfOrder,
     Misplaced,
     Unexpected,
+    /// Not in Kafka, where Kafka's retention deleted records: not known to be missing.
+    Expired,
 }
 
 impl ProblemKind {
@@ -28,6 +146,7 @@ impl ProblemKind {
             ProblemKind::OutOfOrder => "out of order",
             ProblemKind::Misplaced => "misplaced",
             ProblemKind::Unexpected => "unexpected",
+            ProblemKind::Expired => "expired",
         }
     }
 }
@@ -50,12 +169,18 @@ pub struct TopicReport {
     pub delivered_once: u64,
     pub pending: u64,
     pub missing: u64,
+    /// Not in Kafka, in a partition whose records Kafka's retention deleted from before the
+    /// event's commit: whether it was delivered cannot be known.
+    pub expired: u64,
     pub duplicated: u64,
     /// Of the duplicated, those with copies from `walrelay replay` only beyond the first.
     pub duplicated_by_replay: u64,
     pub out_of_order: u64,
     pub misplaced: u64,
     pub unexpected: u64,
+    /// The topic's `retention.ms`, when events expired from it (and Kafka said).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<i64>,
 }
 
 /// The audit's answer.
@@ -66,11 +191,17 @@ pub struct Report {
     /// Whether commit order was known (`track_commit_timestamp = on`).
     pub order_checked: bool,
     pub read_committed: bool,
+    /// Records read from Kafka.
+    pub records_read: u64,
+    /// The first [`PROBLEMS_KEPT`] problem events, by kind, topic and event id.
     pub problems: Vec<Problem>,
+    /// Problem events past [`PROBLEMS_KEPT`], counted only.
+    pub problems_not_listed: u64,
 }
 
 impl Report {
     /// Nothing missing, duplicated beyond replays, out of order, misplaced or unexpected.
+    /// Expired events are said, not judged: Kafka deleted what would tell.
     pub fn clean(&self) -> bool {
         let t = &self.total;
         t.missing == 0
@@ -79,142 +210,244 @@ impl Report {
             && t.misplaced == 0
             && t.unexpected == 0
     }
+
+    fn problem(&mut self, p: Problem) {
+        if self.problems.len() < PROBLEMS_KEPT {
+            self.problems.push(p);
+        } else {
+            self.problems_not_listed += 1;
+        }
+    }
+
+    /// A record whose event id is no row of the outbox tables.
+    pub(crate) fn unexpected(&mut self, copy: &Copy, topic: &str) {
+        self.topics.entry(topic.to_string()).or_default().unexpected += 1;
+        self.problem(Problem {
+            kind: ProblemKind::Unexpected,
+            event_id: copy.id.clone(),
+            topic: topic.to_string(),
+            held_at: vec![format!("{}@{}", copy.partition, copy.offset)],
+            detail: "no row of the outbox tables has this event id (purged, or never committed)"
+                .into(),
+        });
+    }
+
+    /// The totals, and the problems in their order; once every count is in.
+    pub(crate) fn finish(&mut self) {
+        let mut total = TopicReport::default();
+        for t in self.topics.values() {
+            add(&mut total, t);
+        }
+        self.total = total;
+        self.problems
+            .sort_by(|a, b| (a.kind, &a.topic, &a.event_id).cmp(&(b.kind, &b.topic, &b.event_id)));
+    }
 }
 
-/// Compares; `present`: the ids Kafka holds that are rows of the tables outside the window;
-/// rows committed after `settled_before` (µs) are pending when Kafka does not hold them yet,
-/// and only records timestamped before it can be unexpected: a later one may be a row that
-/// committed after the snapshot was taken.
+/// What the comparison needs besides the two sorted streams.
+pub(crate) struct Judge<'a> {
+    pub topics: &'a [Arc<str>],
+    pub shape: &'a Shape,
+    /// Rows committed after this (µs) and not in Kafka yet are pending; only records
+    /// timestamped before it can be unexpected (a later one may be of a row that committed
+    /// after the snapshot).
+    pub settled_before: i64,
+    pub commit_ordered: bool,
+    pub read_committed: bool,
+    /// Bytes each sorter holds before it spills.
+    pub budget: usize,
+}
+
+/// Walks `wants` and `copies` by event id. Returns the report (totals not yet added: see
+/// [`Report::finish`]) and the records whose event id is no row of the window, in id order,
+/// for the caller to look up in the tables.
 pub(crate) fn compare(
-    expected: &BTreeMap<String, (usize, Expected)>,
-    held: &Holdings,
-    present: &HashSet<String>,
-    settled_before: i64,
-    commit_ordered: bool,
-    read_committed: bool,
-) -> Report {
-    let judged_before_ms = settled_before / 1000;
-    let mut r = Report { order_checked: commit_ordered, read_committed, ..Report::default() };
-    for (id, (_, e)) in expected {
-        let t = r.topics.entry(e.topic.to_string()).or_default();
-        t.expected += 1;
-        let copies: Vec<&(Arc<str>, super::kafka::Held)> = held
-            .records
-            .get(id)
-            .map(|c| c.iter().filter(|(topic, _)| *topic == e.topic).collect())
-            .unwrap_or_default();
-        let at = |c: &[&(Arc<str>, super::kafka::Held)]| {
-            c.iter().map(|(_, h)| format!("{}@{}", h.partition, h.offset)).collect::<Vec<_>>()
+    wants: Sorter<Want>,
+    copies: Sorter<Copy>,
+    j: &Judge<'_>,
+) -> Result<(Report, Sorter<Copy>)> {
+    let mut r = Report {
+        order_checked: j.commit_ordered,
+        read_committed: j.read_committed,
+        records_read: j.shape.records,
+        ..Report::default()
+    };
+    let mut strangers = Sorter::new(j.budget);
+    let mut placed = Sorter::new(j.budget);
+    let mut wants = wants.sorted().map_err(spill_error)?;
+    let mut copies = copies.sorted().map_err(spill_error)?;
+    let mut want = next(&mut wants)?;
+    let mut copy = next(&mut copies)?;
+    let mut group: Vec<Copy> = Vec::new();
+    let judged_before_ms = j.settled_before / 1000;
+    loop {
+        let id = match (&want, &copy) {
+            (None, None) => break,
+            (Some(w), None) => w.id.clone(),
+            (None, Some(c)) => c.id.clone(),
+            (Some(w), Some(c)) => w.id.as_str().min(c.id.as_str()).to_string(),
         };
-        match copies.len() {
-            0 if e.commit_micros > settled_before => t.pending += 1,
-            0 => {
-                t.missing += 1;
-                r.problems.push(Problem {
-                    kind: ProblemKind::Missing,
-                    event_id: id.clone(),
-                    topic: e.topic.to_string(),
-                    held_at: Vec::new(),
-                    detail: "committed and in the outbox table, in no partition of its topic"
-                        .into(),
-                });
+        group.clear();
+        while copy.as_ref().is_some_and(|c| c.id == id) {
+            group.extend(copy.take());
+            copy = next(&mut copies)?;
+        }
+        if want.as_ref().is_some_and(|w| w.id == id) {
+            let w = want.take().expect("checked");
+            want = next(&mut wants)?;
+            if let Some(first) = judge(&w, &group, j, &mut r) {
+                let p = Placed {
+                    topic: w.topic,
+                    partition: first.partition,
+                    key: w.key,
+                    offset: first.offset,
+                    place: w.place,
+                    id: w.id,
+                };
+                placed.push(p).map_err(spill_error)?;
             }
-            1 => t.delivered_once += 1,
-            n => {
-                t.duplicated += 1;
-                let replayed = copies.iter().filter(|(_, h)| h.replayed).count();
-                // The first copy is the relay's; every other one from a replay is on purpose.
-                let by_replay = replayed > 0 && n - replayed <= 1;
-                if by_replay {
-                    t.duplicated_by_replay += 1;
+        } else {
+            for c in group.drain(..) {
+                if c.timestamp_ms >= 0 && c.timestamp_ms < judged_before_ms {
+                    strangers.push(c).map_err(spill_error)?;
                 }
-                r.problems.push(Problem {
-                    kind: ProblemKind::Duplicated,
-                    event_id: id.clone(),
-                    topic: e.topic.to_string(),
-                    held_at: at(&copies),
-                    detail: format!("{n} copies, {replayed} from walrelay replay"),
-                });
-            }
-        }
-        if let Some((_, first)) = copies.first() {
-            let partitions = held.partitions.get(&e.topic).copied().unwrap_or(0);
-            let want = e.partition.or_else(|| {
-                e.key.as_ref().filter(|_| partitions > 0).map(|k| key_partition(k, partitions))
-            });
-            if let Some(want) = want.filter(|w| *w != first.partition) {
-                t.misplaced += 1;
-                r.problems.push(Problem {
-                    kind: ProblemKind::Misplaced,
-                    event_id: id.clone(),
-                    topic: e.topic.to_string(),
-                    held_at: at(&copies),
-                    detail: format!("in partition {}, the router's is {want}", first.partition),
-                });
             }
         }
     }
-    if commit_ordered {
-        out_of_order(expected, held, &mut r);
+    if j.commit_ordered {
+        out_of_order(placed, j, &mut r)?;
     }
-    for (id, copies) in &held.records {
-        if expected.contains_key(id) || present.contains(id) {
-            continue;
+    Ok((r, strangers))
+}
+
+/// Counts one expected event against its copies; returns its first copy in its topic.
+fn judge<'c>(w: &Want, group: &'c [Copy], j: &Judge<'_>, r: &mut Report) -> Option<&'c Copy> {
+    let topic = &j.topics[w.topic as usize];
+    let copies: Vec<&Copy> = group.iter().filter(|c| c.topic == w.topic).collect();
+    let at = copies.iter().map(|c| format!("{}@{}", c.partition, c.offset)).collect::<Vec<_>>();
+    let partitions = j.shape.partitions.get(w.topic as usize).copied().unwrap_or(0);
+    let want_partition = match (w.partition, &w.key) {
+        (p, _) if p >= 0 => Some(p),
+        (_, Some(k)) if partitions > 0 => Some(key_partition(k, partitions)),
+        _ => None,
+    };
+    let t = r.topics.entry(topic.to_string()).or_default();
+    t.expected += 1;
+    let problem = match copies.len() {
+        0 if w.commit_micros > j.settled_before => {
+            t.pending += 1;
+            None
         }
-        for (topic, h) in copies {
-            if h.timestamp_ms.is_none_or(|t| t >= judged_before_ms) {
-                continue;
+        0 => match expired(w, want_partition, j) {
+            Some(trimmed) => {
+                t.expired += 1;
+                Some((ProblemKind::Expired, format!(
+                    "not in Kafka, which deleted this partition's records before offset {} (retention); the event committed before the first record left",
+                    trimmed.log_start
+                )))
             }
-            r.topics.entry(topic.to_string()).or_default().unexpected += 1;
-            r.problems.push(Problem {
-                kind: ProblemKind::Unexpected,
-                event_id: id.clone(),
-                topic: topic.to_string(),
-                held_at: vec![format!("{}@{}", h.partition, h.offset)],
-                detail:
-                    "no row of the outbox tables has this event id (purged, or never committed)"
-                        .into(),
-            });
+            None => {
+                t.missing += 1;
+                Some((
+                    ProblemKind::Missing,
+                    "committed and in the outbox table, in no partition of its topic".into(),
+                ))
+            }
+        },
+        1 => {
+            t.delivered_once += 1;
+            None
         }
+        n => {
+            t.duplicated += 1;
+            let replayed = copies.iter().filter(|c| c.replayed).count();
+            // The first copy is the relay's; every other one from a replay is on purpose.
+            if replayed > 0 && n - replayed <= 1 {
+                t.duplicated_by_replay += 1;
+            }
+            Some((ProblemKind::Duplicated, format!("{n} copies, {replayed} from walrelay replay")))
+        }
+    };
+    let first = copies.first().copied();
+    let misplaced = match (first, want_partition) {
+        (Some(c), Some(want)) if c.partition != want => {
+            t.misplaced += 1;
+            Some(format!("in partition {}, the router's is {want}", c.partition))
+        }
+        _ => None,
+    };
+    for (kind, detail) in problem.into_iter().chain(misplaced.map(|d| (ProblemKind::Misplaced, d)))
+    {
+        r.problem(Problem {
+            kind,
+            event_id: w.id.clone(),
+            topic: topic.to_string(),
+            held_at: at.clone(),
+            detail,
+        });
     }
-    for t in r.topics.values() {
-        add(&mut r.total, t);
+    first
+}
+
+/// Where a missing event's partition lost records from before its commit to retention.
+fn expired(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<super::kafka::Trimmed> {
+    let commit_ms = w.commit_micros / 1000;
+    let left_after = |t: &&super::kafka::Trimmed| commit_ms <= t.first_left_ms;
+    match partition {
+        Some(p) => j.shape.trimmed.get(&(w.topic, p)).filter(left_after).copied(),
+        // Without a key the event could be in any partition.
+        None => j
+            .shape
+            .trimmed
+            .iter()
+            .filter(|((topic, _), _)| *topic == w.topic)
+            .map(|(_, t)| t)
+            .find(left_after)
+            .copied(),
     }
-    r.problems
-        .sort_by(|a, b| (a.kind, &a.topic, &a.event_id).cmp(&(b.kind, &b.topic, &b.event_id)));
-    r
 }
 
 /// For each key, the events' first copies in each partition in offset order must come in commit
 /// order (their place in the window, which is read in commit order).
-fn out_of_order(expected: &BTreeMap<String, (usize, Expected)>, held: &Holdings, r: &mut Report) {
-    let mut seen: HashSet<&str> = HashSet::new();
-    for ((topic, _), ids) in &held.sequences {
-        // Per key: the latest place seen so far.
-        let mut latest: HashMap<Option<&[u8]>, usize> = HashMap::new();
-        for id in ids {
-            let Some((place, e)) = expected.get(id) else { continue };
-            if e.topic != *topic || !seen.insert(id.as_str()) {
-                continue;
-            }
-            let key = e.key.as_deref();
-            match latest.get(&key) {
-                Some(&before) if before > *place => {
-                    r.topics.entry(topic.to_string()).or_default().out_of_order += 1;
-                    r.problems.push(Problem {
+fn out_of_order(placed: Sorter<Placed>, j: &Judge<'_>, r: &mut Report) -> Result<()> {
+    // The group (topic, partition, key) being walked, and the latest place seen in it.
+    let mut current: Option<(u32, i32, Option<Vec<u8>>, u64)> = None;
+    for p in placed.sorted().map_err(spill_error)? {
+        let p = p.map_err(spill_error)?;
+        match &mut current {
+            Some((topic, partition, key, latest))
+                if *topic == p.topic && *partition == p.partition && *key == p.key =>
+            {
+                if p.place < *latest {
+                    let name = j.topics[p.topic as usize].to_string();
+                    r.topics.entry(name.clone()).or_default().out_of_order += 1;
+                    r.problem(Problem {
                         kind: ProblemKind::OutOfOrder,
-                        event_id: id.clone(),
-                        topic: topic.to_string(),
-                        held_at: Vec::new(),
+                        event_id: p.id,
+                        topic: name,
+                        held_at: vec![format!("{}@{}", p.partition, p.offset)],
                         detail: "after an event of its key that committed later".into(),
                     });
-                }
-                _ => {
-                    latest.insert(key, *place);
+                } else {
+                    *latest = p.place;
                 }
             }
+            _ => current = Some((p.topic, p.partition, p.key, p.place)),
         }
     }
+    Ok(())
+}
+
+fn next<T: Item>(items: &mut super::spill::Sorted<T>) -> Result<Option<T>> {
+    items.next().transpose().map_err(spill_error)
+}
+
+fn spill_error(e: io::Error) -> Error {
+    Error::definite_with(
+        "the audit cannot use its temporary files",
+        "give the audit a writable temporary directory with room for the window (TMPDIR)",
+        e,
+    )
 }
 
 fn add(total: &mut TopicReport, t: &TopicReport) {
@@ -222,11 +455,25 @@ fn add(total: &mut TopicReport, t: &TopicReport) {
     total.delivered_once += t.delivered_once;
     total.pending += t.pending;
     total.missing += t.missing;
+    total.expired += t.expired;
     total.duplicated += t.duplicated;
     total.duplicated_by_replay += t.duplicated_by_replay;
     total.out_of_order += t.out_of_order;
     total.misplaced += t.misplaced;
     total.unexpected += t.unexpected;
+}
+
+/// Records of `batch` whose event id is in `present` are of rows outside the window; the
+/// others are unexpected.
+pub(crate) fn strangers(
+    r: &mut Report,
+    batch: &[Copy],
+    present: &std::collections::HashSet<String>,
+    topics: &[Arc<str>],
+) {
+    for c in batch.iter().filter(|c| !present.contains(&c.id)) {
+        r.unexpected(c, &topics[c.topic as usize]);
+    }
 }
 
 /// The partition the Java client's default partitioner (and librdkafka's `murmur2_random`, which
@@ -269,6 +516,8 @@ fn murmur2(data: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     #[test]
@@ -286,76 +535,146 @@ mod tests {
         }
     }
 
-    fn expected(topic: &str, key: &str, place: usize, commit_micros: i64) -> (usize, Expected) {
-        let e = Expected {
-            topic: Arc::from(topic),
-            key: Some(bytes::Bytes::copy_from_slice(key.as_bytes())),
-            partition: None,
-            commit_micros,
-        };
-        (place, e)
+    /// The window, what the topic "t" (4 partitions) holds, and the ids of rows outside it.
+    struct Case {
+        wants: Vec<Want>,
+        copies: Vec<Copy>,
+        shape: Shape,
+        present: HashSet<String>,
     }
 
-    fn held(h: &mut Holdings, topic: &str, id: &str, key: &str, offset: i64, replayed: bool) {
-        let topic: Arc<str> = Arc::from(topic);
-        let partition = key_partition(key.as_bytes(), 4);
-        let record =
-            super::super::kafka::Held { partition, offset, replayed, timestamp_ms: Some(offset) };
-        h.partitions.insert(topic.clone(), 4);
-        h.sequences.entry((topic.clone(), partition)).or_default().push(id.to_string());
-        h.records.entry(id.to_string()).or_default().push((topic, record));
+    impl Case {
+        fn new() -> Case {
+            let shape = Shape { partitions: vec![4], ..Shape::default() };
+            Case { wants: Vec::new(), copies: Vec::new(), shape, present: HashSet::new() }
+        }
+
+        fn want(&mut self, id: &str, key: &str, commit_micros: i64) {
+            let place = self.wants.len() as u64;
+            let key = Some(key.as_bytes().to_vec());
+            let w = Want { id: id.into(), place, topic: 0, partition: -1, key, commit_micros };
+            self.wants.push(w);
+        }
+
+        fn held(&mut self, id: &str, key: &str, offset: i64, replayed: bool) {
+            let partition = key_partition(key.as_bytes(), 4);
+            let c =
+                Copy { id: id.into(), topic: 0, partition, offset, replayed, timestamp_ms: offset };
+            self.copies.push(c);
+        }
+
+        /// Compared with sorters of `budget` bytes (small: they spill).
+        fn compare(self, budget: usize, commit_ordered: bool) -> Report {
+            let topics: Vec<Arc<str>> = vec![Arc::from("t")];
+            let (mut wants, mut copies) = (Sorter::new(budget), Sorter::new(budget));
+            for w in self.wants {
+                wants.push(w).unwrap();
+            }
+            for c in self.copies {
+                copies.push(c).unwrap();
+            }
+            let j = Judge {
+                topics: &topics,
+                shape: &self.shape,
+                settled_before: 1_000_000,
+                commit_ordered,
+                read_committed: false,
+                budget,
+            };
+            let (mut r, strange) = compare(wants, copies, &j).unwrap();
+            let batch: Vec<Copy> = strange.sorted().unwrap().map(Result::unwrap).collect();
+            strangers(&mut r, &batch, &self.present, &topics);
+            r.finish();
+            r
+        }
+    }
+
+    fn every_kind() -> Case {
+        let mut c = Case::new();
+        for (i, id) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
+            c.want(id, "k1", 100 + i as i64);
+        }
+        c.want("young", "k1", 2_000_000);
+        c.held("a", "k1", 0, false);
+        c.held("c", "k1", 1, false); // b missing
+        c.held("d", "k1", 2, false);
+        c.held("d", "k1", 3, true); // a replay's copy
+        c.held("f", "k1", 4, false);
+        c.held("e", "k1", 5, false); // after f, committed before it
+        c.held("ghost", "k1", 6, false);
+        c.held("old", "k1", 7, false); // a row outside the window
+        c.present.insert("old".into());
+        c
     }
 
     #[test]
     fn each_kind_of_problem_is_counted_and_named_and_young_rows_are_pending() {
-        let mut want = BTreeMap::new();
-        for (i, id) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
-            want.insert(id.to_string(), expected("t", "k1", i, 100 + i as i64));
+        for budget in [1 << 20, 64] {
+            let r = every_kind().compare(budget, true);
+            let t = &r.total;
+            assert_eq!((t.expected, t.delivered_once, t.pending), (7, 4, 1), "{budget}");
+            assert_eq!((t.missing, t.duplicated, t.duplicated_by_replay), (1, 1, 1));
+            assert_eq!((t.out_of_order, t.misplaced, t.unexpected, t.expired), (1, 0, 1, 0));
+            let named: Vec<(ProblemKind, &str)> =
+                r.problems.iter().map(|p| (p.kind, p.event_id.as_str())).collect();
+            assert_eq!(
+                named,
+                [
+                    (ProblemKind::Missing, "b"),
+                    (ProblemKind::Duplicated, "d"),
+                    (ProblemKind::OutOfOrder, "e"),
+                    (ProblemKind::Unexpected, "ghost")
+                ]
+            );
+            assert!(!r.clean(), "missing, out of order and unexpected");
+            assert_eq!(r.records_read, 0, "the shape says how many were read");
         }
-        want.insert("young".into(), expected("t", "k1", 6, 2_000_000));
-        let mut h = Holdings::default();
-        held(&mut h, "t", "a", "k1", 0, false);
-        held(&mut h, "t", "c", "k1", 1, false); // b missing
-        held(&mut h, "t", "d", "k1", 2, false);
-        held(&mut h, "t", "d", "k1", 3, true); // a replay's copy
-        held(&mut h, "t", "f", "k1", 4, false);
-        held(&mut h, "t", "e", "k1", 5, false); // after f, committed before it
-        held(&mut h, "t", "ghost", "k1", 6, false);
-        held(&mut h, "t", "old", "k1", 7, false); // a row outside the window
-        let present: HashSet<String> = ["old".to_string()].into();
-        let r = compare(&want, &h, &present, 1_000_000, true, false);
-        let t = &r.total;
-        assert_eq!((t.expected, t.delivered_once, t.pending), (7, 4, 1));
-        assert_eq!((t.missing, t.duplicated, t.duplicated_by_replay), (1, 1, 1));
-        assert_eq!((t.out_of_order, t.misplaced, t.unexpected), (1, 0, 1));
-        let named: Vec<(ProblemKind, &str)> =
-            r.problems.iter().map(|p| (p.kind, p.event_id.as_str())).collect();
-        assert_eq!(
-            named,
-            [
-                (ProblemKind::Missing, "b"),
-                (ProblemKind::Duplicated, "d"),
-                (ProblemKind::OutOfOrder, "e"),
-                (ProblemKind::Unexpected, "ghost")
-            ]
-        );
-        assert!(!r.clean(), "missing, out of order and unexpected");
     }
 
     #[test]
     fn a_duplicate_the_relay_made_is_not_a_replays_and_a_wrong_partition_is_misplaced() {
-        let mut want = BTreeMap::new();
-        want.insert("a".to_string(), expected("t", "k1", 0, 1));
-        want.insert("b".to_string(), expected("t", "k2", 1, 2));
-        let mut h = Holdings::default();
-        held(&mut h, "t", "a", "k1", 0, false);
-        held(&mut h, "t", "a", "k1", 1, false);
-        held(&mut h, "t", "b", "k2", 0, false);
-        h.records.get_mut("b").unwrap()[0].1.partition = (key_partition(b"k2", 4) + 1) % 4;
-        let r = compare(&want, &h, &HashSet::new(), 1_000_000, false, true);
+        let mut c = Case::new();
+        c.want("a", "k1", 1);
+        c.want("b", "k2", 2);
+        c.held("a", "k1", 0, false);
+        c.held("a", "k1", 1, false);
+        c.held("b", "k2", 0, false);
+        c.copies[2].partition = (key_partition(b"k2", 4) + 1) % 4;
+        let r = c.compare(1 << 20, false);
         assert_eq!((r.total.duplicated, r.total.duplicated_by_replay), (1, 0));
         assert_eq!(r.total.misplaced, 1);
         assert!(!r.clean());
         assert!(!r.order_checked);
+    }
+
+    #[test]
+    fn a_missing_event_where_retention_deleted_records_is_expired_and_the_window_clean() {
+        let mut c = Case::new();
+        c.want("gone", "k1", 5_000);
+        c.want("late", "k1", 900_000);
+        c.want("kept", "k1", 10_000);
+        c.held("kept", "k1", 12, false);
+        let p = key_partition(b"k1", 4);
+        // The first record left was written at 8 ms: "gone" (5 ms) may have been before it.
+        c.shape
+            .trimmed
+            .insert((0, p), super::super::kafka::Trimmed { log_start: 12, first_left_ms: 8 });
+        let r = c.compare(1 << 20, false);
+        let t = &r.total;
+        assert_eq!((t.expired, t.missing, t.delivered_once), (1, 1, 1));
+        let kinds: Vec<(ProblemKind, &str)> =
+            r.problems.iter().map(|p| (p.kind, p.event_id.as_str())).collect();
+        assert_eq!(kinds, [(ProblemKind::Missing, "late"), (ProblemKind::Expired, "gone")]);
+    }
+
+    #[test]
+    fn problems_past_the_list_are_counted_not_kept() {
+        let mut c = Case::new();
+        for i in 0..PROBLEMS_KEPT + 5 {
+            c.want(&format!("m{i:06}"), "k", 1);
+        }
+        let r = c.compare(1 << 16, false);
+        assert_eq!(r.total.missing, PROBLEMS_KEPT as u64 + 5);
+        assert_eq!((r.problems.len(), r.problems_not_listed), (PROBLEMS_KEPT, 5));
     }
 }

@@ -20,21 +20,33 @@
 //! records are not counted. The event id is found in the header the envelope puts it in (`id`,
 //! or CloudEvents' `ce_id`); envelopes that carry it only inside the value are not audited yet.
 //!
-//! Memory: every expected event id of the window is held (about 100 bytes each); a window of
-//! millions of events wants a narrower `--since/--until`.
+//! * **expired**: not in Kafka, in a partition whose records Kafka's retention deleted from
+//!   before the event's commit: whether it was delivered cannot be known, and it is said so.
+//!
+//! Memory is bounded whatever the window: the expected records and the topics' records are
+//! sorted by event id in [`spill::Sorter`]s of [`MEMORY_PER_SORT`] bytes each, which write
+//! sorted runs to temporary files past it, and compared as two sorted streams.
 
 mod compare;
 mod kafka;
+mod spill;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
-use crate::replay::{Options as ReplayOptions, Replay, Selection};
+use crate::replay::{Options as ReplayOptions, Replay, Selection, BATCH_ROWS};
 
-pub use self::compare::{Problem, ProblemKind, Report, TopicReport};
+use self::compare::{Judge, Want};
+pub use self::compare::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
+use self::spill::Sorter;
+
+/// Bytes each of the audit's sorters holds before it writes a run to disk: three of them, and
+/// at most two filled at once.
+pub const MEMORY_PER_SORT: usize = 8 << 20;
 
 /// What one audit looks at.
 #[derive(Debug, Clone)]
@@ -44,16 +56,9 @@ pub struct Options {
     pub column: Option<String>,
     /// Rows committed less than this long ago are pending, never missing.
     pub settle: Duration,
-}
-
-/// One expected record: where the live relay puts the event.
-#[derive(Debug, Clone)]
-pub(crate) struct Expected {
-    pub topic: std::sync::Arc<str>,
-    pub key: Option<bytes::Bytes>,
-    /// From a partition placement; `None`: the key's partition (murmur2), or any without a key.
-    pub partition: Option<i32>,
-    pub commit_micros: i64,
+    /// Read Kafka `read_uncommitted` under exactly-once too: aborted Kafka transactions'
+    /// records then count (as duplicates or unexpected).
+    pub read_uncommitted: bool,
 }
 
 /// Runs the audit of the window `opts` selects.
@@ -68,9 +73,10 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     let before_snapshot = crate::metrics::unix_micros();
     let mut replay = Replay::open(config, replay_opts).await?;
     let mut encoder = Encoder::new(config);
-    // Event id → (its place in replay order, the record's placement).
-    let mut expected: BTreeMap<String, (usize, Expected)> = BTreeMap::new();
-    let mut id_header: Option<std::sync::Arc<str>> = None;
+    let mut wants: Sorter<Want> = Sorter::new(MEMORY_PER_SORT);
+    let mut topics: Vec<Arc<str>> = Vec::new();
+    let mut topic_index: HashMap<Arc<str>, u32> = HashMap::new();
+    let mut id_header: Option<Arc<str>> = None;
     let mut since_micros = i64::MAX;
     while let Some(records) = replay.next_records(&mut encoder).await? {
         for (record, commit_micros) in records {
@@ -97,39 +103,84 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
             }
             id_header = Some(header);
             since_micros = since_micros.min(commit_micros);
-            let place = expected.len();
-            let e = Expected {
-                topic: record.topic.clone(),
-                key: record.key.clone(),
-                partition: record.partition,
+            let topic = *topic_index.entry(record.topic.clone()).or_insert_with(|| {
+                topics.push(record.topic.clone());
+                topics.len() as u32 - 1
+            });
+            let want = Want {
+                id: record.event_id,
+                place: wants.len(),
+                topic,
+                partition: record.partition.unwrap_or(-1),
+                key: record.key.map(|k| k.to_vec()),
                 commit_micros,
             };
-            expected.insert(record.event_id, (place, e));
+            wants.push(want).map_err(|e| Error::transient("the audit's temporary files", e))?;
         }
     }
     let commit_ordered = replay.commit_ordered();
     let id_header = id_header.expect("a window with no rows is refused by Replay::open");
-    let topics: Vec<std::sync::Arc<str>> = {
-        let mut t: Vec<_> = expected.values().map(|(_, e)| e.topic.clone()).collect();
-        t.sort();
-        t.dedup();
-        t
-    };
     // A minute before the first row: the relay sends a record after its row committed, and
     // Kafka's timestamp is the send's unless the router sets one.
     let from_ms = since_micros / 1000 - 60_000;
-    let held = kafka::read(config, &topics, &id_header, from_ms).await?;
-    let unknown: Vec<String> =
-        held.ids().filter(|id| !expected.contains_key(*id)).map(str::to_string).collect();
-    let present = replay.present_ids(&unknown).await?;
-    replay.close().await;
-    let settled_before = before_snapshot - opts.settle.as_micros() as i64;
-    Ok(compare::compare(
-        &expected,
-        &held,
-        &present,
-        settled_before,
+    let copies = Sorter::new(MEMORY_PER_SORT);
+    let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
+    let (shape, copies) =
+        kafka::read(config, &topics, &id_header, from_ms, read_committed, copies).await?;
+    let judge = Judge {
+        topics: &topics,
+        shape: &shape,
+        settled_before: before_snapshot - opts.settle.as_micros() as i64,
         commit_ordered,
-        config.delivery.exactly_once(),
-    ))
+        read_committed,
+        budget: MEMORY_PER_SORT,
+    };
+    let (mut report, strangers) = compare::compare(wants, copies, &judge)?;
+    // Records of no row of the window: of a row outside it, or of none (unexpected).
+    let mut batch: Vec<kafka::Copy> = Vec::new();
+    let mut distinct = 0;
+    let strangers =
+        strangers.sorted().map_err(|e| Error::transient("the audit's temporary files", e))?;
+    for c in strangers {
+        let c = c.map_err(|e| Error::transient("the audit's temporary files", e))?;
+        if batch.last().is_none_or(|l| l.id != c.id) {
+            distinct += 1;
+        }
+        if distinct > BATCH_ROWS {
+            look_up(&replay, &mut report, &mut batch, &topics).await?;
+            distinct = 1;
+        }
+        batch.push(c);
+    }
+    look_up(&replay, &mut report, &mut batch, &topics).await?;
+    replay.close().await;
+    if report.topics.values().any(|t| t.expired > 0) {
+        let expired: Vec<String> =
+            report.topics.iter().filter(|(_, t)| t.expired > 0).map(|(n, _)| n.clone()).collect();
+        for (topic, ms) in kafka::retention(config, &expired).await {
+            if let Some(t) = report.topics.get_mut(&topic) {
+                t.retention_ms = ms;
+            }
+        }
+    }
+    report.finish();
+    Ok(report)
+}
+
+/// Which of `batch`'s event ids are rows outside the window; the others are unexpected.
+async fn look_up(
+    replay: &Replay<'_>,
+    report: &mut Report,
+    batch: &mut Vec<kafka::Copy>,
+    topics: &[Arc<str>],
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let mut ids: Vec<String> = batch.iter().map(|c| c.id.clone()).collect();
+    ids.dedup();
+    let present = replay.present_ids(&ids).await?;
+    compare::strangers(report, batch, &present, topics);
+    batch.clear();
+    Ok(())
 }

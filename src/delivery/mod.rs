@@ -662,6 +662,7 @@ mod failed;
 pub(crate) mod fault;
 pub(crate) mod frontier;
 mod offsets;
+pub(crate) mod partition_read;
 pub(crate) mod producer;
 #[cfg(test)]
 mod tests;

@@ -388,7 +388,24 @@ pub(super) async fn check_times(control: &Control, sel: &Selection) -> Result<()
             ));
         }
     }
+    if let (Some(since), Some(until)) = (&sel.since, &sel.until) {
+        let sql = format!("SELECT ({}) >= ({})", bound_sql(since), bound_sql(until));
+        let row = control.client().query_one(sql.as_str(), &[]).await;
+        if row.is_ok_and(|r| r.get::<_, bool>(0)) {
+            return Err(Error::definite(
+                format!("--until ({}) is not after --since ({}): the window is empty", show(until), show(since)),
+                "give --until a later time than --since (a duration is before now: --since 6h --until 1h)",
+            ));
+        }
+    }
     Ok(())
+}
+
+fn show(bound: &TimeBound) -> String {
+    match bound {
+        TimeBound::Ago(d) => format!("{} ago", crate::duration::format(*d)),
+        TimeBound::At(t) => t.clone(),
+    }
 }
 
 /// A replay statement, with replay's own deadline (the cursor's sort may take a while).

@@ -459,3 +459,23 @@ impl Reader {
         self.consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign {:?}: {e}", self.topics));
     }
 }
+
+/// Deletes the records of `topic` [`partition`] before `offset` (Kafka's DeleteRecords): the
+/// partition's log start moves there, as retention moves it when it deletes old segments.
+pub async fn delete_records_before(bootstrap: &str, topic: &str, partition: i32, offset: i64) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap)
+        .create()
+        .unwrap_or_else(|e| panic!("create admin client for {bootstrap}: {e}"));
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    offsets
+        .add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+        .expect("a partition list");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let deleted = admin
+        .delete_records(&offsets, &opts)
+        .await
+        .unwrap_or_else(|e| panic!("delete records of {topic} [{partition}] before {offset}: {e}"));
+    for e in deleted.elements() {
+        assert!(e.error().is_ok(), "delete records of {topic} [{partition}]: {:?}", e.error());
+    }
+}

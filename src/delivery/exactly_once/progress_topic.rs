@@ -10,17 +10,16 @@
 //! `init_transactions`, so none of its own transactions is open): at EOF at or past it, or at
 //! the first record at or past it.
 
-use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::bindings as rdsys;
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::config::{DeliveryConfig, KafkaConfig};
+use crate::delivery::partition_read;
 use crate::delivery::producer::principal;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
@@ -228,7 +227,7 @@ fn reader(kafka: &KafkaConfig) -> Result<BaseConsumer<Quiet>> {
 type Visit<'a> = dyn FnMut(&[u8], &[u8], i64) -> Result<()> + 'a;
 
 /// Hands `visit` every committed record between offset `from` and `end` (the end offset when
-/// the read began). Read with the simple consumer, which needs no group.
+/// the read began), within `deadline`.
 fn read_range(
     kafka: &KafkaConfig,
     client: &Client<Quiet>,
@@ -238,93 +237,30 @@ fn read_range(
     deadline: Instant,
     visit: &mut Visit<'_>,
 ) -> Result<()> {
-    let name = CString::new(topic).map_err(|e| Error::transient("the progress topic's name", e))?;
-    // SAFETY: the topic handle and every message are released before returning; librdkafka's
-    // simple consumer is used from this one thread.
-    unsafe {
-        let rkt =
-            rdsys::rd_kafka_topic_new(client.native_ptr(), name.as_ptr(), std::ptr::null_mut());
-        if rkt.is_null() {
-            return Err(Error::transient_msg(format!("cannot open the progress topic {topic}")));
-        }
-        let read = if rdsys::rd_kafka_consume_start(rkt, 0, from) == -1 {
-            Err(Error::transient_msg(format!("cannot read the progress topic {topic}")))
-        } else {
-            let read = consume_until(kafka, rkt, topic, end, deadline, visit);
-            rdsys::rd_kafka_consume_stop(rkt, 0);
-            read
-        };
-        rdsys::rd_kafka_topic_destroy(rkt);
-        read
-    }
-}
-
-/// # Safety
-/// `rkt` is a topic handle whose partition 0 is being consumed.
-unsafe fn consume_until(
-    kafka: &KafkaConfig,
-    rkt: *mut rdsys::rd_kafka_topic_t,
-    topic: &str,
-    end: i64,
-    deadline: Instant,
-    visit: &mut Visit<'_>,
-) -> Result<()> {
-    use rdsys::rd_kafka_resp_err_t as E;
     let mut waiting_said = false;
-    loop {
+    let mut wait = |_: Duration| {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Error::transient_msg(format!(
                 "reading the progress topic {topic} up to offset {end} took more than its timeout: another producer's Kafka transaction is open on it (a shared topic), or the broker is slow"
             )));
         }
-        let m = rdsys::rd_kafka_consume(
-            rkt,
-            0,
-            left.min(Duration::from_millis(500)).as_millis() as i32,
-        );
-        if m.is_null() {
-            if !waiting_said && left < Duration::from_secs(20) {
-                waiting_said = true;
-                tracing::info!(topic, end, "waiting for the progress topic to be readable up to its end: on a shared topic another relay's open Kafka transaction holds it back (give each relay its own topic)");
-            }
-            continue;
+        if !waiting_said && left < Duration::from_secs(20) {
+            waiting_said = true;
+            tracing::info!(topic, end, "waiting for the progress topic to be readable up to its end: on a shared topic another relay's open Kafka transaction holds it back (give each relay its own topic)");
         }
-        let (err, offset) = ((*m).err, (*m).offset);
-        let visited = match err {
-            E::RD_KAFKA_RESP_ERR_NO_ERROR => {
-                visit(bytes_of((*m).key, (*m).key_len), bytes_of((*m).payload, (*m).len), offset)
+        Ok(())
+    };
+    let mut each = |r: &partition_read::Raw<'_>| visit(r.key, r.value, r.offset);
+    partition_read::read(client, topic, 0, from, end, &mut wait, &mut each).map_err(|stop| {
+        match stop {
+            partition_read::Stop::NotAllowed => not_allowed(kafka, topic, "Read"),
+            partition_read::Stop::Failed(e) => {
+                Error::transient(format!("reading the progress topic {topic}"), e)
             }
-            _ => Ok(()),
-        };
-        rdsys::rd_kafka_message_destroy(m);
-        visited?;
-        match err {
-            E::RD_KAFKA_RESP_ERR_NO_ERROR => {}
-            // EOF carries the next offset to fetch, past transaction markers.
-            E::RD_KAFKA_RESP_ERR__PARTITION_EOF if offset >= end => return Ok(()),
-            E::RD_KAFKA_RESP_ERR__PARTITION_EOF => continue,
-            E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED => {
-                return Err(not_allowed(kafka, topic, "Read"))
-            }
-            other => {
-                let e = KafkaError::MessageConsumption(other.into());
-                return Err(Error::transient(format!("reading the progress topic {topic}"), e));
-            }
+            partition_read::Stop::Caller(e) => e,
         }
-        if offset + 1 >= end {
-            return Ok(());
-        }
-    }
-}
-
-/// # Safety
-/// `ptr` points to `len` bytes (or is null).
-unsafe fn bytes_of<'a>(ptr: *const std::ffi::c_void, len: usize) -> &'a [u8] {
-    if ptr.is_null() {
-        return &[];
-    }
-    std::slice::from_raw_parts(ptr as *const u8, len)
+    })
 }
 
 /// An ACL on the progress topic is missing: a stop with the line that grants it.

@@ -1,0 +1,122 @@
+//! What `walrelay audit` costs, beside the live drain of the same rows: the binary audits the
+//! window the replay phase just re-published to topics of its own (so every event is there
+//! once), and its rate and peak resident memory (the kernel's `ru_maxrss` of the child) are
+//! printed beside walrelay's drain of the same backlog.
+
+use std::fmt::Write;
+use std::io::Read;
+use std::time::Instant;
+
+use crate::replay::Replayed;
+use crate::report::{thousands, Stat};
+use crate::support::{free_port, TestDb};
+use crate::systems::{walrelay_config, PLAIN_OUTBOX};
+use crate::Rep;
+
+/// One audit of the replayed window.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Audited {
+    pub events: u64,
+    pub seconds: f64,
+    pub events_per_s: f64,
+    pub peak_rss_mb: f64,
+    pub live_drain_events_per_s: Option<f64>,
+    pub live_drain_peak_rss_mb: Option<f64>,
+    /// The audit found every event once, nothing else.
+    pub clean: bool,
+}
+
+/// Audits what `replayed` sent, with the `walrelay` binary the bench runs.
+pub async fn replayed(
+    db: &TestDb,
+    slot: &str,
+    publication: &str,
+    replayed: &Replayed,
+    live: Option<(f64, Option<f64>)>,
+) -> Audited {
+    let text = walrelay_config(db, slot, publication, &replayed.prefix, free_port(), PLAIN_OUTBOX);
+    let path =
+        std::env::temp_dir().join(format!("walrelay-bench-audit-{}.toml", std::process::id()));
+    std::fs::write(&path, text).expect("write the audit's config");
+    let bin = std::env::var_os("WALRELAY_BIN").expect("the bench sets WALRELAY_BIN");
+    let mut args: Vec<String> = ["audit", "--config"].map(String::from).to_vec();
+    args.push(path.display().to_string());
+    args.extend(["--since", "7d", "--settle", "0s", "--json", "--details", "0"].map(String::from));
+    if let Some(until) = &replayed.until {
+        args.extend(["--until".to_string(), until.clone()]);
+    }
+    let started = Instant::now();
+    let (stdout, stderr, max_rss_kb) = tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(bin)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start walrelay audit");
+        let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        });
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        // wait4 rather than Child::wait: it also gives the child's peak resident set.
+        let mut status = 0;
+        // SAFETY: rusage is plain data; the child is ours and not yet reaped.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        (text, errors.join().unwrap_or_default(), usage.ru_maxrss)
+    })
+    .await
+    .expect("the audit's runner");
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
+    let events = report["total"]["expected"].as_u64().unwrap_or(0);
+    let clean =
+        report["clean"] == true && report["total"]["delivered_once"].as_u64() == Some(events);
+    if !clean {
+        eprintln!("[bench] audit not clean: {}\n{stderr}", report["total"]);
+    }
+    let a = Audited {
+        events,
+        seconds,
+        events_per_s: events as f64 / seconds,
+        peak_rss_mb: max_rss_kb as f64 / 1024.0,
+        live_drain_events_per_s: live.map(|l| l.0),
+        live_drain_peak_rss_mb: live.and_then(|l| l.1),
+        clean,
+    };
+    eprintln!(
+        "[bench] audit: {} events in {:.2} s ({:.0} events/s, peak RSS {:.1} MB; live drain {:?} events/s); clean {}",
+        a.events, a.seconds, a.events_per_s, a.peak_rss_mb, a.live_drain_events_per_s.map(f64::round), a.clean
+    );
+    a
+}
+
+/// The audit table (medians over the repetitions), or nothing when no audit ran.
+pub fn render(reps: &[Rep]) -> String {
+    let runs: Vec<&Audited> = reps.iter().flat_map(|r| r.audits.iter()).collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let stat = |f: fn(&Audited) -> Option<f64>| Stat::of(runs.iter().filter_map(|r| f(r)));
+    let mut o = String::new();
+    let _ = writeln!(o, "\n### Audit: `walrelay audit` of the replayed window, beside walrelay's live drain of the same rows\n");
+    let _ = writeln!(o, "| events | audit events/s | live drain events/s | audit × live drain | audit seconds | audit peak RSS MB | drain relay peak RSS MB | clean |");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        o,
+        "| {} | {} | {} | {} | {} | {} | {} | {} |",
+        stat(|r| Some(r.events as f64)).show(thousands),
+        stat(|r| Some(r.events_per_s)).show(thousands),
+        stat(|r| r.live_drain_events_per_s).show(thousands),
+        stat(|r| Some(r.events_per_s / r.live_drain_events_per_s?)).show(|x| format!("{x:.2}")),
+        stat(|r| Some(r.seconds)).show(|x| format!("{x:.2}")),
+        stat(|r| Some(r.peak_rss_mb)).show(|x| format!("{x:.1}")),
+        stat(|r| r.live_drain_peak_rss_mb).show(|x| format!("{x:.1}")),
+        if runs.iter().all(|r| r.clean) { "yes" } else { "**NO**" },
+    );
+    o
+}
