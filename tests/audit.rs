@@ -25,7 +25,7 @@ async fn held(s: &Setup) -> std::collections::BTreeMap<String, (u32, u32)> {
     let all = s.read_within("Order", 100_000, Duration::from_secs(5)).await;
     let mut copies = std::collections::BTreeMap::new();
     for r in &all {
-        let id = r.header_str("id").or(r.header_str("ce_id")).unwrap_or_default().to_string();
+        let id = r.event_id().unwrap_or_default();
         let c: &mut (u32, u32) = copies.entry(id).or_default();
         match r.header("walrelay.replay") {
             Some(_) => c.1 += 1,
@@ -328,28 +328,29 @@ async fn audit_refuses_bad_input_with_exit_code_2_and_the_fix() {
     crate::common::release_slot(&s).await;
 }
 
-/// Under the `cloudevents-binary` envelope (the id in `ce_id`) and on a range-partitioned outbox:
-/// the events a skipped slot lost are missing by id, the others delivered, and a repair makes the
-/// window clean.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_under_cloudevents_binary_of_a_partitioned_outbox_names_the_lost_and_repairs_them() {
-    let s = Setup::new("audit_ce_parted").await;
-    s.db.execute(
-        "DROP TABLE outbox;
-         CREATE TABLE outbox (
-           id uuid NOT NULL,
-           aggregatetype varchar(255) NOT NULL,
-           aggregateid varchar(255) NOT NULL,
-           type varchar(255) NOT NULL,
-           payload jsonb,
-           created_at timestamptz NOT NULL DEFAULT now(),
-           PRIMARY KEY (id, created_at)
-         ) PARTITION BY RANGE (created_at);
-         CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2026-01-01');
-         CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2030-01-01');",
-    )
-    .await;
-    let config = s.config_with("", "", "[envelope]\nformat = \"cloudevents-binary\"\n");
+/// Under `envelope` (and on a range-partitioned outbox when `partitioned`): the events a
+/// skipped slot lost are missing by id, the others delivered once, and a repair makes the window
+/// clean.
+async fn lost_and_repaired_under(name: &str, envelope: &str, partitioned: bool) {
+    let s = Setup::new(name).await;
+    if partitioned {
+        s.db.execute(
+            "DROP TABLE outbox;
+             CREATE TABLE outbox (
+               id uuid NOT NULL,
+               aggregatetype varchar(255) NOT NULL,
+               aggregateid varchar(255) NOT NULL,
+               type varchar(255) NOT NULL,
+               payload jsonb,
+               created_at timestamptz NOT NULL DEFAULT now(),
+               PRIMARY KEY (id, created_at)
+             ) PARTITION BY RANGE (created_at);
+             CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2026-01-01');
+             CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2030-01-01');",
+        )
+        .await;
+    }
+    let config = s.config_with("", "", &format!("[envelope]\nformat = \"{envelope}\"\n"));
     let mut relay = RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;
     let mut written = insert(&s, 40).await;
@@ -361,7 +362,10 @@ async fn audit_under_cloudevents_binary_of_a_partitioned_outbox_names_the_lost_a
     assert!(s.read_ids("Order", &written).await.len() >= 80, "{}", relay.log());
 
     let (code, report, run) = audit(&config, &["--details", "100"]).await;
-    println!("[audit] cloudevents-binary, partitioned outbox, 60 lost: {}", report["total"]);
+    println!(
+        "[audit] {envelope}, partitioned {partitioned}, 60 lost: {} (ids from {})",
+        report["total"], report["event_id_in"]
+    );
     assert_eq!(code, Some(1), "{run}");
     let missing: BTreeSet<String> = report["problems"]
         .as_array()
@@ -382,4 +386,16 @@ async fn audit_under_cloudevents_binary_of_a_partitioned_outbox_names_the_lost_a
     assert_eq!(code, Some(if dup == by_replay { 0 } else { 1 }), "{run}");
     assert_eq!(relay.terminate(), Some(0));
     crate::common::release_slot(&s).await;
+}
+
+/// cloudevents-binary carries the id in the `ce_id` header; the outbox is range-partitioned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_under_cloudevents_binary_of_a_partitioned_outbox_names_the_lost_and_repairs_them() {
+    lost_and_repaired_under("audit_ce_parted", "cloudevents-binary", true).await;
+}
+
+/// protobuf carries the id only in the value (`walrelay.v1.Event` field 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_under_protobuf_names_the_lost_and_repairs_them() {
+    lost_and_repaired_under("audit_proto", "protobuf", false).await;
 }

@@ -172,8 +172,7 @@ table = "public.outbox"
         let bootstrap = services().broker.bootstrap();
         kafka::consume_while(bootstrap, &[topic], Duration::from_secs(60), |next| {
             if let kafka::Next::Record(r) = next {
-                // The event id's header: `id`, or CloudEvents binary's `ce_id`.
-                left.remove(r.header_str("id").or(r.header_str("ce_id")).unwrap_or_default());
+                left.remove(r.event_id().unwrap_or_default().as_str());
                 got.push(r);
             }
             !left.is_empty()

@@ -79,6 +79,10 @@ pub async fn replayed(
     if !clean {
         eprintln!("[bench] audit not clean: {}\n{stderr}", report["total"]);
     }
+    // Its own account of where the time went.
+    for line in stderr.lines().filter(|l| l.contains("audit:")) {
+        eprintln!("[bench] walrelay said: {line}");
+    }
     let a = Audited {
         events,
         seconds,

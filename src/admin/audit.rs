@@ -262,9 +262,10 @@ fn show(before: &Report, window: &str, args: &Args, repaired: Option<(&Repair, &
 /// The report as a table, then its verdict and the first `details` problem events.
 pub fn render(r: &Report, window: &str, details: usize) -> String {
     let mut out = format!(
-        "audit of {} events ({window}) in {} topic(s); Kafka read {}; {}\n",
+        "audit of {} events ({window}) in {} topic(s), event ids from {}; Kafka read {}; {}\n",
         r.total.expected,
         r.topics.len(),
+        r.event_id_in,
         if r.read_committed {
             "read_committed"
         } else {
@@ -318,6 +319,9 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
             )
         });
         out += &format!("{topic}: {} event(s) expired: Kafka deleted the partition's records from before they committed ({retention}), so whether they were delivered cannot be checked; audit a window younger than the topic's retention\n", t.expired);
+    }
+    if let Some(behind) = r.slot_behind_bytes.filter(|b| *b > 0 && r.total.missing > 0) {
+        out += &format!("note: the relay's slot was {behind} bytes of WAL behind when the audit began: an event it had not confirmed yet and that committed before --settle counts as missing; if the relay lags, audit again with a --settle above its lag (walrelay status)\n");
     }
     let problems = r.problems.len() + r.problems_not_listed as usize;
     out += &if r.clean() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::kafka::{Copy, Shape};
-use super::spill::{read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
+use super::spill::{heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
 use crate::error::{Error, Result};
 
 /// Problem events listed one by one; past it they are only counted.
@@ -32,7 +32,7 @@ pub(crate) struct Want {
 
 impl Item for Want {
     fn size(&self) -> usize {
-        self.id.len() + self.key.as_ref().map_or(0, Vec::len)
+        heap(self.id.capacity()) + self.key.as_ref().map_or(0, |k| heap(k.capacity()))
     }
 
     fn write(&self, w: &mut impl Write) -> io::Result<()> {
@@ -72,7 +72,7 @@ struct Placed {
 
 impl Item for Placed {
     fn size(&self) -> usize {
-        self.id.len() + self.key.as_ref().map_or(0, Vec::len)
+        heap(self.id.capacity()) + self.key.as_ref().map_or(0, |k| heap(k.capacity()))
     }
 
     fn write(&self, w: &mut impl Write) -> io::Result<()> {
@@ -193,6 +193,10 @@ pub struct Report {
     pub read_committed: bool,
     /// Records read from Kafka.
     pub records_read: u64,
+    /// Where the records' event ids were read from (`header id`, …).
+    pub event_id_in: String,
+    /// WAL written since the relay's slot's confirmed position when the audit began.
+    pub slot_behind_bytes: Option<u64>,
     /// The first [`PROBLEMS_KEPT`] problem events, by kind, topic and event id.
     pub problems: Vec<Problem>,
     /// Problem events past [`PROBLEMS_KEPT`], counted only.

@@ -13,7 +13,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::spill::{read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
+use super::id::IdPlace;
+use super::spill::{heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
 use crate::config::Config;
 use crate::delivery::exactly_once::progress_topic::Quiet;
 use crate::delivery::partition_read::{self, Stop};
@@ -43,7 +44,7 @@ pub(crate) struct Copy {
 
 impl Item for Copy {
     fn size(&self) -> usize {
-        self.id.len()
+        heap(self.id.capacity())
     }
 
     fn write(&self, w: &mut impl Write) -> io::Result<()> {
@@ -96,20 +97,19 @@ pub(crate) struct Shape {
 }
 
 /// Reads `topics` from the offsets for `from_ms` (Unix ms) to the end each partition has now
-/// into `copies`; `id_header` names the header the event id is in.
+/// into `copies`; `id` says where a record's event id is.
 pub(crate) async fn read(
     config: &Config,
     topics: &[Arc<str>],
-    id_header: &str,
+    id: &IdPlace,
     from_ms: i64,
     read_committed: bool,
     copies: Sorter<Copy>,
 ) -> Result<(Shape, Sorter<Copy>)> {
-    let (config, topics, id_header) = (config.clone(), topics.to_vec(), id_header.to_string());
+    let (config, topics, id) = (config.clone(), topics.to_vec(), id.clone());
     tokio::task::spawn_blocking(move || {
         let mut copies = copies;
-        let shape =
-            read_blocking(&config, &topics, &id_header, from_ms, read_committed, &mut copies)?;
+        let shape = read_blocking(&config, &topics, &id, from_ms, read_committed, &mut copies)?;
         Ok((shape, copies))
     })
     .await
@@ -119,7 +119,7 @@ pub(crate) async fn read(
 fn read_blocking(
     config: &Config,
     topics: &[Arc<str>],
-    id_header: &str,
+    id: &IdPlace,
     from_ms: i64,
     read_committed: bool,
     copies: &mut Sorter<Copy>,
@@ -129,8 +129,9 @@ fn read_blocking(
         .set("allow.auto.create.topics", "false")
         .set("isolation.level", if read_committed { "read_committed" } else { "read_uncommitted" })
         // One partition is read at a time: what librdkafka fetches ahead stays small.
-        .set("queued.max.messages.kbytes", "8192")
-        .set("fetch.max.bytes", "8388608")
+        .set("queued.max.messages.kbytes", "4096")
+        .set("queued.min.messages", "10000")
+        .set("fetch.max.bytes", "4194304")
         .set("fetch.wait.max.ms", "10");
     let consumer: BaseConsumer<Quiet> = cfg.create_with_context(Quiet).map_err(|e| {
         Error::definite(
@@ -194,8 +195,12 @@ fn read_blocking(
         let mut first = true;
         let mut wait = |idle: Duration| {
             if idle > IDLE {
+                let open = match read_committed {
+                    true => ": read_committed stops at a Kafka transaction left open (a relay killed in one) until the broker aborts it (transaction.timeout.ms)",
+                    false => "",
+                };
                 return Err(Error::transient_msg(format!(
-                    "the audit read nothing of {} [{p}] for {} s before its end offset {end}",
+                    "the audit read nothing of {} [{p}] for {} s before its end offset {end}{open}",
                     e.topic(),
                     IDLE.as_secs()
                 )));
@@ -209,16 +214,8 @@ fn read_blocking(
             }
             first = false;
             shape.records += 1;
-            let mut id = None;
-            let mut replayed = false;
-            for (name, value) in r.headers() {
-                if name == id_header {
-                    id = value.map(|v| String::from_utf8_lossy(v).into_owned());
-                } else if name == REPLAY_HEADER {
-                    replayed = true;
-                }
-            }
-            let Some(id) = id else { return Ok(()) };
+            let replayed = r.headers().any(|(name, _)| name == REPLAY_HEADER);
+            let Some(id) = id.find(r.headers(), r.value) else { return Ok(()) };
             let timestamp_ms = r.timestamp_ms.unwrap_or(-1);
             let copy =
                 Copy { id, topic: index, partition: p, offset: r.offset, replayed, timestamp_ms };

@@ -17,8 +17,8 @@
 //!   committed).
 //!
 //! Kafka is read with `read_committed` under exactly-once, so an aborted Kafka transaction's
-//! records are not counted. The event id is found in the header the envelope puts it in (`id`,
-//! or CloudEvents' `ce_id`); envelopes that carry it only inside the value are not audited yet.
+//! records are not counted. The event id is found where the envelope puts it ([`id`]): a header
+//! (`id`, CloudEvents binary's `ce_id`), a JSON value's `"id"`, or a protobuf value's field 1.
 //!
 //! * **expired**: not in Kafka, in a partition whose records Kafka's retention deleted from
 //!   before the event's commit: whether it was delivered cannot be known, and it is said so.
@@ -28,6 +28,7 @@
 //! sorted runs to temporary files past it, and compared as two sorted streams.
 
 mod compare;
+mod id;
 mod kafka;
 mod spill;
 
@@ -42,6 +43,7 @@ use crate::replay::{Options as ReplayOptions, Replay, Selection, BATCH_ROWS};
 
 use self::compare::{Judge, Want};
 pub use self::compare::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
+use self::id::IdPlace;
 use self::spill::Sorter;
 
 /// Bytes each of the audit's sorters holds before it writes a run to disk: three of them, and
@@ -69,39 +71,44 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         dry_run: true,
         ..ReplayOptions::default()
     };
+    // How far behind the relay is: what it has not confirmed may not be in Kafka yet.
+    let slot_behind_bytes = match crate::source::connect(&config.source).await {
+        Ok(control) => crate::source::slot::slot(&control, &config.source.slot)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.lag_bytes()),
+        Err(_) => None,
+    };
     // Every row committed before this is in the snapshot Replay::open takes.
     let before_snapshot = crate::metrics::unix_micros();
+    let started = std::time::Instant::now();
     let mut replay = Replay::open(config, replay_opts).await?;
     let mut encoder = Encoder::new(config);
     let mut wants: Sorter<Want> = Sorter::new(MEMORY_PER_SORT);
     let mut topics: Vec<Arc<str>> = Vec::new();
     let mut topic_index: HashMap<Arc<str>, u32> = HashMap::new();
-    let mut id_header: Option<Arc<str>> = None;
+    let mut id_place: Option<IdPlace> = None;
     let mut since_micros = i64::MAX;
     while let Some(records) = replay.next_records(&mut encoder).await? {
         for (record, commit_micros) in records {
-            let header = record
-                .headers
-                .iter()
-                .find(|(_, v)| v.as_ref() == record.event_id.as_bytes())
-                .map(|(k, _)| k.clone());
-            let Some(header) = header else {
+            let Some(place) = IdPlace::of(&record) else {
                 return Err(Error::definite(
                     format!(
-                        "the audit cannot find event {} in its record: the envelope ({}) carries the id only inside the value",
+                        "the audit cannot find event {} in its record under the {} envelope",
                         record.event_id,
                         config.envelope.format.name()
                     ),
-                    "audit a relay whose records carry the event id in a header (the default envelope's `id`, cloudevents-binary's `ce_id`); other envelopes are not audited yet",
+                    "audit a relay whose records carry the event id in a header, a JSON value's \"id\" or a protobuf value's field 1 (every walrelay envelope does)",
                 ));
             };
-            if id_header.as_ref().is_some_and(|h| *h != header) {
+            if id_place.as_ref().is_some_and(|p| *p != place) {
                 return Err(Error::definite(
-                    "the audit found event ids in two different headers",
+                    "the audit found event ids in two places (two envelopes?)",
                     "audit each outbox table apart with --aggregate-type",
                 ));
             }
-            id_header = Some(header);
+            id_place = Some(place);
             since_micros = since_micros.min(commit_micros);
             let topic = *topic_index.entry(record.topic.clone()).or_insert_with(|| {
                 topics.push(record.topic.clone());
@@ -119,14 +126,25 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         }
     }
     let commit_ordered = replay.commit_ordered();
-    let id_header = id_header.expect("a window with no rows is refused by Replay::open");
+    tracing::info!(
+        events = wants.len(),
+        topics = topics.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "audit: the window's rows read"
+    );
+    let id_place = id_place.expect("a window with no rows is refused by Replay::open");
     // A minute before the first row: the relay sends a record after its row committed, and
     // Kafka's timestamp is the send's unless the router sets one.
     let from_ms = since_micros / 1000 - 60_000;
     let copies = Sorter::new(MEMORY_PER_SORT);
     let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
     let (shape, copies) =
-        kafka::read(config, &topics, &id_header, from_ms, read_committed, copies).await?;
+        kafka::read(config, &topics, &id_place, from_ms, read_committed, copies).await?;
+    tracing::info!(
+        records = shape.records,
+        seconds = started.elapsed().as_secs_f64(),
+        "audit: the topics read"
+    );
     let judge = Judge {
         topics: &topics,
         shape: &shape,
@@ -136,6 +154,8 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         budget: MEMORY_PER_SORT,
     };
     let (mut report, strangers) = compare::compare(wants, copies, &judge)?;
+    report.event_id_in = id_place.describe();
+    report.slot_behind_bytes = slot_behind_bytes;
     // Records of no row of the window: of a row outside it, or of none (unexpected).
     let mut batch: Vec<kafka::Copy> = Vec::new();
     let mut distinct = 0;
@@ -164,6 +184,11 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         }
     }
     report.finish();
+    tracing::info!(
+        seconds = started.elapsed().as_secs_f64(),
+        clean = report.clean(),
+        "audit: compared"
+    );
     Ok(report)
 }
 

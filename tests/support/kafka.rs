@@ -60,6 +60,17 @@ impl Consumed {
         self.header(name).and_then(|v| std::str::from_utf8(v).ok())
     }
 
+    /// The event id, wherever the envelope put it: the `id` header, CloudEvents binary's
+    /// `ce_id`, or a protobuf `walrelay.v1.Event`'s `id`.
+    pub fn event_id(&self) -> Option<String> {
+        use prost::Message as _;
+        if let Some(id) = self.header_str("id").or(self.header_str("ce_id")) {
+            return Some(id.to_string());
+        }
+        let value = self.value.as_deref()?;
+        walrelay::envelope::proto::Event::decode(value).ok().map(|e| e.id)
+    }
+
     pub fn key_str(&self) -> Option<&str> {
         self.key.as_deref().and_then(|v| std::str::from_utf8(v).ok())
     }
