@@ -88,9 +88,14 @@ fn run(path: PathBuf) -> ExitCode {
         tokio::spawn(walrelay::http::heartbeat(metrics.clone()));
         // `[retention]`: purges on a task and a connection of its own, beside the relay.
         let retention = walrelay::retention::task::Task::spawn(&config, metrics.clone());
+        // `[audit]`: audits on a thread, a connection and a Kafka reader of its own.
+        let audit = walrelay::audit::task::Task::spawn(&config, metrics.clone());
         let outcome = relay::run(config, metrics, shutdown).await;
         if let Some(task) = retention {
             task.stop().await;
+        }
+        if let Some(task) = audit {
+            task.stop();
         }
         match outcome {
             Ok(Outcome::Stopped { .. }) => ExitCode::SUCCESS,

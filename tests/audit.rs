@@ -399,3 +399,68 @@ async fn audit_under_cloudevents_binary_of_a_partitioned_outbox_names_the_lost_a
 async fn audit_under_protobuf_names_the_lost_and_repairs_them() {
     lost_and_repaired_under("audit_proto", "protobuf", false).await;
 }
+
+/// `[audit]` inside `walrelay run`: the relay audits its trailing window every 2 s, the last
+/// audit's counts reach `/metrics`, and events a skipped slot lost show there as missing, with a
+/// warning in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_inside_run_exports_the_last_audits_counts_and_a_loss_as_missing() {
+    use crate::support::process::{http_get, metric};
+    let s = Setup::new("audit_in_run").await;
+    let port = crate::support::free_port();
+    let extra = format!(
+        "[http]\nlisten = \"127.0.0.1:{port}\"\n\n[audit]\ninterval = \"2s\"\nwindow = \"1h\"\nsettle = \"0s\"\n"
+    );
+    let config = s.config_with("", "", &extra);
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let written = insert(&s, 30).await;
+    assert!(s.read_ids("Order", &written).await.len() >= 30, "{}", relay.log());
+    let gauge = |text: &str, result: &str| {
+        metric(text, &format!("walrelay_audit_events{{result=\"{result}\"}}")).unwrap_or(-1.0)
+    };
+    let counted =
+        crate::support::wait_until("an audit counts the 30", Duration::from_secs(30), || async {
+            let text = http_get(port, "/metrics").await.unwrap_or_default();
+            gauge(&text, "delivered_once") + gauge(&text, "duplicated") == 30.0
+        })
+        .await;
+    let text = http_get(port, "/metrics").await.unwrap_or_default();
+    assert!(
+        counted,
+        "{}\n{}",
+        text.lines().filter(|l| l.contains("audit")).collect::<Vec<_>>().join("\n"),
+        relay.log()
+    );
+    assert_eq!(metric(&text, "walrelay_audit_interval_seconds"), Some(2.0), "{text}");
+    assert!(metric(&text, "walrelay_audit_last_success_seconds").unwrap_or(0.0) > 0.0, "{text}");
+
+    let lost = lose(&s, relay, 20).await;
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let missing = crate::support::wait_until(
+        "an audit counts the 20 missing",
+        Duration::from_secs(30),
+        || async {
+            let text = http_get(port, "/metrics").await.unwrap_or_default();
+            gauge(&text, "missing") == 20.0
+        },
+    )
+    .await;
+    let text = http_get(port, "/metrics").await.unwrap_or_default();
+    assert!(
+        missing,
+        "lost {}: {}\n{}",
+        lost.len(),
+        text.lines().filter(|l| l.contains("audit")).collect::<Vec<_>>().join("\n"),
+        relay.log()
+    );
+    let log = relay.log();
+    assert!(log.contains("audit: the last 1h is not clean"), "{log}");
+    assert!(
+        log.contains(&lost[0]) || lost.iter().any(|id| log.contains(id.as_str())),
+        "the warning names a lost event: {log}"
+    );
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    crate::common::release_slot(&s).await;
+}

@@ -91,6 +91,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         column: args.column.clone(),
         settle: args.settle,
         read_uncommitted: args.read_uncommitted,
+        allow_empty: false,
     };
     let before = match audit::run(config, opts.clone()).await {
         Ok(r) => r,

@@ -14,6 +14,7 @@ use std::path::Path;
 use crate::message_selection::MessageSelection;
 use crate::router::RouterConfig;
 
+mod audit;
 mod debezium_offsets;
 mod delivery;
 mod document;
@@ -29,6 +30,7 @@ mod tests;
 mod tracing;
 
 pub use crate::options::{secret, ConfigError, Options};
+pub use audit::AuditConfig;
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
 pub use env::ENV_PREFIX;
@@ -57,6 +59,8 @@ pub struct Config {
     pub http: Option<HttpConfig>,
     pub dead_letter: Option<DeadLetterConfig>,
     pub retention: Option<RetentionConfig>,
+    /// `[audit]`: `walrelay run` audits a trailing window every interval; `None`: it does not.
+    pub audit: Option<AuditConfig>,
     /// Where the Debezium connector whose slot this is kept its offsets.
     pub debezium_offsets: Option<DebeziumOffsetsConfig>,
     /// `[tracing]`: where the relay's spans go; `None`: no spans (context still propagates).
@@ -76,6 +80,7 @@ const SECTIONS: &[&str] = &[
     "http",
     "dead_letter",
     "retention",
+    "audit",
     "tracing",
     "debezium_offsets",
 ];
@@ -148,6 +153,7 @@ impl Config {
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
         let (retention, debezium_offsets) = (take("retention"), take("debezium_offsets"));
+        let audit = take("audit");
         let (envelope, delivery, tracing) = (take("envelope"), take("delivery"), take("tracing"));
         let tracing = tracing.map(|t| tracing::parse(&t)).transpose()?.flatten();
         let kafka = kafka::parse(kafka.unwrap_or_default())?;
@@ -182,6 +188,15 @@ impl Config {
                  (logical messages leave nothing behind): remove the [retention] section",
             ));
         }
+        if outbox.tables.is_empty() && audit.is_some() {
+            return Err(invalid(
+                "outbox",
+                "tables",
+                "[]",
+                "a message-only relay has no outbox rows, so [audit] has nothing to compare \
+                 Kafka with (logical messages leave nothing behind): remove the [audit] section",
+            ));
+        }
         Ok(Config {
             source,
             outbox,
@@ -196,6 +211,7 @@ impl Config {
             limits: limits::parse_limits(&limits.unwrap_or_default())?,
             http: http.map(|h| limits::parse_http(&h)).transpose()?,
             retention: retention.map(|r| retention::parse_retention(&r)).transpose()?,
+            audit: audit.map(|a| audit::parse_audit(&a)).transpose()?,
             debezium_offsets,
             tracing,
         })
@@ -213,6 +229,7 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("http", section::keys_of::<limits::RawHttp>()),
         ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),
         ("retention", section::keys_of::<retention::RawRetention>()),
+        ("audit", section::keys_of::<audit::RawAudit>()),
         ("debezium_offsets", section::keys_of::<debezium_offsets::Raw>()),
         ("tracing", section::keys_of::<tracing::Raw>()),
     ]

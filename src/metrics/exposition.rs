@@ -157,6 +157,34 @@ impl Collector for Exposition {
             "Retained outbox rows `walrelay replay` re-published and the broker acknowledged.",
             &m.replayed_events,
         )?;
+        let mut family = e.encode_descriptor(
+            "walrelay_audit_events",
+            "The last [audit] of walrelay run: its window's events by result (missing, duplicated, out_of_order, misplaced, unexpected are problems; expired: Kafka deleted what would tell; pending: too young).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (result, n) in super::AUDIT_RESULTS.iter().zip(&m.audit_events) {
+            ConstGauge::new(n.load(Relaxed))
+                .encode(family.encode_family(&[("result", *result)])?)?;
+        }
+        gauge(
+            &mut e,
+            "walrelay_audit_last_success_seconds",
+            "Unix time of the last [audit] that finished (0: none yet).",
+            m.audit_last_success.load(Relaxed),
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_audit_interval_seconds",
+            "[audit] interval (0: no [audit] section).",
+            m.audit_interval_seconds.load(Relaxed),
+        )?;
+        c(
+            &mut e,
+            "walrelay_audit_failures",
+            "[audit] runs that could not finish (logged; tried again at the next interval).",
+            &m.audit_failures,
+        )?;
         gauge(
             &mut e,
             "walrelay_purge_last_success_seconds",

@@ -72,6 +72,13 @@ pub struct Metrics {
     pub purge_last_success: AtomicU64,
     /// Events `walrelay replay` sent and the broker acknowledged.
     pub replayed_events: AtomicU64,
+    /// `[audit]` in `walrelay run`: the last audit's counts, by [`AUDIT_RESULTS`].
+    pub audit_events: [AtomicU64; AUDIT_RESULTS.len()],
+    /// Unix time of the last audit that finished (0: none yet).
+    pub audit_last_success: AtomicU64,
+    pub audit_failures: AtomicU64,
+    /// `[audit] interval` in seconds (0: no `[audit]`), for the staleness alert.
+    pub audit_interval_seconds: AtomicU64,
     /// When the oldest record not yet acknowledged by the broker was handed to the producer
     /// (µs since the Unix epoch); 0 when none waits. `/readyz` compares its age with
     /// `[http] ready_max_unacked_s`.
@@ -107,6 +114,19 @@ impl Default for Histogram {
         }
     }
 }
+
+/// The `result` label of `walrelay_audit_events`: the audit report's counts, in its order.
+pub const AUDIT_RESULTS: [&str; 9] = [
+    "delivered_once",
+    "pending",
+    "missing",
+    "expired",
+    "duplicated",
+    "duplicated_by_replay",
+    "out_of_order",
+    "misplaced",
+    "unexpected",
+];
 
 impl Metrics {
     pub fn new() -> Arc<Metrics> {
