@@ -79,15 +79,29 @@ async fn audit_of_a_clean_window_finds_every_event_once_where_the_router_puts_it
     let s = Setup::new("audit_clean").await;
     let mut relay = s.start_relay();
     s.wait_streaming(&mut relay).await;
-    let written = insert(&s, 2_000).await;
+    // 20,000 events in 200 transactions of 100, over four aggregates.
+    let client = s.db.connect().await;
+    let mut written = Vec::with_capacity(20_000);
+    for _ in 0..200 {
+        let rows = client
+            .query(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+                 SELECT gen_random_uuid(), 'Order', 'o-' || (g % 4), 'Tested', '{}' \
+                 FROM generate_series(1, 100) g RETURNING id::text",
+                &[],
+            )
+            .await
+            .unwrap();
+        written.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+    }
     assert!(s.read_ids("Order", &written).await.len() >= written.len(), "{}", relay.log());
     let (code, report, run) = audit(&s.config(), &[]).await;
     let total = &report["total"];
-    println!("[audit] clean window: {total}");
+    println!("[audit] clean window: {total} in {} s", report["seconds"]);
     let (dup, _) = duplicates(&held(&s).await);
-    assert_eq!(total["expected"], 2_000, "{run}");
+    assert_eq!(total["expected"], 20_000, "{run}");
     assert_eq!(total["duplicated"], dup, "{run}");
-    assert_eq!(total["delivered_once"], 2_000 - dup, "{run}");
+    assert_eq!(total["delivered_once"], 20_000 - dup, "{run}");
     for kind in ["missing", "out_of_order", "misplaced", "unexpected", "pending"] {
         assert_eq!(total[kind], 0, "{kind}: {run}");
     }

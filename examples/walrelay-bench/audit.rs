@@ -49,6 +49,8 @@ pub async fn replayed(
     let (stdout, stderr, max_rss_kb) = tokio::task::spawn_blocking(move || {
         let mut child = std::process::Command::new(bin)
             .args(&args)
+            // Its own account of where the time goes.
+            .env("RUST_LOG", "warn,walrelay::audit=debug")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

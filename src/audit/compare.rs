@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::kafka::{Copy, Shape};
-use super::spill::{heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
-use crate::error::{Error, Result};
+use super::spill::{failed, heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
+use crate::error::Result;
 
 /// Problem events listed one by one; past it they are only counted.
 pub const PROBLEMS_KEPT: usize = 10_000;
@@ -197,6 +197,8 @@ pub struct Report {
     pub event_id_in: String,
     /// WAL written since the relay's slot's confirmed position when the audit began.
     pub slot_behind_bytes: Option<u64>,
+    /// How long the audit took.
+    pub seconds: f64,
     /// The first [`PROBLEMS_KEPT`] problem events, by kind, topic and event id.
     pub problems: Vec<Problem>,
     /// Problem events past [`PROBLEMS_KEPT`], counted only.
@@ -278,8 +280,8 @@ pub(crate) fn compare(
     };
     let mut strangers = Sorter::new(j.budget);
     let mut placed = Sorter::new(j.budget);
-    let mut wants = wants.sorted().map_err(spill_error)?;
-    let mut copies = copies.sorted().map_err(spill_error)?;
+    let mut wants = wants.sorted().map_err(failed)?;
+    let mut copies = copies.sorted().map_err(failed)?;
     let mut want = next(&mut wants)?;
     let mut copy = next(&mut copies)?;
     let mut group: Vec<Copy> = Vec::new();
@@ -308,12 +310,12 @@ pub(crate) fn compare(
                     place: w.place,
                     id: w.id,
                 };
-                placed.push(p).map_err(spill_error)?;
+                placed.push(p).map_err(failed)?;
             }
         } else {
             for c in group.drain(..) {
                 if c.timestamp_ms >= 0 && c.timestamp_ms < judged_before_ms {
-                    strangers.push(c).map_err(spill_error)?;
+                    strangers.push(c).map_err(failed)?;
                 }
             }
         }
@@ -416,8 +418,8 @@ fn expired(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<super::kaf
 fn out_of_order(placed: Sorter<Placed>, j: &Judge<'_>, r: &mut Report) -> Result<()> {
     // The group (topic, partition, key) being walked, and the latest place seen in it.
     let mut current: Option<(u32, i32, Option<Vec<u8>>, u64)> = None;
-    for p in placed.sorted().map_err(spill_error)? {
-        let p = p.map_err(spill_error)?;
+    for p in placed.sorted().map_err(failed)? {
+        let p = p.map_err(failed)?;
         match &mut current {
             Some((topic, partition, key, latest))
                 if *topic == p.topic && *partition == p.partition && *key == p.key =>
@@ -443,15 +445,7 @@ fn out_of_order(placed: Sorter<Placed>, j: &Judge<'_>, r: &mut Report) -> Result
 }
 
 fn next<T: Item>(items: &mut super::spill::Sorted<T>) -> Result<Option<T>> {
-    items.next().transpose().map_err(spill_error)
-}
-
-fn spill_error(e: io::Error) -> Error {
-    Error::definite_with(
-        "the audit cannot use its temporary files",
-        "give the audit a writable temporary directory with room for the window (TMPDIR)",
-        e,
-    )
+    items.next().transpose().map_err(failed)
 }
 
 fn add(total: &mut TopicReport, t: &TopicReport) {

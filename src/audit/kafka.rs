@@ -129,9 +129,8 @@ fn read_blocking(
         .set("allow.auto.create.topics", "false")
         .set("isolation.level", if read_committed { "read_committed" } else { "read_uncommitted" })
         // One partition is read at a time: what librdkafka fetches ahead stays small.
-        .set("queued.max.messages.kbytes", "4096")
-        .set("queued.min.messages", "10000")
-        .set("fetch.max.bytes", "4194304")
+        .set("queued.max.messages.kbytes", "8192")
+        .set("fetch.max.bytes", "8388608")
         .set("fetch.wait.max.ms", "10");
     let consumer: BaseConsumer<Quiet> = cfg.create_with_context(Quiet).map_err(|e| {
         Error::definite(
@@ -219,7 +218,7 @@ fn read_blocking(
             let timestamp_ms = r.timestamp_ms.unwrap_or(-1);
             let copy =
                 Copy { id, topic: index, partition: p, offset: r.offset, replayed, timestamp_ms };
-            copies.push(copy).map_err(|e| Error::transient("the audit's temporary files", e))
+            copies.push(copy).map_err(super::spill::failed)
         };
         partition_read::read(client, e.topic(), p, from, end, &mut wait, &mut visit).map_err(
             |stop| match stop {

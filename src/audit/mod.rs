@@ -88,6 +88,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     let before_snapshot = crate::metrics::unix_micros();
     let started = std::time::Instant::now();
     let mut replay = Replay::open(config, replay_opts).await?;
+    tracing::debug!(rows = replay.total, peak_rss_mb = peak_rss_mb(), "audit: snapshot open");
     let mut encoder = Encoder::new(config);
     let mut wants: Sorter<Want> = Sorter::new(MEMORY_PER_SORT);
     let mut topics: Vec<Arc<str>> = Vec::new();
@@ -126,13 +127,14 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
                 key: record.key.map(|k| k.to_vec()),
                 commit_micros,
             };
-            wants.push(want).map_err(|e| Error::transient("the audit's temporary files", e))?;
+            wants.push(want).map_err(spill::failed)?;
         }
     }
     let commit_ordered = replay.commit_ordered();
-    tracing::info!(
+    tracing::debug!(
         events = wants.len(),
         topics = topics.len(),
+        peak_rss_mb = peak_rss_mb(),
         seconds = started.elapsed().as_secs_f64(),
         "audit: the window's rows read"
     );
@@ -149,8 +151,9 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
     let (shape, copies) =
         kafka::read(config, &topics, &id_place, from_ms, read_committed, copies).await?;
-    tracing::info!(
+    tracing::debug!(
         records = shape.records,
+        peak_rss_mb = peak_rss_mb(),
         seconds = started.elapsed().as_secs_f64(),
         "audit: the topics read"
     );
@@ -168,10 +171,9 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     // Records of no row of the window: of a row outside it, or of none (unexpected).
     let mut batch: Vec<kafka::Copy> = Vec::new();
     let mut distinct = 0;
-    let strangers =
-        strangers.sorted().map_err(|e| Error::transient("the audit's temporary files", e))?;
+    let strangers = strangers.sorted().map_err(spill::failed)?;
     for c in strangers {
-        let c = c.map_err(|e| Error::transient("the audit's temporary files", e))?;
+        let c = c.map_err(spill::failed)?;
         if batch.last().is_none_or(|l| l.id != c.id) {
             distinct += 1;
         }
@@ -193,12 +195,24 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         }
     }
     report.finish();
-    tracing::info!(
+    tracing::debug!(
         seconds = started.elapsed().as_secs_f64(),
+        peak_rss_mb = peak_rss_mb(),
         clean = report.clean(),
         "audit: compared"
     );
+    report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The process's peak resident memory so far (Linux's VmHWM), for the debug log; 0 elsewhere.
+fn peak_rss_mb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.unwrap_or(0) / 1024
 }
 
 /// Which of `batch`'s event ids are rows outside the window; the others are unexpected.

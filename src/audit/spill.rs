@@ -146,6 +146,15 @@ impl<T: Item> Iterator for Sorted<T> {
     }
 }
 
+/// An I/O error of the sorters' temporary files, as the audit reports it.
+pub(crate) fn failed(e: io::Error) -> crate::error::Error {
+    crate::error::Error::definite_with(
+        "the audit cannot use its temporary files",
+        "give the audit a writable temporary directory with room for the window (TMPDIR)",
+        e,
+    )
+}
+
 /// What an allocation of `capacity` bytes takes from the allocator (glibc: 16-byte chunks with
 /// a word of header); nothing for none.
 pub(crate) fn heap(capacity: usize) -> usize {

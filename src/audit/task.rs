@@ -77,7 +77,7 @@ async fn every(
                 let t = &report.total;
                 let fields = (t.expected, t.missing, t.duplicated, t.out_of_order, t.unexpected);
                 if report.clean() {
-                    tracing::info!(events = fields.0, expired = t.expired, pending = t.pending, "audit: every settled event of the last {} is in Kafka once; next in {every}", crate::duration::format(audit.window));
+                    tracing::info!(events = fields.0, expired = t.expired, pending = t.pending, seconds = report.seconds, "audit: every settled event of the last {} is in Kafka once; next in {every}", crate::duration::format(audit.window));
                 } else {
                     let first: Vec<String> = report
                         .problems
