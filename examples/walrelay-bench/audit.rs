@@ -1,12 +1,13 @@
 //! What `walrelay audit` costs, beside the live drain of the same rows: the binary audits the
 //! window the replay phase just re-published to topics of its own (so every event is there
-//! once), and its rate and peak resident memory (the kernel's `ru_maxrss` of the child) are
+//! once), and its rate and peak resident memory (the child's VmHWM, polled) are
 //! printed beside walrelay's drain of the same backlog.
 
 use std::fmt::Write;
 use std::io::Read;
 use std::time::Instant;
 
+use crate::measure::peak_rss_mb;
 use crate::replay::Replayed;
 use crate::report::{thousands, Stat};
 use crate::support::{free_port, TestDb};
@@ -46,7 +47,7 @@ pub async fn replayed(
         args.extend(["--until".to_string(), until.clone()]);
     }
     let started = Instant::now();
-    let (stdout, stderr, max_rss_kb) = tokio::task::spawn_blocking(move || {
+    let (stdout, stderr, peak_rss_mb) = tokio::task::spawn_blocking(move || {
         let mut child = std::process::Command::new(bin)
             .args(&args)
             // Its own account of where the time goes.
@@ -61,14 +62,22 @@ pub async fn replayed(
             let _ = err.read_to_string(&mut text);
             text
         });
-        let mut text = String::new();
-        let _ = out.read_to_string(&mut text);
-        // wait4 rather than Child::wait: it also gives the child's peak resident set.
-        let mut status = 0;
-        // SAFETY: rusage is plain data; the child is ours and not yet reaped.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-        (text, errors.join().unwrap_or_default(), usage.ru_maxrss)
+        // VmHWM of the running child, polled: wait4's ru_maxrss would also count the bench's
+        // own pages, which a spawned child shares until its exec.
+        let pid = child.id();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        let mut peak_mb: f64 = 0.0;
+        while child.try_wait().ok().flatten().is_none() {
+            if let Some(mb) = peak_rss_mb(pid) {
+                peak_mb = peak_mb.max(mb);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        (reader.join().unwrap_or_default(), errors.join().unwrap_or_default(), peak_mb)
     })
     .await
     .expect("the audit's runner");
@@ -89,7 +98,7 @@ pub async fn replayed(
         events,
         seconds,
         events_per_s: events as f64 / seconds,
-        peak_rss_mb: max_rss_kb as f64 / 1024.0,
+        peak_rss_mb,
         live_drain_events_per_s: live.map(|l| l.0),
         live_drain_peak_rss_mb: live.and_then(|l| l.1),
         clean,
