@@ -52,6 +52,25 @@ async fn insert(s: &Setup, n: usize) -> Vec<String> {
     written
 }
 
+/// Inserts `txns` transactions of `rows` events each, over four aggregate ids; their ids.
+async fn insert_bulk(s: &Setup, txns: usize, rows: usize) -> Vec<String> {
+    let client = s.db.connect().await;
+    let mut written = Vec::with_capacity(txns * rows);
+    for _ in 0..txns {
+        let inserted = client
+            .query(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+                 SELECT gen_random_uuid(), 'Order', 'o-' || (g % 4), 'Tested', '{}' \
+                 FROM generate_series(1, $1::int) g RETURNING id::text",
+                &[&(rows as i32)],
+            )
+            .await
+            .unwrap();
+        written.extend(inserted.iter().map(|r| r.get::<_, String>(0)));
+    }
+    written
+}
+
 /// Stops `relay`, inserts `n` events and moves the slot past them, as a dropped slot or an
 /// operator's `pg_replication_slot_advance` would: they are never relayed. Their ids.
 async fn lose(s: &Setup, mut relay: RelayProcess, n: usize) -> Vec<String> {
@@ -79,21 +98,7 @@ async fn audit_of_a_clean_window_finds_every_event_once_where_the_router_puts_it
     let s = Setup::new("audit_clean").await;
     let mut relay = s.start_relay();
     s.wait_streaming(&mut relay).await;
-    // 20,000 events in 200 transactions of 100, over four aggregates.
-    let client = s.db.connect().await;
-    let mut written = Vec::with_capacity(20_000);
-    for _ in 0..200 {
-        let rows = client
-            .query(
-                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
-                 SELECT gen_random_uuid(), 'Order', 'o-' || (g % 4), 'Tested', '{}' \
-                 FROM generate_series(1, 100) g RETURNING id::text",
-                &[],
-            )
-            .await
-            .unwrap();
-        written.extend(rows.iter().map(|r| r.get::<_, String>(0)));
-    }
+    let written = insert_bulk(&s, 200, 100).await;
     assert!(s.read_ids("Order", &written).await.len() >= written.len(), "{}", relay.log());
     let (code, report, run) = audit(&s.config(), &[]).await;
     let total = &report["total"];
@@ -235,12 +240,63 @@ async fn audit_counts_a_replays_copies_as_duplicates_made_on_purpose() {
     crate::common::release_slot(&s).await;
 }
 
-/// Kafka deleted a partition's first records (its log start moved, as retention moves it): the
-/// events that were there are "expired", not missing, the topic's `retention.ms` is given, and
-/// the window is clean.
+/// Kafka's retention deleted every record of a partition (`retention.ms` 1 s, 1 MiB segments;
+/// the suite's broker checks retention every second, and rolls and deletes the active segment
+/// too once it is past retention): the events are "expired", not missing, the topic's
+/// `retention.ms` is given, and the window is clean. (A partition only partly deleted:
+/// `audit_reports_events_whose_records_were_deleted_as_expired_not_missing`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_reports_events_whose_records_kafka_deleted_as_expired_not_missing() {
+async fn audit_reports_events_kafkas_retention_deleted_as_expired_not_missing() {
     let s = Setup::new("audit_expired").await;
+    let bootstrap = crate::support::services().broker.bootstrap().to_string();
+    let topic = s.topic("Order");
+    let short = [("retention.ms", "1000"), ("segment.bytes", "1048576")];
+    crate::support::kafka::create_topic_with(&bootstrap, &topic, 1, 1, &short).await;
+    let mut relay = s.start_relay();
+    s.wait_streaming(&mut relay).await;
+    // ~1.3 MB of records: more than one segment.
+    let written = insert_bulk(&s, 40, 100).await;
+    assert!(s.read_ids("Order", &written).await.len() >= written.len(), "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0));
+    let (b, t) = (bootstrap.as_str(), topic.as_str());
+    let deleted = crate::support::wait_until(
+        "retention deletes every segment",
+        Duration::from_secs(60),
+        || async move {
+            let (low, high) = crate::support::kafka::marks(b, t, 0).await;
+            low > 0 && low == high
+        },
+    )
+    .await;
+    let marks = crate::support::kafka::marks(b, t, 0).await;
+    assert!(deleted, "retention did not delete all of {topic}: {marks:?}");
+    let gone = written.len() as u64;
+
+    let (code, report, run) = audit(&s.config(), &[]).await;
+    println!("[audit] after retention deleted offsets below {}: {}", marks.0, report["total"]);
+    let total = &report["total"];
+    assert_eq!(
+        (&total["expired"], &total["missing"]),
+        (&serde_json::json!(gone), &serde_json::json!(0)),
+        "{run}"
+    );
+    assert_eq!(report["topics"][&topic]["retention_ms"], 1_000, "{run}");
+    let table =
+        walrelay_async(&["audit", "--since", "1h", "--settle", "0s"], Some(&s.config())).await;
+    assert!(table.stdout.contains(&format!("{gone} event(s) expired")), "{table}");
+    assert!(table.stdout.contains("retention.ms=1000"), "{table}");
+    let (dup, _) = duplicates(&held(&s).await);
+    if dup == 0 {
+        assert_eq!(code, Some(0), "expired is said, not judged: {run}");
+    }
+    crate::common::release_slot(&s).await;
+}
+
+/// Someone deleted a partition's first records (`kafka-delete-records.sh`, which moves the log
+/// start as retention does): the same, with the topic's own `retention.ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_reports_events_whose_records_were_deleted_as_expired_not_missing() {
+    let s = Setup::new("audit_deleted").await;
     let bootstrap = crate::support::services().broker.bootstrap().to_string();
     let topic = s.topic("Order");
     let retention = [("retention.ms", "86400000")];
@@ -250,29 +306,18 @@ async fn audit_reports_events_whose_records_kafka_deleted_as_expired_not_missing
     let written = insert(&s, 100).await;
     assert!(s.read_ids("Order", &written).await.len() >= 100, "{}", relay.log());
     assert_eq!(relay.terminate(), Some(0));
-    // What retention does to the oldest segments: the log start moves past offset 50.
     crate::support::kafka::delete_records_before(&bootstrap, &topic, 0, 50).await;
     let left: BTreeSet<String> = held(&s).await.into_keys().collect();
     let gone = written.iter().filter(|id| !left.contains(*id)).count() as u64;
     assert!(gone >= 40, "only {gone} events were before offset 50");
-
-    let (code, report, run) = audit(&s.config(), &[]).await;
-    println!("[audit] after Kafka deleted offsets 0–49: {}", report["total"]);
-    let t = &report["total"];
+    let (_, report, run) = audit(&s.config(), &[]).await;
+    let total = &report["total"];
     assert_eq!(
-        (&t["expired"], &t["missing"]),
+        (&total["expired"], &total["missing"]),
         (&serde_json::json!(gone), &serde_json::json!(0)),
         "{run}"
     );
     assert_eq!(report["topics"][&topic]["retention_ms"], 86_400_000, "{run}");
-    let table =
-        walrelay_async(&["audit", "--since", "1h", "--settle", "0s"], Some(&s.config())).await;
-    assert!(table.stdout.contains(&format!("{gone} event(s) expired")), "{table}");
-    assert!(table.stdout.contains("retention.ms=86400000"), "{table}");
-    let (dup, _) = duplicates(&held(&s).await);
-    if dup == 0 {
-        assert_eq!(code, Some(0), "expired is said, not judged: {run}");
-    }
     crate::common::release_slot(&s).await;
 }
 

@@ -72,7 +72,8 @@ impl<'m> Raw<'m> {
 }
 
 /// Hands `visit` every record of `topic` [`partition`] from offset `from` up to `end`
-/// (exclusive; committed records only when the client reads `read_committed`). `wait` is
+/// (exclusive; committed records only when the client reads `read_committed`), after at least
+/// one fetch. The client must have `enable.partition.eof` on. `wait` is
 /// called after every ask that brought nothing, with the time since the last record; its
 /// error stops the read.
 pub(crate) fn read<C: ClientContext>(
@@ -84,9 +85,7 @@ pub(crate) fn read<C: ClientContext>(
     wait: &mut dyn FnMut(Duration) -> Result<(), Error>,
     visit: &mut dyn FnMut(&Raw<'_>) -> Result<(), Error>,
 ) -> Result<(), Stop> {
-    if from >= end {
-        return Ok(());
-    }
+    // Started even when `from` is `end`: a missing Read ACL shows at the first fetch, not later.
     let name = CString::new(topic).map_err(|_| {
         Stop::Caller(Error::transient_msg(format!("topic name {topic:?} holds a NUL")))
     })?;

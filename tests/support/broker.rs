@@ -158,6 +158,7 @@ impl KafkaNode {
              share.coordinator.state.topic.min.isr={min_isr}\n\
              group.initial.rebalance.delay.ms=0\n\
              log.segment.bytes=16777216\n\
+             log.retention.check.interval.ms=1000\n\
              num.network.threads=2\n\
              num.io.threads=2\n\
              background.threads=2\n\

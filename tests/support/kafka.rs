@@ -490,3 +490,16 @@ pub async fn delete_records_before(bootstrap: &str, topic: &str, partition: i32,
         assert!(e.error().is_ok(), "delete records of {topic} [{partition}]: {:?}", e.error());
     }
 }
+
+/// The log start and end offsets of `topic` [`partition`]: the start is where Kafka's retention
+/// (or a deletion) left it.
+pub async fn marks(bootstrap: &str, topic: &str, partition: i32) -> (i64, i64) {
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let consumer: rdkafka::consumer::BaseConsumer =
+            client_config(&bootstrap).create().expect("a Kafka client");
+        consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10)).unwrap_or((0, 0))
+    })
+    .await
+    .unwrap_or((0, 0))
+}
