@@ -393,21 +393,7 @@ async fn audit_refuses_bad_input_with_exit_code_2_and_the_fix() {
 async fn lost_and_repaired_under(name: &str, envelope: &str, partitioned: bool) {
     let s = Setup::new(name).await;
     if partitioned {
-        s.db.execute(
-            "DROP TABLE outbox;
-             CREATE TABLE outbox (
-               id uuid NOT NULL,
-               aggregatetype varchar(255) NOT NULL,
-               aggregateid varchar(255) NOT NULL,
-               type varchar(255) NOT NULL,
-               payload jsonb,
-               created_at timestamptz NOT NULL DEFAULT now(),
-               PRIMARY KEY (id, created_at)
-             ) PARTITION BY RANGE (created_at);
-             CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM ('2020-01-01') TO ('2026-01-01');
-             CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2030-01-01');",
-        )
-        .await;
+        crate::common::partitioned_outbox(&s).await;
     }
     let config = s.config_with("", "", &format!("[envelope]\nformat = \"{envelope}\"\n"));
     let mut relay = RelayProcess::start(&config);

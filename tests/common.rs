@@ -229,6 +229,26 @@ pub fn ids(records: &[Consumed]) -> Vec<String> {
     records.iter().map(|r| r.header_str("id").unwrap_or("<no id header>").to_string()).collect()
 }
 
+/// A range-partitioned outbox named `outbox` (replacing Setup's plain one) with an old
+/// partition (2025) and a current one (2026–2027).
+pub async fn partitioned_outbox(s: &Setup) {
+    s.db.execute(
+        "DROP TABLE outbox;
+         CREATE TABLE outbox (
+           id uuid NOT NULL,
+           aggregatetype varchar(255) NOT NULL,
+           aggregateid varchar(255) NOT NULL,
+           type varchar(255) NOT NULL,
+           payload jsonb,
+           created_at timestamptz NOT NULL DEFAULT now(),
+           PRIMARY KEY (id, created_at)
+         ) PARTITION BY RANGE (created_at);
+         CREATE TABLE outbox_2025 PARTITION OF outbox FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+         CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2028-01-01');",
+    )
+    .await;
+}
+
 /// Drops the test's slot once nothing streams from it: the shared PostgreSQL has one
 /// `max_replication_slots` (`support::postgres::SETTINGS`) for the whole suite, and other tests
 /// keep theirs.

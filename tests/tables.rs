@@ -11,26 +11,6 @@ use crate::support::process::{freeze, thaw, transactions_read, RelayProcess};
 use crate::support::slot::{slot_active_pid, slot_confirmed};
 use crate::support::{services, wait_until};
 
-/// A range-partitioned outbox named `outbox` (replacing Setup's plain one) with an old
-/// partition (2025) and a current one (2026–2027).
-async fn partitioned_outbox(s: &Setup) {
-    s.db.execute(
-        "DROP TABLE outbox;
-         CREATE TABLE outbox (
-           id uuid NOT NULL,
-           aggregatetype varchar(255) NOT NULL,
-           aggregateid varchar(255) NOT NULL,
-           type varchar(255) NOT NULL,
-           payload jsonb,
-           created_at timestamptz NOT NULL DEFAULT now(),
-           PRIMARY KEY (id, created_at)
-         ) PARTITION BY RANGE (created_at);
-         CREATE TABLE outbox_2025 PARTITION OF outbox FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
-         CREATE TABLE outbox_now PARTITION OF outbox FOR VALUES FROM ('2026-01-01') TO ('2028-01-01');",
-    )
-    .await;
-}
-
 /// Inserts event `n` of aggregate `agg` (payload `{"n": n}`) into the partition `created_at`
 /// picks, one transaction each; returns its id.
 async fn insert_at(s: &Setup, table: &str, agg: &str, n: usize, created_at: &str) -> String {
@@ -86,7 +66,7 @@ async fn assert_all_in_order(s: &Setup, relay: &RelayProcess, mut expected: Vec<
 async fn partitioned_outbox_rows_are_relayed_in_order_from_old_current_and_newly_attached_partitions(
 ) {
     let s = Setup::new("partitioned").await;
-    partitioned_outbox(&s).await;
+    crate::common::partitioned_outbox(&s).await;
     let mut relay = s.start_relay();
     s.wait_streaming(&mut relay).await;
     let mut expected = Vec::new();
@@ -118,7 +98,7 @@ async fn partitioned_outbox_rows_are_relayed_in_order_from_old_current_and_newly
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_outbox_with_a_publication_without_partition_root_is_refused_with_the_fix() {
     let s = Setup::new("pubnoroot").await;
-    partitioned_outbox(&s).await;
+    crate::common::partitioned_outbox(&s).await;
     s.db.execute(&format!(
         "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
         s.publication
@@ -152,7 +132,7 @@ async fn partitioned_outbox_with_a_publication_without_partition_root_is_refused
 async fn partition_rows_not_acknowledged_keep_the_slot_before_them() {
     let broker = tokio::task::spawn_blocking(|| private_broker(None)).await.unwrap();
     let s = Setup::new("partpause").await;
-    partitioned_outbox(&s).await;
+    crate::common::partitioned_outbox(&s).await;
     let config = s.config_for_bootstrap(broker.bootstrap(), "", "", "");
     let mut relay = RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;

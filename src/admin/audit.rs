@@ -279,9 +279,8 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
         }
     );
     let width = r.topics.keys().map(String::len).max().unwrap_or(5).max(5);
-    out += &format!(
-        "{:<width$}  {:>8}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>6}  {:>12}  {:>9}  {:>10}\n",
-        "topic",
+    // The columns after the topic's name, and their widths: expected, then the counts.
+    let names = [
         "expected",
         "once",
         "pending",
@@ -291,22 +290,15 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
         "replay",
         "out of order",
         "misplaced",
-        "unexpected"
-    );
+        "unexpected",
+    ];
+    let widths = [8, 8, 7, 7, 7, 10, 6, 12, 9, 10];
+    let header: Vec<String> = names.iter().zip(widths).map(|(n, w)| format!("{n:>w$}")).collect();
+    out += &format!("{:<width$}  {}\n", "topic", header.join("  "));
     let row = |name: &str, t: &TopicReport| {
-        format!(
-            "{name:<width$}  {:>8}  {:>8}  {:>7}  {:>7}  {:>7}  {:>10}  {:>6}  {:>12}  {:>9}  {:>10}\n",
-            t.expected,
-            t.delivered_once,
-            t.pending,
-            t.missing,
-            t.expired,
-            t.duplicated,
-            t.duplicated_by_replay,
-            t.out_of_order,
-            t.misplaced,
-            t.unexpected
-        )
+        let counts = std::iter::once(t.expected).chain(t.counts());
+        let cells: Vec<String> = counts.zip(widths).map(|(n, w)| format!("{n:>w$}")).collect();
+        format!("{name:<width$}  {}\n", cells.join("  "))
     };
     for (topic, t) in &r.topics {
         out += &row(topic, t);

@@ -1,20 +1,15 @@
-//! The comparison, streamed. The window's expected records and the topics' records, each sorted
-//! by event id (spilled to disk past a budget), are walked side by side, one event id at a
-//! time; what the order check needs is sorted again, by partition, key and offset. Memory is the
-//! sorters' budgets and the first [`PROBLEMS_KEPT`] problem events, whatever the window.
+//! The comparison, streamed (its answer is a [`Report`]). The window's expected records and the
+//! topics' records, each sorted by event id (spilled to disk past a budget), are walked side by
+//! side, one event id at a time; what the order check needs is sorted again, by partition, key and offset. Memory is the
+//! sorters' budgets and the first `PROBLEMS_KEPT` problem events, whatever the window.
 
-use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use serde::Serialize;
-
-use super::kafka::{Copy, Shape};
+use super::kafka::{Held, Shape};
+use super::report::{Problem, ProblemKind, Report};
 use super::spill::{failed, heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
 use crate::error::Result;
-
-/// Problem events listed one by one; past it they are only counted.
-pub const PROBLEMS_KEPT: usize = 10_000;
 
 /// One expected record: where the live relay puts the event; sorted by event id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -125,131 +120,6 @@ fn read_key(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// What is wrong with one event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProblemKind {
-    Missing,
-    Duplicated,
-    OutOfOrder,
-    Misplaced,
-    Unexpected,
-    /// Not in Kafka, where Kafka's retention deleted records: not known to be missing.
-    Expired,
-}
-
-impl ProblemKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ProblemKind::Missing => "missing",
-            ProblemKind::Duplicated => "duplicated",
-            ProblemKind::OutOfOrder => "out of order",
-            ProblemKind::Misplaced => "misplaced",
-            ProblemKind::Unexpected => "unexpected",
-            ProblemKind::Expired => "expired",
-        }
-    }
-}
-
-/// One problem event.
-#[derive(Debug, Clone, Serialize)]
-pub struct Problem {
-    pub kind: ProblemKind,
-    pub event_id: String,
-    pub topic: String,
-    /// Where Kafka holds it (`partition@offset`), empty when missing.
-    pub held_at: Vec<String>,
-    pub detail: String,
-}
-
-/// The counts of one topic.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct TopicReport {
-    pub expected: u64,
-    pub delivered_once: u64,
-    pub pending: u64,
-    pub missing: u64,
-    /// Not in Kafka, in a partition whose records Kafka's retention deleted from before the
-    /// event's commit: whether it was delivered cannot be known.
-    pub expired: u64,
-    pub duplicated: u64,
-    /// Of the duplicated, those with copies from `walrelay replay` only beyond the first.
-    pub duplicated_by_replay: u64,
-    pub out_of_order: u64,
-    pub misplaced: u64,
-    pub unexpected: u64,
-    /// The topic's `retention.ms`, when events expired from it (and Kafka said).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retention_ms: Option<i64>,
-}
-
-/// The audit's answer.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
-    pub topics: BTreeMap<String, TopicReport>,
-    pub total: TopicReport,
-    /// Whether commit order was known (`track_commit_timestamp = on`).
-    pub order_checked: bool,
-    pub read_committed: bool,
-    /// Records read from Kafka.
-    pub records_read: u64,
-    /// Where the records' event ids were read from (`header id`, …).
-    pub event_id_in: String,
-    /// WAL written since the relay's slot's confirmed position when the audit began.
-    pub slot_behind_bytes: Option<u64>,
-    /// How long the audit took.
-    pub seconds: f64,
-    /// The first [`PROBLEMS_KEPT`] problem events, by kind, topic and event id.
-    pub problems: Vec<Problem>,
-    /// Problem events past [`PROBLEMS_KEPT`], counted only.
-    pub problems_not_listed: u64,
-}
-
-impl Report {
-    /// Nothing missing, duplicated beyond replays, out of order, misplaced or unexpected.
-    /// Expired events are said, not judged: Kafka deleted what would tell.
-    pub fn clean(&self) -> bool {
-        let t = &self.total;
-        t.missing == 0
-            && t.duplicated == t.duplicated_by_replay
-            && t.out_of_order == 0
-            && t.misplaced == 0
-            && t.unexpected == 0
-    }
-
-    fn problem(&mut self, p: Problem) {
-        if self.problems.len() < PROBLEMS_KEPT {
-            self.problems.push(p);
-        } else {
-            self.problems_not_listed += 1;
-        }
-    }
-
-    /// A record whose event id is no row of the outbox tables.
-    pub(crate) fn unexpected(&mut self, copy: &Copy, topic: &str) {
-        self.topics.entry(topic.to_string()).or_default().unexpected += 1;
-        self.problem(Problem {
-            kind: ProblemKind::Unexpected,
-            event_id: copy.id.clone(),
-            topic: topic.to_string(),
-            held_at: vec![format!("{}@{}", copy.partition, copy.offset)],
-            detail: "no row of the outbox tables has this event id (purged, or never committed)"
-                .into(),
-        });
-    }
-
-    /// The totals, and the problems in their order; once every count is in.
-    pub(crate) fn finish(&mut self) {
-        let mut total = TopicReport::default();
-        for t in self.topics.values() {
-            add(&mut total, t);
-        }
-        self.total = total;
-        self.problems
-            .sort_by(|a, b| (a.kind, &a.topic, &a.event_id).cmp(&(b.kind, &b.topic, &b.event_id)));
-    }
-}
-
 /// What the comparison needs besides the two sorted streams.
 pub(crate) struct Judge<'a> {
     pub topics: &'a [Arc<str>],
@@ -269,9 +139,9 @@ pub(crate) struct Judge<'a> {
 /// for the caller to look up in the tables.
 pub(crate) fn compare(
     wants: Sorter<Want>,
-    copies: Sorter<Copy>,
+    copies: Sorter<Held>,
     j: &Judge<'_>,
-) -> Result<(Report, Sorter<Copy>)> {
+) -> Result<(Report, Sorter<Held>)> {
     let mut r = Report {
         order_checked: j.commit_ordered,
         read_committed: j.read_committed,
@@ -284,7 +154,7 @@ pub(crate) fn compare(
     let mut copies = copies.sorted().map_err(failed)?;
     let mut want = next(&mut wants)?;
     let mut copy = next(&mut copies)?;
-    let mut group: Vec<Copy> = Vec::new();
+    let mut group: Vec<Held> = Vec::new();
     let judged_before_ms = j.settled_before / 1000;
     loop {
         let id = match (&want, &copy) {
@@ -327,9 +197,9 @@ pub(crate) fn compare(
 }
 
 /// Counts one expected event against its copies; returns its first copy in its topic.
-fn judge<'c>(w: &Want, group: &'c [Copy], j: &Judge<'_>, r: &mut Report) -> Option<&'c Copy> {
+fn judge<'c>(w: &Want, group: &'c [Held], j: &Judge<'_>, r: &mut Report) -> Option<&'c Held> {
     let topic = &j.topics[w.topic as usize];
-    let copies: Vec<&Copy> = group.iter().filter(|c| c.topic == w.topic).collect();
+    let copies: Vec<&Held> = group.iter().filter(|c| c.topic == w.topic).collect();
     let at = copies.iter().map(|c| format!("{}@{}", c.partition, c.offset)).collect::<Vec<_>>();
     let partitions = j.shape.partitions.get(w.topic as usize).copied().unwrap_or(0);
     let want_partition = match (w.partition, &w.key) {
@@ -448,24 +318,11 @@ fn next<T: Item>(items: &mut super::spill::Sorted<T>) -> Result<Option<T>> {
     items.next().transpose().map_err(failed)
 }
 
-fn add(total: &mut TopicReport, t: &TopicReport) {
-    total.expected += t.expected;
-    total.delivered_once += t.delivered_once;
-    total.pending += t.pending;
-    total.missing += t.missing;
-    total.expired += t.expired;
-    total.duplicated += t.duplicated;
-    total.duplicated_by_replay += t.duplicated_by_replay;
-    total.out_of_order += t.out_of_order;
-    total.misplaced += t.misplaced;
-    total.unexpected += t.unexpected;
-}
-
 /// Records of `batch` whose event id is in `present` are of rows outside the window; the
 /// others are unexpected.
 pub(crate) fn strangers(
     r: &mut Report,
-    batch: &[Copy],
+    batch: &[Held],
     present: &std::collections::HashSet<String>,
     topics: &[Arc<str>],
 ) {
@@ -517,6 +374,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::audit::PROBLEMS_KEPT;
 
     #[test]
     fn murmur2_is_kafkas() {
@@ -536,7 +394,7 @@ mod tests {
     /// The window, what the topic "t" (4 partitions) holds, and the ids of rows outside it.
     struct Case {
         wants: Vec<Want>,
-        copies: Vec<Copy>,
+        copies: Vec<Held>,
         shape: Shape,
         present: HashSet<String>,
     }
@@ -557,7 +415,7 @@ mod tests {
         fn held(&mut self, id: &str, key: &str, offset: i64, replayed: bool) {
             let partition = key_partition(key.as_bytes(), 4);
             let c =
-                Copy { id: id.into(), topic: 0, partition, offset, replayed, timestamp_ms: offset };
+                Held { id: id.into(), topic: 0, partition, offset, replayed, timestamp_ms: offset };
             self.copies.push(c);
         }
 
@@ -580,7 +438,7 @@ mod tests {
                 budget,
             };
             let (mut r, strange) = compare(wants, copies, &j).unwrap();
-            let batch: Vec<Copy> = strange.sorted().unwrap().map(Result::unwrap).collect();
+            let batch: Vec<Held> = strange.sorted().unwrap().map(Result::unwrap).collect();
             strangers(&mut r, &batch, &self.present, &topics);
             r.finish();
             r

@@ -30,7 +30,7 @@ const IDLE: Duration = Duration::from_secs(30);
 /// One record of an audited topic, as far as the audit cares; sorted by event id, then where
 /// it is.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Copy {
+pub(crate) struct Held {
     pub id: String,
     /// Its topic's index in the audit's topic list.
     pub topic: u32,
@@ -42,7 +42,7 @@ pub(crate) struct Copy {
     pub timestamp_ms: i64,
 }
 
-impl Item for Copy {
+impl Item for Held {
     fn size(&self) -> usize {
         heap(self.id.capacity())
     }
@@ -55,7 +55,7 @@ impl Item for Copy {
         w.write_all(&[self.replayed as u8])
     }
 
-    fn read(r: &mut impl Read) -> io::Result<Option<Copy>> {
+    fn read(r: &mut impl Read) -> io::Result<Option<Held>> {
         let Some(id) = read_bytes(r)? else { return Ok(None) };
         let place = read_i64(r)?;
         let offset = read_i64(r)?;
@@ -63,7 +63,7 @@ impl Item for Copy {
         let mut replayed = [0u8];
         r.read_exact(&mut replayed)?;
         let replayed = replayed[0] != 0;
-        Ok(Some(Copy {
+        Ok(Some(Held {
             id: String::from_utf8_lossy(&id).into_owned(),
             topic: (place >> 32) as u32,
             partition: place as u32 as i32,
@@ -104,8 +104,8 @@ pub(crate) async fn read(
     id: &IdPlace,
     from_ms: i64,
     read_committed: bool,
-    copies: Sorter<Copy>,
-) -> Result<(Shape, Sorter<Copy>)> {
+    copies: Sorter<Held>,
+) -> Result<(Shape, Sorter<Held>)> {
     let (config, topics, id) = (config.clone(), topics.to_vec(), id.clone());
     tokio::task::spawn_blocking(move || {
         let mut copies = copies;
@@ -122,7 +122,7 @@ fn read_blocking(
     id: &IdPlace,
     from_ms: i64,
     read_committed: bool,
-    copies: &mut Sorter<Copy>,
+    copies: &mut Sorter<Held>,
 ) -> Result<Shape> {
     let mut cfg = config.kafka.consumer_config();
     cfg.set("enable.partition.eof", "true")
@@ -217,7 +217,7 @@ fn read_blocking(
             let Some(id) = id.find(r.headers(), r.value) else { return Ok(()) };
             let timestamp_ms = r.timestamp_ms.unwrap_or(-1);
             let copy =
-                Copy { id, topic: index, partition: p, offset: r.offset, replayed, timestamp_ms };
+                Held { id, topic: index, partition: p, offset: r.offset, replayed, timestamp_ms };
             copies.push(copy).map_err(super::spill::failed)
         };
         partition_read::read(client, e.topic(), p, from, end, &mut wait, &mut visit).map_err(
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn a_copy_reads_back_as_written_replayed_or_not_with_or_without_a_timestamp() {
         for (replayed, timestamp_ms) in [(false, -1), (false, 0), (true, -1), (true, 1_700_000)] {
-            let c = Copy {
+            let c = Held {
                 id: "e-1".into(),
                 topic: 3,
                 partition: 7,
@@ -295,7 +295,7 @@ mod tests {
             };
             let mut b = Vec::new();
             c.write(&mut b).unwrap();
-            assert_eq!(Copy::read(&mut b.as_slice()).unwrap(), Some(c));
+            assert_eq!(Held::read(&mut b.as_slice()).unwrap(), Some(c));
         }
     }
 }

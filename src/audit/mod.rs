@@ -30,6 +30,7 @@
 mod compare;
 mod id;
 mod kafka;
+mod report;
 mod spill;
 pub mod task;
 
@@ -43,8 +44,8 @@ use crate::error::{Error, Result};
 use crate::replay::{Options as ReplayOptions, Replay, Selection, BATCH_ROWS};
 
 use self::compare::{Judge, Want};
-pub use self::compare::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
 use self::id::IdPlace;
+pub use self::report::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
 use self::spill::Sorter;
 
 /// Bytes each of the audit's sorters holds before it writes a run to disk: three of them, and
@@ -75,20 +76,15 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         allow_empty: opts.allow_empty,
         ..ReplayOptions::default()
     };
-    // How far behind the relay is: what it has not confirmed may not be in Kafka yet.
-    let slot_behind_bytes = match crate::source::connect(&config.source).await {
-        Ok(control) => crate::source::slot::slot(&control, &config.source.slot)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|s| s.lag_bytes()),
-        Err(_) => None,
-    };
     // Every row committed before this is in the snapshot Replay::open takes.
     let before_snapshot = crate::metrics::unix_micros();
     let started = std::time::Instant::now();
     let mut replay = Replay::open(config, replay_opts).await?;
     tracing::debug!(rows = replay.total, peak_rss_mb = peak_rss_mb(), "audit: snapshot open");
+    // How far behind the relay is: what it has not confirmed may not be in Kafka yet (the slot
+    // view reads shared memory, not the snapshot, so it is the present).
+    let slot = crate::source::slot::slot(replay.control(), &config.source.slot).await;
+    let slot_behind_bytes = slot.ok().flatten().and_then(|s| s.lag_bytes());
     let mut encoder = Encoder::new(config);
     let mut wants: Sorter<Want> = Sorter::new(MEMORY_PER_SORT);
     let mut topics: Vec<Arc<str>> = Vec::new();
@@ -138,17 +134,16 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         seconds = started.elapsed().as_secs_f64(),
         "audit: the window's rows read"
     );
+    let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
     let Some(id_place) = id_place else {
         // No rows (allowed by `allow_empty`): nothing to compare.
         replay.close().await;
-        let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
         return Ok(Report { order_checked: commit_ordered, read_committed, ..Report::default() });
     };
     // A minute before the first row: the relay sends a record after its row committed, and
     // Kafka's timestamp is the send's unless the router sets one.
     let from_ms = since_micros / 1000 - 60_000;
     let copies = Sorter::new(MEMORY_PER_SORT);
-    let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
     let (shape, copies) =
         kafka::read(config, &topics, &id_place, from_ms, read_committed, copies).await?;
     tracing::debug!(
@@ -169,7 +164,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     report.event_id_in = id_place.describe();
     report.slot_behind_bytes = slot_behind_bytes;
     // Records of no row of the window: of a row outside it, or of none (unexpected).
-    let mut batch: Vec<kafka::Copy> = Vec::new();
+    let mut batch: Vec<kafka::Held> = Vec::new();
     let mut distinct = 0;
     let strangers = strangers.sorted().map_err(spill::failed)?;
     for c in strangers {
@@ -219,7 +214,7 @@ fn peak_rss_mb() -> u64 {
 async fn look_up(
     replay: &Replay<'_>,
     report: &mut Report,
-    batch: &mut Vec<kafka::Copy>,
+    batch: &mut Vec<kafka::Held>,
     topics: &[Arc<str>],
 ) -> Result<()> {
     if batch.is_empty() {

@@ -109,18 +109,7 @@ async fn every(
 
 /// The report's totals as `walrelay_audit_events`, and the time it finished.
 fn record(metrics: &Metrics, report: &Report) {
-    let t = &report.total;
-    let counts = [
-        t.delivered_once,
-        t.pending,
-        t.missing,
-        t.expired,
-        t.duplicated,
-        t.duplicated_by_replay,
-        t.out_of_order,
-        t.misplaced,
-        t.unexpected,
-    ];
+    let counts = report.total.counts();
     for (gauge, n) in metrics.audit_events.iter().zip(counts) {
         gauge.store(n, Relaxed);
     }

@@ -179,23 +179,22 @@ impl Config {
                  \"message.prefix.include.list\" for a table-less outbox",
             ));
         }
-        if outbox.tables.is_empty() && retention.is_some() {
-            return Err(invalid(
-                "outbox",
-                "tables",
-                "[]",
-                "a message-only relay has no outbox rows, so [retention] has nothing to purge \
-                 (logical messages leave nothing behind): remove the [retention] section",
-            ));
-        }
-        if outbox.tables.is_empty() && audit.is_some() {
-            return Err(invalid(
-                "outbox",
-                "tables",
-                "[]",
-                "a message-only relay has no outbox rows, so [audit] has nothing to compare \
-                 Kafka with (logical messages leave nothing behind): remove the [audit] section",
-            ));
+        // The two sections that read outbox rows, which a message-only relay has none of.
+        for (name, present, does) in [
+            ("retention", retention.is_some(), "to purge"),
+            ("audit", audit.is_some(), "to compare Kafka with"),
+        ] {
+            if outbox.tables.is_empty() && present {
+                return Err(invalid(
+                    "outbox",
+                    "tables",
+                    "[]",
+                    &format!(
+                        "a message-only relay has no outbox rows, so [{name}] has nothing {does} \
+                         (logical messages leave nothing behind): remove the [{name}] section"
+                    ),
+                ));
+            }
         }
         Ok(Config {
             source,

@@ -293,6 +293,11 @@ impl<'c> Replay<'c> {
         Ok(present)
     }
 
+    /// The connection the snapshot is open on (for what else the caller reads beside it).
+    pub(crate) fn control(&self) -> &Control {
+        &self.control
+    }
+
     /// Ends the snapshot; it was read-only, so ending it changes nothing.
     pub(crate) async fn close(&self) {
         let _ = self.control.batch("COMMIT").await;
