@@ -108,15 +108,16 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
     loop {
         let missing = missing_ids(&after);
         if missing.is_empty() || args.dry_run {
-            repair.would_send = missing.len() as u64;
+            repair.would_send = after.total.missing;
             break;
         }
         if repair.rounds > 0 && after.total.missing >= repair.left_last {
             eprintln!("error: the repair sent {} events and as many are still missing — fix: check that the relay's topics accept records (walrelay check) and run the audit again", repair.sent);
             break;
         }
-        let ask = !args.yes && std::io::stdin().is_terminal();
-        if ask && !confirmed(missing.len()) {
+        // Asked once, for every missing event, not once per round.
+        let ask = repair.rounds == 0 && !args.yes && std::io::stdin().is_terminal();
+        if ask && !confirmed(after.total.missing) {
             eprintln!("repair cancelled: nothing was sent");
             show(&before, &described, &args, None);
             return ExitCode::FAILURE;
@@ -204,7 +205,7 @@ async fn republish(
 }
 
 /// Asks on the terminal; anything but y/yes is no.
-fn confirmed(n: usize) -> bool {
+fn confirmed(n: u64) -> bool {
     eprint!("re-publish {n} missing events to Kafka? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
