@@ -92,7 +92,7 @@ impl Args {
             to_topic: self.to_topic.clone(),
             rate: self.rate,
             dry_run: self.dry_run,
-            allow_empty: false,
+            ..Options::default()
         })
     }
 }

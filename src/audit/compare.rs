@@ -15,8 +15,10 @@ use crate::error::Result;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Want {
     pub id: String,
-    /// Its place in commit order (the window is read in it).
-    pub place: u64,
+    /// Its commit timestamp (µs), the order check's; `i64::MIN` when unknown (a row older than
+    /// `track_commit_timestamp = on`, so older than every known one). The rows of one
+    /// transaction share it: their order in Kafka is the WAL's, which no row records.
+    pub commit_order: i64,
     /// Its topic's index in the audit's topic list.
     pub topic: u32,
     /// From a partition placement; -1: the key's partition (murmur2), or any without a key.
@@ -32,7 +34,7 @@ impl Item for Want {
 
     fn write(&self, w: &mut impl Write) -> io::Result<()> {
         write_bytes(w, self.id.as_bytes())?;
-        write_i64(w, self.place as i64)?;
+        write_i64(w, self.commit_order)?;
         write_i64(w, ((self.topic as i64) << 32) | (self.partition as u32 as i64))?;
         write_key(w, &self.key)?;
         write_i64(w, self.commit_micros)
@@ -40,12 +42,12 @@ impl Item for Want {
 
     fn read(r: &mut impl Read) -> io::Result<Option<Want>> {
         let Some(id) = read_bytes(r)? else { return Ok(None) };
-        let place = read_i64(r)? as u64;
+        let commit_order = read_i64(r)?;
         let at = read_i64(r)?;
         let key = read_key(r)?;
         Ok(Some(Want {
             id: String::from_utf8_lossy(&id).into_owned(),
-            place,
+            commit_order,
             topic: (at >> 32) as u32,
             partition: at as u32 as i32,
             key,
@@ -61,7 +63,7 @@ struct Placed {
     partition: i32,
     key: Option<Vec<u8>>,
     offset: i64,
-    place: u64,
+    commit_order: i64,
     id: String,
 }
 
@@ -74,7 +76,7 @@ impl Item for Placed {
         write_i64(w, ((self.topic as i64) << 32) | (self.partition as u32 as i64))?;
         write_key(w, &self.key)?;
         write_i64(w, self.offset)?;
-        write_i64(w, self.place as i64)?;
+        write_i64(w, self.commit_order)?;
         write_bytes(w, self.id.as_bytes())
     }
 
@@ -88,14 +90,14 @@ impl Item for Placed {
         let at = i64::from_le_bytes(at);
         let key = read_key(r)?;
         let offset = read_i64(r)?;
-        let place = read_i64(r)? as u64;
+        let commit_order = read_i64(r)?;
         let id = read_bytes(r)?.unwrap_or_default();
         Ok(Some(Placed {
             topic: (at >> 32) as u32,
             partition: at as u32 as i32,
             key,
             offset,
-            place,
+            commit_order,
             id: String::from_utf8_lossy(&id).into_owned(),
         }))
     }
@@ -177,7 +179,7 @@ pub(crate) fn compare(
                     partition: first.partition,
                     key: w.key,
                     offset: first.offset,
-                    place: w.place,
+                    commit_order: w.commit_order,
                     id: w.id,
                 };
                 placed.push(p).map_err(failed)?;
@@ -284,17 +286,18 @@ fn expired(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<super::kaf
 }
 
 /// For each key, the events' first copies in each partition in offset order must come in commit
-/// order (their place in the window, which is read in commit order).
+/// order: one that committed strictly before an event ahead of it is out of order. Equal commit
+/// timestamps (one transaction's rows) are no order the table knows.
 fn out_of_order(placed: Sorter<Placed>, j: &Judge<'_>, r: &mut Report) -> Result<()> {
-    // The group (topic, partition, key) being walked, and the latest place seen in it.
-    let mut current: Option<(u32, i32, Option<Vec<u8>>, u64)> = None;
+    // The group (topic, partition, key) being walked, and the latest commit seen in it.
+    let mut current: Option<(u32, i32, Option<Vec<u8>>, i64)> = None;
     for p in placed.sorted().map_err(failed)? {
         let p = p.map_err(failed)?;
         match &mut current {
             Some((topic, partition, key, latest))
                 if *topic == p.topic && *partition == p.partition && *key == p.key =>
             {
-                if p.place < *latest {
+                if p.commit_order < *latest {
                     let name = j.topics[p.topic as usize].to_string();
                     r.topics.entry(name.clone()).or_default().out_of_order += 1;
                     r.problem(Problem {
@@ -305,10 +308,10 @@ fn out_of_order(placed: Sorter<Placed>, j: &Judge<'_>, r: &mut Report) -> Result
                         detail: "after an event of its key that committed later".into(),
                     });
                 } else {
-                    *latest = p.place;
+                    *latest = p.commit_order;
                 }
             }
-            _ => current = Some((p.topic, p.partition, p.key, p.place)),
+            _ => current = Some((p.topic, p.partition, p.key, p.commit_order)),
         }
     }
     Ok(())
@@ -406,9 +409,10 @@ mod tests {
         }
 
         fn want(&mut self, id: &str, key: &str, commit_micros: i64) {
-            let place = self.wants.len() as u64;
             let key = Some(key.as_bytes().to_vec());
-            let w = Want { id: id.into(), place, topic: 0, partition: -1, key, commit_micros };
+            let commit_order = commit_micros;
+            let w =
+                Want { id: id.into(), commit_order, topic: 0, partition: -1, key, commit_micros };
             self.wants.push(w);
         }
 
@@ -485,6 +489,23 @@ mod tests {
             assert!(!r.clean(), "missing, out of order and unexpected");
             assert_eq!(r.records_read, 0, "the shape says how many were read");
         }
+    }
+
+    #[test]
+    fn rows_of_one_transaction_in_any_order_are_not_out_of_order_but_an_older_commit_is() {
+        // One transaction's rows share their commit timestamp; the relay sends them in WAL
+        // order, which no row records (here "z" was inserted before "a").
+        let mut c = Case::new();
+        c.want("z", "k", 100);
+        c.want("a", "k", 100);
+        c.want("old", "k", 50);
+        c.held("z", "k", 0, false);
+        c.held("a", "k", 1, false);
+        c.held("old", "k", 2, false);
+        let r = c.compare(1 << 20, true);
+        assert_eq!(r.total.out_of_order, 1);
+        let named: Vec<&str> = r.problems.iter().map(|p| p.event_id.as_str()).collect();
+        assert_eq!(named, ["old"]);
     }
 
     #[test]

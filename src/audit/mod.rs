@@ -28,23 +28,21 @@
 //! sorted runs to temporary files past it, and compared as two sorted streams.
 
 mod compare;
+mod expect;
 mod id;
 mod kafka;
 mod report;
 mod spill;
 pub mod task;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::encoder::Encoder;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::replay::{Options as ReplayOptions, Replay, Selection, BATCH_ROWS};
 
-use self::compare::{Judge, Want};
-use self::id::IdPlace;
+use self::compare::Judge;
 pub use self::report::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
 use self::spill::Sorter;
 
@@ -74,6 +72,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         column: opts.column.clone(),
         dry_run: true,
         allow_empty: opts.allow_empty,
+        places_only: true,
         ..ReplayOptions::default()
     };
     // Every row committed before this is in the snapshot Replay::open takes.
@@ -85,47 +84,8 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     // view reads shared memory, not the snapshot, so it is the present).
     let slot = crate::source::slot::slot(replay.control(), &config.source.slot).await;
     let slot_behind_bytes = slot.ok().flatten().and_then(|s| s.lag_bytes());
-    let mut encoder = Encoder::new(config);
-    let mut wants: Sorter<Want> = Sorter::new(MEMORY_PER_SORT);
-    let mut topics: Vec<Arc<str>> = Vec::new();
-    let mut topic_index: HashMap<Arc<str>, u32> = HashMap::new();
-    let mut id_place: Option<IdPlace> = None;
-    let mut since_micros = i64::MAX;
-    while let Some(records) = replay.next_records(&mut encoder).await? {
-        for (record, commit_micros) in records {
-            let Some(place) = IdPlace::of(&record) else {
-                return Err(Error::definite(
-                    format!(
-                        "the audit cannot find event {} in its record under the {} envelope",
-                        record.event_id,
-                        config.envelope.format.name()
-                    ),
-                    "audit a relay whose records carry the event id in a header, a JSON value's \"id\" or a protobuf value's field 1 (every walrelay envelope does)",
-                ));
-            };
-            if id_place.as_ref().is_some_and(|p| *p != place) {
-                return Err(Error::definite(
-                    "the audit found event ids in two places (two envelopes?)",
-                    "audit each outbox table apart with --aggregate-type",
-                ));
-            }
-            id_place = Some(place);
-            since_micros = since_micros.min(commit_micros);
-            let topic = *topic_index.entry(record.topic.clone()).or_insert_with(|| {
-                topics.push(record.topic.clone());
-                topics.len() as u32 - 1
-            });
-            let want = Want {
-                id: record.event_id,
-                place: wants.len(),
-                topic,
-                partition: record.partition.unwrap_or(-1),
-                key: record.key.map(|k| k.to_vec()),
-                commit_micros,
-            };
-            wants.push(want).map_err(spill::failed)?;
-        }
-    }
+    let expect::Expected { wants, topics, id_place, since_micros } =
+        expect::read(&mut replay, config).await?;
     let commit_ordered = replay.commit_ordered();
     tracing::debug!(
         events = wants.len(),

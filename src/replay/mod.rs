@@ -29,10 +29,10 @@ use crate::encoder::Encoder;
 use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::router::{RawColumn, Record};
+use crate::router::{Binding, RawColumn, Record};
 use crate::source::{self, catalog, Control};
 
-pub use self::read::{index_for, order as read_order, Order};
+pub use self::read::{index_for, order as read_order, Commit, Order};
 
 /// The header every replayed record carries: the replay's own id (a UUIDv7).
 pub const REPLAY_HEADER: &str = "walrelay.replay";
@@ -85,6 +85,9 @@ pub struct Options {
     pub dry_run: bool,
     /// A selection of no rows opens (for the audit of a quiet window) instead of failing.
     pub allow_empty: bool,
+    /// Only where each record goes is wanted (the audit, never a send): rows come in no
+    /// particular order, and a JSON payload no other field reads is left out of the values.
+    pub places_only: bool,
 }
 
 /// How far a replay got, after each batch.
@@ -167,7 +170,16 @@ impl<'c> Replay<'c> {
         let mut reads = Vec::with_capacity(tables.len());
         let mut total = 0;
         for table in tables {
-            let t = read::TableRead::new(&control, config, table, &column, sel, order).await?;
+            let t = read::TableRead::new(
+                &control,
+                config,
+                table,
+                &column,
+                sel,
+                order,
+                opts.places_only,
+            )
+            .await?;
             t.check_retained(&control, config.retention.as_ref(), sel).await?;
             total += t.count(&control).await?;
             reads.push(t);
@@ -253,30 +265,32 @@ impl<'c> Replay<'c> {
         })
     }
 
-    /// The next batch of the selection as the live relay's records, in replay order, each with
-    /// its row's commit time (µs since the Unix epoch); `None` once it is all read.
+    /// The next batch of the selection as the live relay's records, in replay order (in none
+    /// with `places_only`), each with when its row committed; `None` once it is all read.
     pub(crate) async fn next_records(
         &mut self,
         encoder: &mut Encoder,
-    ) -> Result<Option<Vec<(Record, i64)>>> {
+    ) -> Result<Option<Vec<(Record, Commit)>>> {
+        let Some(rows) = self.next_rows().await? else { return Ok(None) };
+        let binding = self.tables[rows.table].binding();
+        rows.records(encoder, binding).map(Some)
+    }
+
+    /// The next batch of one table's rows, as read, for a caller that routes them elsewhere
+    /// ([`Rows::records`], with [`Replay::bindings`]); `None` once it is all read.
+    pub(crate) async fn next_rows(&mut self) -> Result<Option<Rows>> {
         while let Some(table) = self.tables.get_mut(self.current) {
-            let Some(rows) = table.next_batch(&self.control).await? else {
-                self.current += 1;
-                continue;
-            };
-            let binding = table.binding();
-            let mut records = Vec::with_capacity(rows.len());
-            for row in rows {
-                let txn = Txn { commit_micros: row.commit_micros, xid: row.xid, ..Txn::default() };
-                let record = encoder.row(binding, &row.tuple, &txn).map_err(|e| {
-                    let id = encoder.router().raw(binding, &row.tuple, RawColumn::EventId);
-                    unroutable(id.as_deref(), e)
-                })?;
-                records.push((record, row.commit_micros));
+            match table.next_batch(&self.control).await? {
+                Some(rows) => return Ok(Some(Rows { table: self.current, rows })),
+                None => self.current += 1,
             }
-            return Ok(Some(records));
         }
         Ok(None)
+    }
+
+    /// Each table's binding, by the index [`Rows::table`] gives.
+    pub(crate) fn bindings(&self) -> Vec<Binding> {
+        self.tables.iter().map(|t| t.binding().clone()).collect()
     }
 
     /// Which of `ids` are rows of the outbox tables (in the snapshot, whatever the window).
@@ -306,6 +320,33 @@ impl<'c> Replay<'c> {
     /// The order [`Replay::next_records`] goes in.
     pub(crate) fn commit_ordered(&self) -> bool {
         self.order == Order::Commit
+    }
+}
+
+/// One batch of one table's rows, as read ([`Replay::next_rows`]).
+pub(crate) struct Rows {
+    /// The table's index in [`Replay::bindings`].
+    pub table: usize,
+    rows: Vec<read::Row>,
+}
+
+impl Rows {
+    /// The rows as the live relay's records, each with when its row committed.
+    pub(crate) fn records(
+        self,
+        encoder: &mut Encoder,
+        binding: &Binding,
+    ) -> Result<Vec<(Record, Commit)>> {
+        let mut records = Vec::with_capacity(self.rows.len());
+        for row in self.rows {
+            let txn = Txn { commit_micros: row.commit.micros, xid: row.xid, ..Txn::default() };
+            let record = encoder.row(binding, &row.tuple, &txn).map_err(|e| {
+                let id = encoder.router().raw(binding, &row.tuple, RawColumn::EventId);
+                unroutable(id.as_deref(), e)
+            })?;
+            records.push((record, row.commit));
+        }
+        Ok(records)
     }
 }
 

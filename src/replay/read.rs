@@ -18,9 +18,12 @@
 //! Selection values are SQL literals (quoted below, `standard_conforming_strings` on) rather than
 //! parameters because `DECLARE … CURSOR` takes none.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio_postgres::RowStream;
 
 use super::{Selection, TimeBound, BATCH_ROWS};
 use crate::config::{Config, RetentionConfig};
@@ -31,6 +34,9 @@ use crate::router::{Binding, Router};
 use crate::source::catalog::{CatalogColumn, OutboxTable};
 use crate::source::error::{classify_pg, pg_class, Class};
 use crate::source::Control;
+
+/// A statement without parameters, for `query_raw`.
+const NO_PARAMETERS: [&str; 0] = [];
 
 /// How long one replay statement may run (a count, the cursor's sort, a batch).
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -58,8 +64,18 @@ impl Order {
 /// its transaction.
 pub(super) struct Row {
     pub tuple: Tuple,
-    pub commit_micros: i64,
+    pub commit: Commit,
     pub xid: u32,
+}
+
+/// When a row's transaction committed, as far as the server knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// µs since the Unix epoch: the commit timestamp, or (track_commit_timestamp off, or a row
+    /// older than the setting) the timestamp column's value.
+    pub micros: i64,
+    /// `micros` is the commit timestamp itself.
+    pub exact: bool,
 }
 
 /// The order a replay goes in on this server.
@@ -117,6 +133,10 @@ pub(super) struct TableRead {
     from: String,
     select: String,
     order: super::Order,
+    /// Rows in no particular order, for a reader that wants only where each record goes.
+    unordered: bool,
+    /// The unordered read's one query, once sent.
+    stream: Option<Pin<Box<RowStream>>>,
     /// The cursor, once open; the last key read (col, id), as text, for keyset pages.
     cursor: Option<String>,
     last: Option<(String, String)>,
@@ -131,6 +151,7 @@ impl TableRead {
         column: &str,
         sel: &Selection,
         order: super::Order,
+        places_only: bool,
     ) -> Result<TableRead> {
         let column = retention::plan(control, &table, column).await?.column;
         let relation = relation(&table);
@@ -177,17 +198,30 @@ impl TableRead {
             conditions.push(format!("t.{}::text = {}", quote(&router.field_event_key), literal(a)));
         }
         let from = format!("FROM {} t WHERE {}", table.name.quoted(), conditions.join(" AND "));
-        let values: Vec<String> =
-            table.columns.iter().map(|col| format!("t.{}::text", quote(&col.name))).collect();
-        let column_micros = format!("extract(epoch FROM t.{c}::timestamptz) * 1000000");
-        let micros = match order {
-            super::Order::Commit => format!(
-                "coalesce(extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(t.xmin)) * 1000000, {column_micros})"
-            ),
-            super::Order::Column => column_micros,
+        // Only where each record goes: a JSON payload is read as `{}` (NULL stays NULL, and JSON
+        // text is never blank, so a tombstone stays one), sparing the server the conversion of
+        // every payload to text, most of a read's cost.
+        let stand_in = binding.json_payload_only().filter(|_| places_only);
+        let values: Vec<String> = table
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(k, col)| match stand_in == Some(k) {
+                true => {
+                    format!("CASE WHEN t.{} IS NULL THEN NULL ELSE '{{}}' END", quote(&col.name))
+                }
+                false => format!("t.{}::text", quote(&col.name)),
+            })
+            .collect();
+        let committed = match order {
+            super::Order::Commit => {
+                "(extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(t.xmin)) * 1000000)::int8"
+            }
+            super::Order::Column => "NULL::int8",
         };
         let select = format!(
-            "SELECT {}, ({micros})::int8, t.xmin::text::int8, t.{c}::text, t.{i}::text",
+            "SELECT {}, (extract(epoch FROM t.{c}::timestamptz) * 1000000)::int8, \
+             t.xmin::text::int8, t.{c}::text, t.{i}::text, {committed}",
             values.join(", ")
         );
         let key = if sel.ids.is_empty() { &column.name } else { &id.name };
@@ -201,6 +235,8 @@ impl TableRead {
             from,
             select,
             order,
+            unordered: places_only,
+            stream: None,
             cursor: None,
             last: None,
             finished: false,
@@ -280,17 +316,53 @@ impl TableRead {
         if self.finished {
             return Ok(None);
         }
+        let rows = match self.unordered {
+            true => self.next_streamed(control).await?,
+            false => self.next_ordered(control).await?,
+        };
+        if rows.len() < BATCH_ROWS {
+            self.finished = true;
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let n = self.table.columns.len();
+        let last = &rows[rows.len() - 1];
+        self.last = Some((last.get(n + 2), last.get(n + 3)));
+        let read = rows
+            .iter()
+            .map(|r| Row {
+                tuple: Tuple(
+                    (0..n)
+                        .map(|k| match r.get::<_, Option<String>>(k) {
+                            Some(text) => Value::Text(Bytes::from(text)),
+                            None => Value::Null,
+                        })
+                        .collect(),
+                ),
+                commit: match r.get::<_, Option<i64>>(n + 4) {
+                    Some(micros) => Commit { micros, exact: true },
+                    None => {
+                        Commit { micros: r.get::<_, Option<i64>>(n).unwrap_or(0), exact: false }
+                    }
+                },
+                xid: r.get::<_, i64>(n + 1) as u32,
+            })
+            .collect();
+        Ok(Some(read))
+    }
+
+    /// In replay order: a cursor for commit order and for a table without an index to page by
+    /// (one sort of the selection instead of one per batch), keyset pages otherwise.
+    async fn next_ordered(&mut self, control: &Control) -> Result<Vec<tokio_postgres::Row>> {
         let (c, i) = (quote(&self.column.name), quote(&self.id.name));
-        // A cursor for commit order, and for a table without an index to page by: one sort of
-        // the selection instead of one per batch.
-        let by_cursor = self.order == super::Order::Commit || self.index.is_none();
         let order_by = match self.order {
             super::Order::Commit => {
                 format!("pg_catalog.pg_xact_commit_timestamp(t.xmin) NULLS FIRST, t.{c}, t.{i}")
             }
             super::Order::Column => format!("t.{c}, t.{i}"),
         };
-        let sql = if by_cursor {
+        let sql = if self.order == super::Order::Commit || self.index.is_none() {
             if self.cursor.is_none() {
                 let name = format!("walrelay_replay_{}", self.table.oid);
                 let declare = format!(
@@ -314,32 +386,31 @@ impl TableRead {
             };
             format!("{} {}{after} ORDER BY {order_by} LIMIT {BATCH_ROWS}", self.select, self.from)
         };
-        let rows = statement(control, &self.what(), &sql).await?;
-        if rows.len() < BATCH_ROWS {
-            self.finished = true;
-        }
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let n = self.table.columns.len();
-        let last = &rows[rows.len() - 1];
-        self.last = Some((last.get(n + 2), last.get(n + 3)));
-        let read = rows
-            .iter()
-            .map(|r| Row {
-                tuple: Tuple(
-                    (0..n)
-                        .map(|k| match r.get::<_, Option<String>>(k) {
-                            Some(text) => Value::Text(Bytes::from(text)),
-                            None => Value::Null,
-                        })
-                        .collect(),
-                ),
-                commit_micros: r.get::<_, Option<i64>>(n).unwrap_or(0),
-                xid: r.get::<_, i64>(n + 1) as u32,
-            })
-            .collect();
-        Ok(Some(read))
+        statement(control, &self.what(), &sql).await
+    }
+
+    /// In no order: one query whose rows the server streams while the caller works on the
+    /// batch before (a round trip per batch would leave each side idle half the time). The
+    /// connection holds one message ahead, so memory stays bounded.
+    async fn next_streamed(&mut self, control: &Control) -> Result<Vec<tokio_postgres::Row>> {
+        let what = self.what();
+        let read = async {
+            if self.stream.is_none() {
+                let sql = format!("{} {}", self.select, self.from);
+                let stream = control.client().query_raw(sql.as_str(), NO_PARAMETERS).await?;
+                self.stream = Some(Box::pin(stream));
+            }
+            let stream = self.stream.as_mut().expect("opened above");
+            let mut rows = Vec::with_capacity(BATCH_ROWS);
+            while rows.len() < BATCH_ROWS {
+                match stream.next().await {
+                    Some(row) => rows.push(row?),
+                    None => break,
+                }
+            }
+            Ok(rows)
+        };
+        deadline(&what, read).await
     }
 
     fn what(&self) -> String {
@@ -410,8 +481,15 @@ fn show(bound: &TimeBound) -> String {
 
 /// A replay statement, with replay's own deadline (the cursor's sort may take a while).
 async fn statement(control: &Control, what: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>> {
-    let deadline = STATEMENT_TIMEOUT;
-    match tokio::time::timeout(deadline, control.client().query(sql, &[])).await {
+    deadline(what, control.client().query(sql, &[])).await
+}
+
+/// `read` within replay's deadline for a statement, its failure said as `what`.
+async fn deadline<T>(
+    what: &str,
+    read: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(STATEMENT_TIMEOUT, read).await {
         Ok(Ok(rows)) => Ok(rows),
         Ok(Err(e)) if pg_class(&e) == Class::Denied => Err(Error::definite_with(
             what,
@@ -419,9 +497,10 @@ async fn statement(control: &Control, what: &str, sql: &str) -> Result<Vec<tokio
             e,
         )),
         Ok(Err(e)) => Err(classify_pg(what, e)),
-        Err(_) => {
-            Err(Error::transient_msg(format!("{what}: no answer within {} s", deadline.as_secs())))
-        }
+        Err(_) => Err(Error::transient_msg(format!(
+            "{what}: no answer within {} s",
+            STATEMENT_TIMEOUT.as_secs()
+        ))),
     }
 }
 

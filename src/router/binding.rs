@@ -110,6 +110,27 @@ impl Binding {
     pub fn relation_name(&self) -> (&str, &str) {
         (&self.relation_name.0, &self.relation_name.1)
     }
+
+    /// The payload's column when it is `json`/`jsonb` and no field but the record's value
+    /// reads it: then where a record goes (topic, key, partition, headers, timestamp) does not
+    /// depend on it, and whether the record is a tombstone depends only on its being NULL (JSON
+    /// text is never blank).
+    pub fn json_payload_only(&self) -> Option<usize> {
+        let p = self.payload.index;
+        if self.kinds.get(p) != Some(&Kind::Json) {
+            return None;
+        }
+        let mut others = [&self.id, &self.key, &self.route]
+            .into_iter()
+            .chain(&self.event_type)
+            .chain(self.timestamp.as_ref().map(|(c, _)| c))
+            .chain(&self.schema_version)
+            .chain(self.headers.iter().map(|(_, c)| c))
+            .chain(self.envelope.iter().map(|(_, c)| c))
+            .chain(&self.partition)
+            .chain(&self.trace);
+        (!others.any(|c| c.index == p)).then_some(p)
+    }
 }
 
 /// The unit of an event timestamp field (`table.field.event.timestamp`).
