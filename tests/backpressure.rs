@@ -1,4 +1,4 @@
-//! Memory under load (issue 3): the in-flight limit holds while the broker is frozen, and one
+//! Memory under load: the in-flight limit holds while the broker is frozen, and one
 //! transaction of 100,000 rows is delivered and confirmed only after its last acknowledgement.
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! Broker faults on Apache Kafka itself (issue 24): a partition leader killed mid-stream, the
+//! Broker faults on Apache Kafka itself: a partition leader killed mid-stream, the
 //! ISR below `min.insync.replicas`, the whole cluster restarted on its data, a record the
 //! topic's own config refuses, and a routed topic that does not exist.
 //!

@@ -1,4 +1,4 @@
-//! A broker of the test's own taken away (issue 3): frozen longer than `message.timeout.ms`,
+//! A broker of the test's own taken away: frozen longer than `message.timeout.ms`,
 //! absent when the relay starts, killed and started again on its data. The relay never confirms
 //! past what Kafka has not acknowledged, and once the broker is back everything arrives.
 //!

@@ -1,4 +1,4 @@
-//! `walrelay check` with `[debezium_offsets]` (issue 28): found or not, their LSNs against the
+//! `walrelay check` with `[debezium_offsets]`: found or not, their LSNs against the
 //! slot's confirmed position, and what the first run will skip.
 
 use crate::common::Setup;

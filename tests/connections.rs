@@ -210,8 +210,8 @@ async fn translated_server_messages_do_not_change_what_errors_mean() {
 }
 
 /// A stand-by learns that the slot is busy before it builds its Kafka side: waiting ~10 s
-/// behind an active relay it builds at most one producer (issue 26, bug 3: one every 2 s
-/// retry, each with its warm-up thread and broker connections).
+/// behind an active relay it builds at most one producer (not one every 2 s retry, each with
+/// its warm-up thread and broker connections).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_does_not_build_a_producer_at_every_retry() {
     let s = Setup::new("standbyproducer").await;

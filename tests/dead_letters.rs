@@ -1,4 +1,4 @@
-//! Rows the relay cannot deliver (issue 3): with a dead-letter topic they go there with the
+//! Rows the relay cannot deliver: with a dead-letter topic they go there with the
 //! error headers and the stream moves on; without one the relay stops at the row, naming it.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Definite errors (issue 3): a dropped slot, publication, outbox table or key column, an
+//! Definite errors: a dropped slot, publication, outbox table or key column, an
 //! invalidated slot, `wal_level` no longer logical. The relay stops with a hint instead of
 //! retrying, and never confirms past what it could not deliver.
 

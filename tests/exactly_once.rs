@@ -1,4 +1,4 @@
-//! `[delivery] guarantee = "exactly-once"` (issue 25) on a 3-node Apache Kafka cluster: a
+//! `[delivery] guarantee = "exactly-once"` on a 3-node Apache Kafka cluster: a
 //! `read_committed` consumer gets every committed event once, through one chaos run of ten relay
 //! kills, a partition leader killed, a broker hung longer than the transaction timeout, and a
 //! stand-by taking over and fencing a frozen active relay. The same chaos at-least-once, side by
@@ -142,7 +142,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String, serde_json::Value) {
             json["progress_lsn"].as_str().and_then(|t| t.parse::<walrelay::lsn::Lsn>().ok());
         assert!(progress.is_some_and(|p| p.as_u64() > 0), "{status}");
     }
-    // `walrelay audit` on the same cluster, against what the readers found (issue 34).
+    // `walrelay audit` on the same cluster, against what the readers found.
     let args = ["audit", "--since", "1h", "--settle", "0s", "--json", "--details", "0"];
     let audit = crate::support::process::walrelay_async(&args, Some(&config)).await;
     let audit: serde_json::Value = serde_json::from_str(audit.stdout.trim())

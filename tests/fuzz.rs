@@ -1,5 +1,5 @@
 //! Fuzzing every input walrelay parses, against two oracles: no panic, and no secret in
-//! stdout, stderr or the log (issue 17). Each input runs a few thousand mutated cases in
+//! stdout, stderr or the log. Each input runs a few thousand mutated cases in
 //! process and a sample of them through the real `walrelay` binary (`check`, `run`, `status`,
 //! `import-debezium`), whose stdout and stderr (the log) are scanned. Seeds are the docs'
 //! examples with a secret planted; see tests/support/fuzz.rs for the mutations and oracles.
@@ -334,7 +334,7 @@ fn json_seeds() -> Vec<Seed> {
     let mut seeds = Vec::new();
     for (i, router) in golden_router_options().iter().enumerate() {
         let object = json_object(&connector_options(router));
-        // The REST form, the flat form, and issue 17's settings under a misspelt key.
+        // The REST form, the flat form, and the settings under a misspelt key.
         let key = ["config", "config", "config2"][i % 3];
         let text = if i % 3 == 1 {
             object.replace("\n    ", "\n  ")

@@ -154,7 +154,7 @@ async fn check(g: Golden) {
         );
         for ((name, have_v), (_, want_v)) in have_headers.iter().zip(&want_headers) {
             if name == "__debezium.context.runId" {
-                // A fresh UUIDv7 per run: compared by format (design.md §4).
+                // A fresh UUIDv7 per run: compared by format.
                 assert!(
                     is_uuid(have_v) && is_uuid(want_v),
                     "{what}: runId {:?}",

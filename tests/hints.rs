@@ -1,4 +1,4 @@
-//! What the commands tell a new user must be true (issue 29): `import-debezium` keeps what
+//! What the commands tell a new user must be true: `import-debezium` keeps what
 //! protects a connector's connections, and the hints, help and error messages point at what
 //! can work.
 

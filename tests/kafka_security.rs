@@ -154,7 +154,7 @@ async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add_even_with_a_dea
     assert_no_password(&log);
 
     // With a dead-letter topic it may write, the missing ACL still stops the relay: it is a
-    // configuration problem, not a poison row, and a dead letter would hide it (issue 35).
+    // configuration problem, not a poison row, and a dead letter would hide it.
     let config =
         secure_config(&s, kafka, NO_WRITE, "", &format!("[dead_letter]\ntopic = \"{dead}\"\n"));
     let mut relay = RelayProcess::start(&config);

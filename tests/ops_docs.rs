@@ -207,7 +207,7 @@ async fn alert_rules_and_dashboard_name_only_series_a_running_relay_shows() {
     let alerts = alert_exprs();
     let panels = dashboard_exprs();
     let in_alerts: BTreeSet<String> = alerts.iter().flat_map(|(_, e)| promql_names(e)).collect();
-    // What the rules must cover (issue 15): lag in seconds and bytes, retained WAL against
+    // What the rules must cover: lag in seconds and bytes, retained WAL against
     // max_slot_wal_keep_size, delivery errors, not streaming, dead letters.
     for needed in [
         "walrelay_lag_seconds",

@@ -1,4 +1,4 @@
-//! What walrelay reports must be what is (issue 29): `/readyz` and `walrelay_broker_up` follow
+//! What walrelay reports must be what is: `/readyz` and `walrelay_broker_up` follow
 //! the broker itself, and a broker outage is logged once when it starts and once when it ends.
 
 use std::time::{Duration, Instant};

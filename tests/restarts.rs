@@ -1,4 +1,4 @@
-//! The relay, its walsender or PostgreSQL taken away mid-stream (issue 3): the relay killed
+//! The relay, its walsender or PostgreSQL taken away mid-stream: the relay killed
 //! again and again, the walsender terminated, PostgreSQL restarted fast (also while the relay
 //! waits for Kafka's acks), and a second relay standing by on the same slot.
 //!

@@ -1,4 +1,4 @@
-//! Creating the slot while a transaction holds an xid (issue 29): the creation waits, so the
+//! Creating the slot while a transaction holds an xid: the creation waits, so the
 //! relay names the transaction it waits for, `check` and `status` say "creating", and a stop
 //! cancels the creating backend instead of leaving it to hold the slot.
 //!

@@ -1,4 +1,4 @@
-//! Taking over Debezium's slot with Debezium's own offsets (issue 18): what Debezium delivered is
+//! Taking over Debezium's slot with Debezium's own offsets: what Debezium delivered is
 //! skipped, nothing else. No Debezium runs here: "Debezium" delivers rows by writing its offset
 //! in the exact format recorded from Debezium 3.6.3 (tests/fixtures/debezium/offsets), with the
 //! LSNs and transaction ids of this test's database, read from the slot itself.
@@ -354,7 +354,7 @@ async fn takeover_relays_the_whole_transaction_debezium_stopped_in() {
 }
 
 /// The rows of the transaction Debezium stopped in, held back and then released, go out in the
-/// configured envelope like every other row (issue 26, bug 1: they went out in Debezium's).
+/// configured envelope like every other row, not in Debezium's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn takeover_releases_held_rows_in_the_configured_envelope() {
     let s = Setup::new("dbzenvelope").await;

@@ -1,4 +1,4 @@
-//! Trace context across the outbox (issue 28): rows carrying the writer's span context in
+//! Trace context across the outbox: rows carrying the writer's span context in
 //! `tracingspancontext` — as Java `Properties` text, as a bare `traceparent`, none, malformed —
 //! read back from the broker under the Debezium and the CloudEvents binary formats.
 

@@ -1,8 +1,8 @@
 //! Two relays, two databases, one Apache Kafka, both exactly-once with their default progress
-//! topics (issue 33): before, both kept their position in the one `walrelay.progress`, and a
+//! topics: each relay keeps its position in a topic of its own (`walrelay.progress.<slot>`),
+//! read with no consumer group up to where it ended at the start. In one shared topic, a
 //! restarted relay could not read it to its end while the other kept writing (librdkafka's end
-//! of partition never came), so it delivered nothing. Each relay now has its own topic
-//! (`walrelay.progress.<slot>`), read with no consumer group up to where it ended at the start.
+//! of partition never came), and it would deliver nothing.
 
 use std::time::{Duration, Instant};
 

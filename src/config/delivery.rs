@@ -35,7 +35,7 @@ pub struct DeliveryConfig {
     /// The compacted, one-partition topic where each Kafka transaction records the commit LSN
     /// of the last PostgreSQL transaction it holds (key: `transactional_id`). By default the
     /// relay's own, `walrelay.progress.<slot>`: no other producer's open transaction can hold
-    /// back its read (design.md I9).
+    /// back its read.
     pub progress_topic: String,
     /// `progress_topic` was not named: the default, per relay.
     pub progress_topic_defaulted: bool,

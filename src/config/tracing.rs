@@ -1,4 +1,4 @@
-//! `[tracing]`: where the relay's spans go (issue 28). Trace context propagation needs no
+//! `[tracing]`: where the relay's spans go. Trace context propagation needs no
 //! section: it follows the `[router]` `tracing.*` options, Debezium's.
 
 use serde::Deserialize;

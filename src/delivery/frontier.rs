@@ -1,4 +1,4 @@
-//! The ack frontier: up to which WAL position every record is acknowledged (design.md I2, I3, I7).
+//! The ack frontier: up to which WAL position every record is acknowledged.
 //!
 //! Every record sent to Kafka takes the next sequence number. A transaction's Commit is a mark
 //! "after sequence N, the WAL up to `end_lsn` is done". Acks arrive out of order across

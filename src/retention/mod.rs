@@ -1,8 +1,8 @@
 //! Retention: deleting outbox rows (or dropping whole partitions) once their events are
 //! certainly in Kafka — `walrelay purge`, and `[retention]` in `walrelay run`.
 //!
-//! This is the one place walrelay writes to an outbox table (design.md, I4's exception). It never
-//! runs on the streaming path: `walrelay run` purges from a task of its own on a connection of
+//! This is the one place walrelay writes to an outbox table. It never runs on the streaming
+//! path: `walrelay run` purges from a task of its own on a connection of
 //! its own ([`task`]), and a purge that waits or fails never holds the relay loop.
 //!
 //! A run:

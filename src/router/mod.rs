@@ -1,9 +1,9 @@
 //! Debezium Outbox Event Router, byte for byte.
 //!
 //! One committed INSERT into the outbox table becomes one Kafka record exactly as Debezium 3.6.3's
-//! `EventRouter` SMT followed by the configured Kafka Connect converters would produce it
-//! (peers.md §1, design.md §4). So does one logical decoding message (`pg_logical_emit_message`)
-//! whose content is a JSON object of outbox columns, as Debezium's
+//! `EventRouter` SMT followed by the configured Kafka Connect converters would produce it. So
+//! does one logical decoding message (`pg_logical_emit_message`) whose content is a JSON object
+//! of outbox columns, as Debezium's
 //! `DecodeLogicalDecodingMessageContent` followed by the `EventRouter` would (`message.rs`). The
 //! goldens in `tests/fixtures/debezium/` are the reference; the parity tests in
 //! `golden_tests.rs` and `message_golden_tests.rs` replay every fixture row and message through
@@ -37,7 +37,7 @@
 //!   mixing types or number widths, or holding only nulls; a member with an empty name; an
 //!   integer beyond 64 bits; `table.field.event.timestamp` (no JSON value is a timestamp) — is
 //!   refused with a [`RouteError`] saying why, and the relay dead-letters it or stops at it with
-//!   its LSN (design.md I8). Debezium stays down on it, restart after restart.
+//!   its LSN. Debezium stays down on it, restart after restart.
 //! * Content is read as UTF-8 always; Debezium decodes it with the JVM's default charset (UTF-8
 //!   on JDK 18+ and in UTF-8 locales; JDK 17 in a C/POSIX locale turns every non-ASCII byte into
 //!   U+FFFD). Content that is not valid UTF-8 (only possible through the `bytea` form of

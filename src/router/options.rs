@@ -1,7 +1,7 @@
 //! The `[router]` and `[debezium]` configuration sections.
 //!
 //! `[router]` takes the Outbox Event Router's option names verbatim, without the
-//! `transforms.outbox.` prefix, with Debezium's defaults (peers.md §1.1). `[debezium]` holds the
+//! `transforms.outbox.` prefix, with Debezium's defaults. `[debezium]` holds the
 //! connector- and converter-level settings that also shape the bytes: extended headers, the topic
 //! prefix and the Kafka Connect key/value/header converters.
 

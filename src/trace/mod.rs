@@ -1,4 +1,4 @@
-//! Trace context across the outbox (issue 28): the writer's span context read from the row
+//! Trace context across the outbox: the writer's span context read from the row
 //! ([`context`]), carried on as W3C `traceparent` / `tracestate` by the record, and, when
 //! `[tracing] otlp_endpoint` is set, one span per relayed event exported over OTLP/HTTP
 //! ([`export`]).

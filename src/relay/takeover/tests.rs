@@ -255,7 +255,7 @@ fn takeover_replaying_the_recorded_stop_mid_transaction_relays_that_transaction_
 }
 
 /// Held rows are encoded as every other row is: released, they are in the configured format
-/// (issue 26, bug 1: they were the router's Debezium records).
+/// (not the router's Debezium records).
 #[test]
 fn takeover_holds_rows_in_the_configured_envelope() {
     let mut encoder = encoder("cloudevents-binary");
