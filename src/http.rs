@@ -280,11 +280,19 @@ fn relay_stalled(m: &Metrics) -> Option<String> {
 /// Why the relay is not ready, or `None` when it is. A stand-by relay (waiting for the slot
 /// another one streams from) is not: see docs/operations.md, "Kubernetes".
 fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String> {
+    // The broker first: an outage ends sessions too, and "not streaming" would then hide
+    // the cause behind its effect.
+    if let Some(why) = m.login_refused() {
+        return Some(why);
+    }
+    if let Some(down) = m.broker_down_for() {
+        return Some(format!("no Kafka broker reachable for {} s", down.as_secs()));
+    }
     if !m.streaming.load(Relaxed) {
         return Some("not streaming from the slot".into());
     }
     if !m.broker_up.load(Relaxed) {
-        return Some("no Kafka broker reachable".into());
+        return Some("no Kafka broker has answered yet".into());
     }
     // A broker that accepts connections but does not answer (hung, overloaded) still reads as
     // reachable for a few seconds; records waiting this long say it plainly.

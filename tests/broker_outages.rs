@@ -23,7 +23,8 @@ use crate::support::{free_port, services, wait_until};
 /// A private broker frozen (SIGSTOP) for 15 s, five times `message.timeout.ms` and longer than
 /// `wal_sender_timeout` (10 s): the slot is never confirmed past the first unacknowledged
 /// transaction, no walsender of the relay is timed out by PostgreSQL, the outage is logged, and
-/// after SIGCONT everything arrives, in commit order per aggregate.
+/// after SIGCONT everything arrives, in commit order per aggregate. The outage is logged once
+/// and measured whole, though each session's producer sees only its part.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
     const HANG: Duration = Duration::from_secs(15);
@@ -59,14 +60,15 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
     let mut samples = Vec::new(); // (confirmed, active pid)
     let mut walsenders = HashSet::new();
     let mut readyz = HashSet::new();
+    let mut bodies = HashSet::new();
     while hung_at.elapsed() < HANG {
         let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
         let pid = slot_active_pid(&s.db.url, &s.slot).await;
         walsenders.extend(pid);
         samples.push((confirmed, pid));
-        if let Some(status) =
-            http_get(http, "/readyz").await.and_then(|r| r.lines().next().map(str::to_string))
-        {
+        if let Some(response) = http_get(http, "/readyz").await {
+            let status = response.lines().next().unwrap_or_default().to_string();
+            bodies.insert(response.lines().last().unwrap_or_default().to_string());
             readyz.insert(status);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -120,6 +122,12 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
         "/readyz stayed ready during the outage: {readyz:?}"
     );
     assert!(errors_during.unwrap_or(0.0) >= 1.0, "no delivery error counted in /metrics");
+    // The cause stays the broker while sessions end and start again because of it.
+    println!("during the hang /readyz said {bodies:?}");
+    assert!(
+        !bodies.iter().any(|b| b.contains("not streaming")),
+        "/readyz named an effect of the outage, not its cause: {bodies:?}"
+    );
     let outage: Vec<&str> =
         log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
     println!(
@@ -131,8 +139,33 @@ async fn broker_hung_longer_than_message_timeout_relay_resumes_without_loss() {
         outage.iter().any(|l| l.contains("kafka did not acknowledge") || l.contains("timed out")),
         "the outage was not logged:\n{log}"
     );
+    // One outage, however many sessions it spanned, is logged once each way and measured
+    // from the first failed probe to the first answer.
+    let again = wait_until("the broker logged reachable again", Duration::from_secs(20), || {
+        let found = relay.log().contains("kafka broker reachable again");
+        async move { found }
+    })
+    .await;
+    let log = relay.log();
+    assert!(again, "no \"reachable again\" line after SIGCONT:\n{log}");
+    let unreachable = log.matches("kafka broker unreachable").count();
+    let unreachable_for = outage_seconds(&log);
+    println!("the outage spanned {sessions} sessions: {unreachable} \"unreachable\" line(s), reachable again after {unreachable_for:?} s");
+    assert_eq!(unreachable, 1, "one outage logged as {unreachable} outages:\n{log}");
+    let least = HANG.as_secs() - 4;
+    assert!(
+        unreachable_for.is_some_and(|s| s >= least && s <= HANG.as_secs() + 30),
+        "a {HANG:?} outage measured as {unreachable_for:?} s (expected at least {least} s):\n{log}"
+    );
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
+}
+
+/// `unreachable_for_s` of the relay's "kafka broker reachable again" line.
+fn outage_seconds(log: &str) -> Option<u64> {
+    let line = log.lines().find(|l| l.contains("kafka broker reachable again"))?;
+    let value = line.split("unreachable_for_s=").nth(1)?;
+    value.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// The relay starts while nothing listens on its bootstrap address: it streams, fails the

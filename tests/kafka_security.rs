@@ -12,9 +12,9 @@ use rdkafka::bindings::rd_kafka_AclOperation_t::{
 
 use crate::common::{ids, Setup};
 use crate::support::broker::Kind;
-use crate::support::process::{walrelay_async, RelayProcess};
+use crate::support::process::{http_get, walrelay_async, RelayProcess};
 use crate::support::secure_kafka::{Acl, Login, Resource, SecureKafka, ADMIN, NO_WRITE, RELAY};
-use crate::support::{services, wait_until};
+use crate::support::{free_port, services, wait_until};
 
 /// A relay configuration for `s` against the secure node's SASL_SSL listener as `login`.
 /// `router` and `extra` as in [`Setup::config_with`].
@@ -176,33 +176,87 @@ async fn a_missing_write_acl_stops_the_relay_with_the_acl_to_add_even_with_a_dea
     assert_no_password(&log);
 }
 
-/// A wrong password: librdkafka's SASL authentication fails and says so in walrelay's log, the
-/// records time out unacknowledged and the session ends without confirming any of them, and the
-/// password is printed nowhere.
+/// A replay the broker refuses (no WRITE ACL on `--to-topic`) stops with the `kafka-acls.sh`
+/// line that grants it, and its progress counts acknowledgements: it never reads 100 %.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_is_refused_clearly_and_confirms_nothing() {
+async fn a_replay_refused_for_a_missing_acl_names_the_acl_and_never_shows_full_progress() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_replay").await;
+    let side = format!("{}_side", s.topic_prefix);
+    kafka.create_topic(&side, 1).await;
+    kafka
+        .allow(&[
+            Acl::allow(NO_WRITE, DESCRIBE, Resource::TopicsPrefixed(side.clone())),
+            Acl::allow(NO_WRITE, IDEMPOTENT_WRITE, Resource::Cluster),
+        ])
+        .await;
+    kafka.wait_visible(NO_WRITE, &[&side]).await;
+    crate::replay::insert_aged(&s.db, "Order", 20, 30).await;
+    let config = secure_config(&s, kafka, NO_WRITE, "", "");
+    let run =
+        walrelay_async(&["replay", "--since", "1h", "--to-topic", &side, "--yes"], Some(&config))
+            .await;
+    println!("replay without WRITE: exit {:?}\n{}", run.code, run.stderr.trim());
+    assert_eq!(run.code, Some(1), "{run}");
+    for needle in ["refused", "kafka-acls.sh", "User:nowrite", "--operation Write", &side] {
+        assert!(run.stderr.contains(needle), "the refusal does not name {needle:?}: {run}");
+    }
+    assert!(!run.stderr.contains("(100%)"), "a refused replay showed full progress: {run}");
+    assert!(kafka.consume(&[&side], 1, Duration::from_secs(3)).await.is_empty());
+    assert_no_password(&run.stdout);
+    assert_no_password(&run.stderr);
+}
+
+/// A wrong password: every attempt window (a session, until its records time out) says it in
+/// one line that names SASL, the user and the variable that holds the password; the session's
+/// end and `/readyz` name the same cause, never "broker unreachable". No record is confirmed,
+/// and the password is printed nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_said_once_per_attempt_naming_sasl_the_user_and_the_variable() {
     const WRONG: Login = Login { user: "walrelay", password: "not-the-password-3e7f" };
+    const CLEAR: &str = "kafka refuses walrelay's SASL login as user walrelay (SCRAM-SHA-512)";
     let kafka = SecureKafka::get().await;
     let s = Setup::new("sec_badpw").await;
     kafka.create_topic(&s.topic("Order"), 4).await;
     kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
-    let config = secure_config(&s, kafka, WRONG, "", "")
-        .replace("\"message.timeout.ms\" = 20000", "\"message.timeout.ms\" = 5000");
+    let http = free_port();
+    let config =
+        secure_config(&s, kafka, WRONG, "", &format!("[http]\nlisten = \"127.0.0.1:{http}\"\n"))
+            .replace("\"message.timeout.ms\" = 20000", "\"message.timeout.ms\" = 5000");
     let mut relay = RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;
     let sent = s.insert_events("Order", "o-1", 3).await;
-    let said = relay.wait_for_log("SASL authentication", Duration::from_secs(30)).await;
+    let said = relay.wait_for_log(CLEAR, Duration::from_secs(30)).await;
+    assert!(said, "no line naming the refused SASL login within 30 s:\n{}", relay.log());
+    let readyz = http_get(http, "/readyz").await.unwrap_or_default();
+    // Two attempt windows: the records time out (message.timeout.ms) and the session ends,
+    // confirming nothing, twice.
+    let two = wait_until("two sessions ended", Duration::from_secs(60), || {
+        let n = relay.log().matches("relay session ended").count();
+        async move { n >= 2 }
+    })
+    .await;
     let log = relay.log();
-    let line = log.lines().find(|l| l.contains("SASL authentication")).unwrap_or_default();
-    println!("wrong password: {line}");
-    assert!(said, "no SASL authentication error within 30 s:\n{log}");
-    assert!(line.contains("invalid credentials"), "{line}");
-    // The records time out (message.timeout.ms) and the session ends, confirming nothing.
-    let ended = relay.wait_for_log("relay session ended", Duration::from_secs(30)).await;
-    let log = relay.log();
-    let ended_line = log.lines().find(|l| l.contains("relay session ended")).unwrap_or_default();
-    println!("wrong password: {ended_line}");
-    assert!(ended, "the session never gave up on its records:\n{log}");
+    assert!(two, "the sessions never gave up on their records:\n{log}");
+    let loud: Vec<&str> =
+        log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    println!("wrong password: /readyz {:?}", readyz.lines().last().unwrap_or_default());
+    println!("wrong password, the relay's warnings and errors:\n{}", loud.join("\n"));
+    // The clear line itself, at ERROR; the session's end repeats its cause in its own line.
+    let clear = loud.iter().filter(|l| l.contains(" ERROR ") && l.contains(CLEAR)).count();
+    let sessions = log.matches("relay session ended").count();
+    let first = loud.iter().find(|l| l.contains(CLEAR)).copied().unwrap_or_default();
+    assert!(first.contains("WALRELAY_KAFKA_SASL__PASSWORD"), "{first}");
+    assert!(first.contains("invalid credentials"), "librdkafka's reason is left out: {first}");
+    assert!(
+        (1..=sessions + 1).contains(&clear),
+        "{clear} lines naming the login for {sessions} attempt windows:\n{log}"
+    );
+    // The source's own warnings (the slot is no failover slot here) are not about Kafka.
+    let unclear: Vec<&&str> =
+        loud.iter().filter(|l| !l.contains("SASL") && !l.contains("walrelay::source")).collect();
+    assert!(unclear.is_empty(), "lines that do not name the refused login: {unclear:#?}");
+    assert!(readyz.contains(" 503 ") && readyz.contains(CLEAR), "/readyz: {readyz}");
     relay.kill();
     wait_released(&s).await;
     let confirmed = s.db.confirmed_flush_lsn(&s.slot).await;

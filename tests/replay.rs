@@ -203,13 +203,17 @@ async fn replay_dry_run_counts_per_topic_and_bad_input_is_refused_with_nothing_s
             &["--since", "1h", "--aggregate-type", "Nope"],
             "no outbox rows match the selection",
         ),
-        (&config, &["--since", "1h", "--column", "nope"], "has no column nope"),
+        (
+            &config,
+            &["--since", "1h", "--column", "nope"],
+            "has no column nope, which --column names",
+        ),
         (&retained, &["--since", "2h"], "--since reaches before what [retention] keeps"),
         (&config, &["--id", "not-a-uuid"], "\"not-a-uuid\" is not a UUID"),
         (
             &config,
-            &["--since", "yesterday-ish"],
-            "--since \"yesterday-ish\" is neither a duration nor a time",
+            &["--since", "2026-12-02", "--until", "2026-12-01"],
+            "--until (2026-12-01) is not after --since (2026-12-02)",
         ),
         (&config, &["--since", "1h", "--id", "x"], "select rows two ways at once"),
         (&tableless, &["--since", "1h"], "logical decoding messages (the table-less outbox)"),
@@ -229,6 +233,40 @@ async fn replay_dry_run_counts_per_topic_and_bad_input_is_refused_with_nothing_s
     )
     .await;
     assert!(sent.is_empty(), "a refused replay sent {sent:?}");
+}
+
+/// Input that is not a duration, a time or a topic name is refused by the command line (exit 2,
+/// as every command's bad input), with the one rule for durations `purge` also gives, before
+/// anything connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_refuses_what_is_neither_a_duration_nor_a_time_and_an_illegal_topic_with_exit_2() {
+    let s = Setup::new("replayargs").await;
+    insert_aged(&s.db, "Order", 3, 30).await;
+    let config = s.config();
+    for bad in ["5x", "1.5h", "90", "yesterday-ish"] {
+        for flag in ["--since", "--until"] {
+            let run = replay(&config, &[flag, bad, "--dry-run"]).await;
+            println!("{flag} {bad}: {}", run.stderr.trim());
+            assert_eq!(run.code, Some(2), "{flag} {bad}: {run}");
+            assert!(run.stderr.contains(&format!("{bad:?} is not a duration")), "{run}");
+            assert!(run.stderr.contains("RFC 3339"), "{run}");
+            assert!(!run.stderr.to_lowercase().contains("datestyle"), "{run}");
+        }
+    }
+    let purge =
+        walrelay_async(&["purge", "--older-than", "1.5h", "--dry-run"], Some(&config)).await;
+    assert_eq!(purge.code, Some(2), "{purge}");
+    assert!(purge.stderr.contains("\"1.5h\" is not a duration"), "{purge}");
+
+    let run = replay(&config, &["--since", "1h", "--to-topic", "bad topic!", "--dry-run"]).await;
+    println!("--to-topic 'bad topic!': {}", run.stderr.trim());
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("not a legal Kafka topic name: it contains ' '"), "{run}");
+    assert!(!run.stdout.contains("would send"), "{run}");
+
+    let run = replay(&config, &["--since", "1h", "--until", "2h", "--dry-run"]).await;
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("--until (2h ago) is not after --since (1h ago)"), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +295,8 @@ async fn replay_keeps_to_its_rate_and_prints_progress_lines_off_a_terminal() {
         .unwrap_or_else(|| panic!("no rate in {run}"));
     assert!((800..=1_010).contains(&rate), "rate {rate}/s");
     assert!(
-        !progress.is_empty() && progress.last().unwrap().contains("3,000/3,000 events (100%)"),
+        !progress.is_empty()
+            && progress.last().unwrap().contains("3,000/3,000 events acknowledged (100%)"),
         "{run}"
     );
     assert_eq!(read_topic(&side, 3_000, Duration::from_secs(60)).await.len(), 3_000);

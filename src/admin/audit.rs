@@ -71,12 +71,9 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         eprintln!("error: nothing to audit: this relay's events are logical decoding messages (the table-less outbox), which are in no table — fix: audit a relay of an outbox table kept by [retention] keep");
         return ExitCode::FAILURE;
     }
-    if let (TimeBound::Ago(since), Some(TimeBound::Ago(until))) = (&args.since, &args.until) {
-        if until >= since {
-            eprintln!("error: --until ({} ago) is not after --since ({} ago): the window is empty — fix: give --until a later time (a shorter duration) than --since",
-                crate::duration::format(*until), crate::duration::format(*since));
-            return ExitCode::from(2);
-        }
+    if let Some(why) = replay::inverted_window(Some(&args.since), args.until.as_ref()) {
+        eprintln!("error: {why}");
+        return ExitCode::from(2);
     }
     let selection = Selection {
         since: Some(args.since.clone()),

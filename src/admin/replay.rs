@@ -44,7 +44,7 @@ pub struct Args {
     #[arg(long)]
     column: Option<String>,
     /// Send every event to this topic instead of the one the router picks.
-    #[arg(long)]
+    #[arg(long, value_parser = topic_name)]
     to_topic: Option<String>,
     /// At most this many events per second, so the live relay keeps its share of the broker.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -60,12 +60,22 @@ pub struct Args {
     metrics_listen: Option<SocketAddr>,
 }
 
+/// `--to-topic`: a name Kafka would refuse is refused here, before a dry run says it would send.
+fn topic_name(text: &str) -> Result<String, String> {
+    crate::router::validate_topic(text)
+        .map(|()| text.to_string())
+        .map_err(|why| format!("not a legal Kafka topic name: {why}"))
+}
+
 impl Args {
     pub fn config(&self) -> &std::path::Path {
         &self.config
     }
 
     fn options(&self) -> Result<Options, String> {
+        if let Some(why) = replay::inverted_window(self.since.as_ref(), self.until.as_ref()) {
+            return Err(why);
+        }
         let mut ids = self.id.clone();
         if let Some(file) = &self.ids {
             let text = std::fs::read_to_string(file)
@@ -145,7 +155,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let _ = std::io::stdout().flush();
-    let mut shown = Shown::new(std::io::stderr().is_terminal());
+    let mut shown = Shown::new(std::io::stderr().is_terminal(), args.dry_run);
     let tracing_id = replay.replay_id.clone();
     match replay.run(metrics.clone(), &mut |p| shown.show(p)).await {
         Ok(summary) => {
@@ -211,13 +221,16 @@ pub fn render(s: &Summary) -> String {
 /// Progress on stderr: a bar redrawn in place on a terminal, a line every few seconds otherwise.
 struct Shown {
     terminal: bool,
+    /// What `done` counts: events routed (a dry run) or acknowledged by the broker.
+    counted: &'static str,
     last: Option<Instant>,
     drawn: bool,
 }
 
 impl Shown {
-    fn new(terminal: bool) -> Shown {
-        Shown { terminal, last: None, drawn: false }
+    fn new(terminal: bool, dry_run: bool) -> Shown {
+        let counted = if dry_run { "routed" } else { "acknowledged" };
+        Shown { terminal, counted, last: None, drawn: false }
     }
 
     fn show(&mut self, p: Progress) {
@@ -233,15 +246,17 @@ impl Shown {
             const WIDTH: u64 = 30;
             let filled = (p.done * WIDTH / p.total.max(1)).min(WIDTH) as usize;
             eprint!(
-                "\r[{}{}] {:>3}% {done_n}/{total} events, {rate}/s ",
+                "\r[{}{}] {:>3}% {done_n}/{total} events {}, {rate}/s ",
                 "#".repeat(filled),
                 " ".repeat(WIDTH as usize - filled),
-                p.done * 100 / p.total.max(1)
+                p.done * 100 / p.total.max(1),
+                self.counted
             );
             self.drawn = true;
         } else {
             eprintln!(
-                "replay: {done_n}/{total} events ({}%), {rate} events/s",
+                "replay: {done_n}/{total} events {} ({}%), {rate} events/s",
+                self.counted,
                 p.done * 100 / p.total.max(1)
             );
         }

@@ -81,18 +81,8 @@ pub(super) fn parse_dead_letter(
     const S: &str = "dead_letter";
     let raw: RawDeadLetter = section::from_options(S, opts)?;
     let topic = required(S, raw.topic, "topic", "set topic = \"walrelay.dead_letter\"")?;
-    let legal = !topic.is_empty()
-        && topic.len() <= 249
-        && topic != "."
-        && topic != ".."
-        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if !legal {
-        return Err(invalid(
-            S,
-            "topic",
-            &topic,
-            "not a legal Kafka topic name: [a-zA-Z0-9._-], at most 249 characters",
-        ));
+    if let Err(why) = crate::router::validate_topic(&topic) {
+        return Err(invalid(S, "topic", &topic, &format!("not a legal Kafka topic name: {why}")));
     }
     let max_value_bytes =
         usize::try_from(raw.max_value_bytes.unwrap_or(64 * 1024)).unwrap_or(usize::MAX);

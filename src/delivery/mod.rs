@@ -388,7 +388,10 @@ impl Delivery {
                          (NOT_ENOUGH_REPLICAS) until enough replicas are back in sync",
                         short.join(", ")
                     ),
-                    _ => format!("kafka did not acknowledge record #{seq}"),
+                    _ => match self.metrics.login_refused() {
+                        Some(why) => format!("kafka did not acknowledge record #{seq}: {why}"),
+                        None => format!("kafka did not acknowledge record #{seq}"),
+                    },
                 };
                 Err(Error::transient(what, error))
             }

@@ -10,22 +10,21 @@ use std::time::{Duration, Instant};
 use rdkafka::bindings as rdsys;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Headers;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Message};
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
+mod context;
 mod reachability;
 mod topics;
 
-use super::fault::Fault;
+pub use self::context::RelayContext;
+
 use super::frontier::Seq;
 use crate::config::KafkaConfig;
 use crate::error::{Error, Result};
@@ -77,60 +76,6 @@ impl Refused {
     }
 }
 
-pub struct RelayContext {
-    /// Reports the callbacks produced, until [`Publisher::serve_reports`] hands them over. The
-    /// callbacks run on the relay's thread, inside that serve, except while a transactional call
-    /// flushes (on its own thread) or the producer is dropped; either way one report per record
-    /// in flight at most, which the in-flight limits bound (I7).
-    reports: Mutex<Vec<Report>>,
-    /// How much of a refused record's value to keep for its dead letter.
-    capture_bytes: usize,
-    /// The broker acknowledged a record of this producer (ends the start-up metadata requests).
-    acked: AtomicBool,
-    /// librdkafka repeats a failing connection's error at every reconnect (several a second
-    /// with the broker down): each kind is logged once per [`QUIET_FOR`], with a count of
-    /// the repeats left out.
-    quiet: Mutex<HashMap<String, Quieted>>,
-}
-
-/// How long a repeated librdkafka error or log line stays out of the log.
-const QUIET_FOR: Duration = Duration::from_secs(60);
-
-struct Quieted {
-    logged: Instant,
-    repeats: u64,
-}
-
-impl RelayContext {
-    /// Whether a line of this kind goes to the log now; `Some(n)`: yes, after `n` repeats
-    /// left out since the last one.
-    fn admit(&self, kind: &str) -> Option<u64> {
-        let mut quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        match quiet.get_mut(kind) {
-            Some(q) if now.duration_since(q.logged) < QUIET_FOR => {
-                q.repeats += 1;
-                None
-            }
-            Some(q) => {
-                let repeats = std::mem::take(&mut q.repeats);
-                q.logged = now;
-                Some(repeats)
-            }
-            None => {
-                quiet.insert(kind.to_string(), Quieted { logged: now, repeats: 0 });
-                Some(0)
-            }
-        }
-    }
-}
-
-/// Errors that no retry can cure for this record, as its delivery report says: the record's
-/// own (dead letter or stop) and a missing ACL (stop), by the one classification.
-fn is_permanent(error: &KafkaError) -> bool {
-    matches!(super::fault::classify(error), Fault::Record | Fault::Authorization)
-}
-
 /// The fix for a record refused because an ACL is missing, naming the ACL; `None` for the
 /// other permanent errors. `topic` is the resource refused: the record's topic, or for a
 /// transactional call the transactional id. `principal` is who walrelay authenticates as (`User:walrelay`).
@@ -161,98 +106,6 @@ pub fn principal(kafka: &KafkaConfig) -> String {
     match kafka.properties.get("sasl.username") {
         Some(user) if !user.is_empty() => format!("User:{user}"),
         _ => "walrelay's principal".to_string(),
-    }
-}
-
-impl RelayContext {
-    fn collect(&self, report: Report) {
-        self.reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
-    }
-}
-
-impl ClientContext for RelayContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        // Connection failures arrive here and again through `error` below: they are logged
-        // there, rate-limited, and the outage itself by the reachability probe.
-        if matches!(fac, "FAIL" | "ERROR") {
-            tracing::debug!(target: "librdkafka", fac, "{message}");
-            return;
-        }
-        // The records of a transaction this relay aborts fail as "Purged": that is the abort.
-        if message.contains("in state BeginAbort")
-            || message.contains("in state AbortingTransaction")
-        {
-            tracing::debug!(target: "librdkafka", fac, "{message}");
-            return;
-        }
-        // Asked for with `[kafka] debug`: every line, none left out as a repeat.
-        if matches!(level, RDKafkaLogLevel::Debug) {
-            tracing::debug!(target: "librdkafka", fac, "{message}");
-            return;
-        }
-        let Some(repeats) = self.admit(fac) else { return };
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", fac, repeats, "{message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", fac, repeats, "{message}")
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", fac, repeats, "{message}")
-            }
-            RDKafkaLogLevel::Debug => {}
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        let code = error.rdkafka_error_code();
-        if code == Some(RDKafkaErrorCode::Fatal) {
-            self.collect(Report::Fatal(format!("{error}: {reason}")));
-        } else if code == Some(RDKafkaErrorCode::AllBrokersDown) {
-            // The reachability probe logs the outage and its end, once each.
-            tracing::debug!(%error, reason, "kafka client error");
-        } else if let Some(repeats) = self.admit(&format!("{code:?}")) {
-            // Transport errors are retried by librdkafka; the relay only acts on delivery
-            // reports.
-            tracing::warn!(%error, reason, repeats, "kafka client error (repeats of it are logged once a minute)");
-        }
-    }
-}
-
-impl ProducerContext for RelayContext {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, seq: usize) {
-        let seq = seq as Seq;
-        let report = match result {
-            Ok(m) => {
-                self.acked.store(true, Relaxed);
-                Report::Delivered { seq, partition: m.partition(), offset: m.offset() }
-            }
-            Err((error, m)) if is_permanent(error) => {
-                let event_id = m.headers().and_then(|h| {
-                    h.iter()
-                        .find(|h| h.key == "id")
-                        .and_then(|h| h.value)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                });
-                let record = Refused {
-                    topic: Arc::from(m.topic()),
-                    key: m.key().map(bytes::Bytes::copy_from_slice),
-                    value: m.payload().map(|v| {
-                        bytes::Bytes::copy_from_slice(&v[..v.len().min(self.capture_bytes)])
-                    }),
-                    event_id,
-                };
-                Report::Rejected { seq, error: error.clone(), record: Box::new(record) }
-            }
-            Err((error, _)) => Report::Failed { seq, error: error.clone() },
-        };
-        self.collect(report);
     }
 }
 
@@ -375,12 +228,7 @@ impl Publisher {
         } else {
             RDKafkaLogLevel::Warning
         });
-        let context = RelayContext {
-            reports: Mutex::new(Vec::new()),
-            capture_bytes,
-            acked: AtomicBool::new(false),
-            quiet: Mutex::new(HashMap::new()),
-        };
+        let context = RelayContext::new(kafka, capture_bytes, metrics.clone());
         let producer: BaseProducer<RelayContext> = cfg.create_with_context(context).map_err(|e| {
             Error::definite(
                 format!("librdkafka rejected the [kafka] configuration: {}", kafka.describe_librdkafka_error(&e)),
@@ -399,7 +247,7 @@ impl Publisher {
         let warm = Arc::clone(&producer);
         std::thread::spawn(move || {
             let deadline = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < deadline && !warm.context().acked.load(Relaxed) {
+            while Instant::now() < deadline && !warm.context().has_acked() {
                 let _ = warm.client().fetch_metadata(None, Duration::from_millis(250));
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -436,8 +284,7 @@ impl Publisher {
         if self.queue.len() > 0 {
             self.queue.ready.notify_one();
         }
-        let context = self.producer.context();
-        reports.extend(context.reports.lock().unwrap_or_else(|e| e.into_inner()).drain(..));
+        self.producer.context().take_reports(reports);
     }
 
     /// The partitions of `topic` with fewer in-sync replicas than replicas (under-replicated),
@@ -566,7 +413,9 @@ mod tests {
         let woke = tokio::time::timeout(Duration::from_secs(20), publisher.reports_ready()).await;
         assert!(woke.is_ok(), "librdkafka never signalled its queue");
         // Signalled, but nothing was served behind this thread's back: no polling thread.
-        assert!(publisher.producer.context().reports.lock().unwrap().is_empty());
+        let mut served = VecDeque::new();
+        publisher.producer.context().take_reports(&mut served);
+        assert!(served.is_empty());
         publisher.queue.ready.notify_one();
         let mut seqs = delivered(&publisher, 1_000).await;
         seqs.sort_unstable();

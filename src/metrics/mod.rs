@@ -11,6 +11,7 @@ pub mod process;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -26,6 +27,15 @@ const BUCKETS: [f64; 32] = [
     0.0175, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
     10.0, 30.0, 60.0,
 ];
+
+/// A broker outage as the reachability probe saw it.
+#[derive(Debug)]
+pub struct Outage {
+    /// When the first failed probe was sent.
+    pub since: Instant,
+    /// Whether it was logged yet.
+    pub said: bool,
+}
 
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -58,6 +68,12 @@ pub struct Metrics {
     pub streaming: AtomicBool,
     /// A broker answered the producer's last metadata probe (`delivery::producer::reachability`).
     pub broker_up: AtomicBool,
+    /// The current broker outage, across sessions; `None` while a broker answers. Kept by
+    /// `delivery::producer::reachability` only.
+    pub broker_outage: Mutex<Option<Outage>>,
+    /// Why the broker refuses the producer's SASL login, with the fix, while it does: set by
+    /// the producer's error callback, cleared by the next probe a broker answers.
+    pub broker_login_refused: Mutex<Option<String>>,
     /// The last delivery report was a failure and no record has been acknowledged since. Kept
     /// across sessions: a broker that refuses records (NOT_ENOUGH_REPLICAS) answers metadata
     /// requests, so `broker_up` alone would call the relay ready while nothing gets through.
@@ -143,6 +159,20 @@ impl Metrics {
     }
 
     /// Where the relay stands in the WAL, all of it from one moment.
+    /// How long the current broker outage has lasted, `None` while a broker answers.
+    pub fn broker_down_for(&self) -> Option<std::time::Duration> {
+        self.broker_outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|o| o.since.elapsed())
+    }
+
+    /// Why the broker refuses the producer's login, while it does.
+    pub fn login_refused(&self) -> Option<String> {
+        self.broker_login_refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub fn positions(&self) -> Positions {
         *self.positions.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::router::{Binding, RawColumn, Record};
 use crate::source::{self, catalog, Control};
 
-pub use self::read::{index_for, order as read_order, Commit, Order};
+pub use self::read::{index_for, order as read_order, Commit, Order, TimeColumn};
 
 /// The header every replayed record carries: the replay's own id (a UUIDv7).
 pub const REPLAY_HEADER: &str = "walrelay.replay";
@@ -48,14 +48,59 @@ pub enum TimeBound {
 }
 
 impl TimeBound {
-    /// `6h` / `30m` / `7d` is a duration; anything else is a time PostgreSQL parses.
+    /// `6h` / `30m` / `7d` is a duration ([`crate::duration::parse`], as `purge` reads one); text
+    /// that starts with a date (`2026-12-01`, `2026-12-01T10:00:00Z`) or is `now`, `today` or
+    /// `yesterday` is a time, which PostgreSQL then reads. Anything else (`5x`, `1.5h`, `90`) is
+    /// refused here, with the duration's rule, rather than handed to PostgreSQL, whose error
+    /// would be about date styles.
     pub fn parse(text: &str) -> std::result::Result<TimeBound, String> {
-        match crate::duration::parse(text) {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(
+                "empty: give a duration before now (30m, 6h, 7d) or a time (2026-12-01T10:00:00Z)"
+                    .into(),
+            );
+        }
+        match crate::duration::parse(trimmed) {
             Ok(d) => Ok(TimeBound::Ago(d)),
-            Err(_) if text.trim().is_empty() => Err("empty: give a time or a duration".into()),
-            Err(_) => Ok(TimeBound::At(text.trim().to_string())),
+            Err(_) if starts_with_date(trimmed) => Ok(TimeBound::At(trimmed.to_string())),
+            Err(_)
+                if ["now", "today", "yesterday"]
+                    .contains(&trimmed.to_ascii_lowercase().as_str()) =>
+            {
+                Ok(TimeBound::At(trimmed.to_string()))
+            }
+            Err(not_a_duration) => Err(format!(
+                "{not_a_duration}; or a time, an RFC 3339 date and time like 2026-12-01T10:00:00Z"
+            )),
         }
     }
+}
+
+/// Why a window of two durations is empty (`--since 1h --until 2h`), known before connecting;
+/// windows with a time in them are checked by PostgreSQL when the replay or audit opens.
+pub fn inverted_window(since: Option<&TimeBound>, until: Option<&TimeBound>) -> Option<String> {
+    let (Some(TimeBound::Ago(since)), Some(TimeBound::Ago(until))) = (since, until) else {
+        return None;
+    };
+    (until >= since).then(|| {
+        format!(
+            "--until ({} ago) is not after --since ({} ago): the window is empty; give --until a shorter duration than --since",
+            crate::duration::format(*until),
+            crate::duration::format(*since)
+        )
+    })
+}
+
+/// `YYYY-MM-DD` at the start: the only way a time given to replay or audit begins.
+fn starts_with_date(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b'-'
+        && b[8..10].iter().all(u8::is_ascii_digit)
 }
 
 /// Which rows a replay sends.
@@ -93,6 +138,8 @@ pub struct Options {
 /// How far a replay got, after each batch.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
+    /// Events the broker acknowledged (routed, in a dry run): a send is not progress until
+    /// the broker took it, so a refused replay never shows 100 %.
     pub done: u64,
     pub total: u64,
     pub elapsed: Duration,
@@ -123,7 +170,7 @@ pub struct Replay<'c> {
     control: Control,
     tables: Vec<read::TableRead>,
     /// The timestamp column.
-    column: String,
+    column: TimeColumn,
     pub order: Order,
     /// Rows the selection holds in the snapshot, over every table.
     pub total: u64,
@@ -156,12 +203,16 @@ impl<'c> Replay<'c> {
                 "pass either event ids or a time window; narrow either with --aggregate-type and --aggregate-id",
             ));
         }
-        let column = opts.column.clone().unwrap_or_else(|| {
-            config
-                .retention
-                .as_ref()
-                .map_or(RetentionConfig::DEFAULT_COLUMN.to_string(), |r| r.column.clone())
-        });
+        let column = match &opts.column {
+            Some(name) => TimeColumn { name: name.clone(), named_by: "--column" },
+            None => TimeColumn {
+                name: config
+                    .retention
+                    .as_ref()
+                    .map_or(RetentionConfig::DEFAULT_COLUMN.to_string(), |r| r.column.clone()),
+                named_by: crate::retention::RETENTION_COLUMN,
+            },
+        };
         let control = source::connect(&config.source).await?;
         let tables = catalog::outbox_tables(&control, &config.outbox.tables).await?;
         let order = read::order(&control).await?;
@@ -213,7 +264,7 @@ impl<'c> Replay<'c> {
 
     /// The order rows go in, in words.
     pub fn order_text(&self) -> String {
-        self.order.describe(&self.column, &self.config.router.field_event_id)
+        self.order.describe(&self.column.name, &self.config.router.field_event_id)
     }
 
     /// The index each table is read by, for the operator (`None`: no index, a full scan).
@@ -250,10 +301,12 @@ impl<'c> Replay<'c> {
             if let Some(sender) = sender.as_mut() {
                 sender.serve()?;
             }
-            progress(Progress { done, total: self.total, elapsed: started.elapsed() });
+            let acked = sender.as_ref().map_or(done, send::Sender::delivered);
+            progress(Progress { done: acked, total: self.total, elapsed: started.elapsed() });
         }
         if let Some(sender) = sender.as_mut() {
             sender.flush().await?;
+            progress(Progress { done, total: self.total, elapsed: started.elapsed() });
         }
         self.close().await;
         Ok(Summary {
@@ -403,6 +456,28 @@ mod tests {
             Ok(TimeBound::At("2026-12-01T10:00:00Z".into()))
         );
         assert!(TimeBound::parse(" ").is_err());
+        assert_eq!(TimeBound::parse("2026-12-01"), Ok(TimeBound::At("2026-12-01".into())));
+        assert_eq!(TimeBound::parse("now"), Ok(TimeBound::At("now".into())));
+    }
+
+    #[test]
+    fn replay_time_bound_refuses_what_is_neither_with_the_duration_rule() {
+        for bad in ["5x", "1.5h", "90", "6 hours", "12/01/2026", "1h30m"] {
+            let err = TimeBound::parse(bad).unwrap_err();
+            assert!(err.contains("is not a duration") && err.contains("RFC 3339"), "{bad}: {err}");
+            assert!(!err.to_lowercase().contains("datestyle"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_window_of_two_durations_is_empty_when_until_is_not_after_since() {
+        let ago = |s| TimeBound::Ago(Duration::from_secs(s));
+        let why = inverted_window(Some(&ago(3600)), Some(&ago(7200))).unwrap();
+        assert!(why.starts_with("--until (2h ago) is not after --since (1h ago)"), "{why}");
+        assert!(inverted_window(Some(&ago(3600)), Some(&ago(3600))).is_some());
+        assert_eq!(inverted_window(Some(&ago(7200)), Some(&ago(3600))), None);
+        assert_eq!(inverted_window(Some(&ago(60)), Some(&TimeBound::At("now".into()))), None);
+        assert_eq!(inverted_window(None, Some(&ago(60))), None);
     }
 
     #[test]

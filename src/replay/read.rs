@@ -143,17 +143,25 @@ pub(super) struct TableRead {
     finished: bool,
 }
 
+/// The column that says when a row was written, and the setting that named it (`--column`, or
+/// `[retention] column` and its default), which errors blame.
+#[derive(Debug, Clone)]
+pub struct TimeColumn {
+    pub name: String,
+    pub named_by: &'static str,
+}
+
 impl TableRead {
     pub async fn new(
         control: &Control,
         config: &Config,
         table: OutboxTable,
-        column: &str,
+        column: &TimeColumn,
         sel: &Selection,
         order: super::Order,
         places_only: bool,
     ) -> Result<TableRead> {
-        let column = retention::plan(control, &table, column).await?.column;
+        let column = retention::plan(control, &table, &column.name, column.named_by).await?.column;
         let relation = relation(&table);
         let not_null: Vec<bool> = table.columns.iter().map(|c| c.not_null).collect();
         let binding =

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::delivery::producer::{Publisher, Report, SendError};
+use crate::delivery::producer::{self, Publisher, Report, SendError};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::router::Record;
@@ -30,6 +30,8 @@ pub(super) struct Sender {
     /// Delivery reports served and not yet taken in.
     reports: VecDeque<Report>,
     metrics: Arc<Metrics>,
+    /// Who the broker sees (`User:<sasl.username>`), for the ACL a refusal asks for.
+    principal: String,
     sent: u64,
     delivered: u64,
     /// `--rate`: the first send's time and the events per second.
@@ -50,6 +52,7 @@ impl Sender {
             publisher,
             reports: VecDeque::new(),
             metrics,
+            principal: producer::principal(&config.kafka),
             sent: 0,
             delivered: 0,
             pace: rate.map(|r| (Instant::now(), f64::from(r.max(1)))),
@@ -81,13 +84,22 @@ impl Sender {
                     self.serve()?;
                 }
                 Err(SendError::Rejected(e)) => {
-                    return Err(self.stopped(&format!(
-                        "event {} to {} was refused by librdkafka: {e}",
-                        record.event_id, record.topic
-                    )))
+                    let fix = producer::refusal_fix(&e, &record.topic, &self.principal);
+                    return Err(self.refused(
+                        &format!(
+                            "event {} to {} was refused by librdkafka: {e}",
+                            record.event_id, record.topic
+                        ),
+                        fix,
+                    ));
                 }
             }
         }
+    }
+
+    /// Records the broker acknowledged so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
     }
 
     /// Takes in delivery reports; the first failure ends the replay.
@@ -104,10 +116,14 @@ impl Sender {
                 }
                 Report::Rejected { error, record, .. } => {
                     let id = record.event_id.as_deref().unwrap_or("(no id)");
-                    return Err(self.stopped(&format!(
-                        "event {id} to {} was refused by the broker: {error}",
-                        record.topic
-                    )));
+                    let fix = producer::refusal_fix(&error, &record.topic, &self.principal);
+                    return Err(self.refused(
+                        &format!(
+                            "event {id} to {} was refused by the broker: {error}",
+                            record.topic
+                        ),
+                        fix,
+                    ));
                 }
                 Report::Fatal(why) => {
                     return Err(self.stopped(&format!("the producer failed: {why}")))
@@ -133,12 +149,18 @@ impl Sender {
     }
 
     fn stopped(&self, why: &str) -> Error {
-        Error::definite(
-            format!(
-                "replay stopped after {} of {} events sent were acknowledged: {why}",
-                self.delivered, self.sent
-            ),
-            RETRY_HINT,
-        )
+        self.refused(why, None)
+    }
+
+    /// The replay's end, with the ACL to add first when a missing one was the cause.
+    fn refused(&self, why: &str, acl_fix: Option<String>) -> Error {
+        let what = format!(
+            "replay stopped after {} of {} events sent were acknowledged: {why}",
+            self.delivered, self.sent
+        );
+        match acl_fix {
+            Some(fix) => Error::definite(what, format!("{fix}; then {RETRY_HINT}")),
+            None => Error::definite(what, RETRY_HINT),
+        }
     }
 }

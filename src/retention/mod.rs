@@ -116,9 +116,16 @@ impl Plan {
     }
 }
 
-/// Checks `table` for retention by `column`: the column exists and holds a time.
-pub async fn plan(control: &Control, table: &OutboxTable, column: &str) -> Result<Plan> {
-    let column = age_column(table, column)?;
+/// Checks `table` for retention by `column`: the column exists and holds a time. `named_by` is
+/// the setting that chose the column (`[retention] column`, or replay's `--column`), which the
+/// errors blame.
+pub async fn plan(
+    control: &Control,
+    table: &OutboxTable,
+    column: &str,
+    named_by: &str,
+) -> Result<Plan> {
+    let column = age_column(table, column, named_by)?;
     let scheme = match table.partitioned {
         true => Some(partitions::scheme(control, table.oid, &column.name).await?),
         false => None,
@@ -126,20 +133,23 @@ pub async fn plan(control: &Control, table: &OutboxTable, column: &str) -> Resul
     Ok(Plan { table: table.clone(), column, scheme })
 }
 
-fn age_column(table: &OutboxTable, name: &str) -> Result<AgeColumn> {
+/// The setting that names the age column of `purge` and `[retention]`.
+pub const RETENTION_COLUMN: &str = "[retention] column";
+
+fn age_column(table: &OutboxTable, name: &str, named_by: &str) -> Result<AgeColumn> {
     let Some(c) = table.columns.iter().find(|c| c.name == name) else {
         return Err(Error::definite(
-            format!("outbox table {} has no column {name}, which [retention] column names as the time a row was written", table.name),
-            format!("add it (ALTER TABLE {} ADD COLUMN {name} timestamptz NOT NULL DEFAULT now()), or set [retention] column to the table's timestamptz column", table.name),
+            format!("outbox table {} has no column {name}, which {named_by} names as the time a row was written", table.name),
+            format!("add it (ALTER TABLE {} ADD COLUMN {name} timestamptz NOT NULL DEFAULT now()), or set {named_by} to the table's timestamptz column", table.name),
         ));
     };
     sql_type(c).map(|sql_type| AgeColumn { name: name.to_string(), sql_type }).ok_or_else(|| {
         Error::definite(
             format!(
-                "column {name} of {} is {}, but [retention] column must say when a row was written",
+                "column {name} of {} is {}, but {named_by} must say when a row was written",
                 table.name, c.type_name
             ),
-            format!("set [retention] column to a timestamptz, timestamp or date column (e.g. created_at timestamptz NOT NULL DEFAULT now()), or change the type of {name}"),
+            format!("set {named_by} to a timestamptz, timestamp or date column (e.g. created_at timestamptz NOT NULL DEFAULT now()), or change the type of {name}"),
         )
     })
 }
@@ -168,7 +178,7 @@ pub async fn purge(
     let tables = catalog::outbox_tables(&control, &config.outbox.tables).await?;
     let mut plans = Vec::with_capacity(tables.len());
     for table in &tables {
-        plans.push(plan(&control, table, &opts.column).await?);
+        plans.push(plan(&control, table, &opts.column, RETENTION_COLUMN).await?);
     }
     let horizon = horizon::now(&control).await?;
     let cutoff = cutoff(&control, opts.older_than).await?;

@@ -95,6 +95,7 @@ pub use self::message_content::event_id as message_event_id;
 pub(crate) use self::options::NullBehavior;
 use self::options::{Converter, HeaderConverter};
 pub use self::options::{InvalidOpBehavior, Options, RouterConfig};
+pub use self::topic::validate_topic;
 use crate::metrics::Metrics;
 use crate::pgoutput::Tuple;
 /// For the tests, which build Relations and rows through `super::*`.

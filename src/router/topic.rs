@@ -161,8 +161,9 @@ fn parse_replacement(rep: &str, re: &Regex) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
-/// Kafka's topic-name rules (`org.apache.kafka.common.internals.Topic.validate`).
-pub(crate) fn validate_topic(t: &str) -> Result<(), String> {
+/// Kafka's topic-name rules (`org.apache.kafka.common.internals.Topic.validate`): why `t` is not
+/// a topic name, phrased to follow "… is not a legal Kafka topic name: ".
+pub fn validate_topic(t: &str) -> Result<(), String> {
     if t.is_empty() {
         return Err("it is empty".into());
     }

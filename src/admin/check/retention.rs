@@ -19,7 +19,7 @@ pub(super) async fn run(
         return Ok(());
     };
     let what = format!("retention {}", table.name);
-    match retention::plan(control, table, &retention.column).await {
+    match retention::plan(control, table, &retention.column, retention::RETENTION_COLUMN).await {
         Ok(plan) => r.ok(
             &what,
             format!(

@@ -9,8 +9,10 @@
 //! already writes to (none at first: then it asks for the broker list alone), so it stays cheap
 //! on a cluster with many topics and creates nothing.
 //!
-//! Transitions are logged, once each: "unreachable" with librdkafka's reason, "reachable again"
-//! with how long it was not.
+//! Transitions are logged, once each: "unreachable" with librdkafka's reason (at the second
+//! failed probe, so that one lost answer is not an outage), "reachable again" with how long it
+//! was not. The outage is kept in [`Metrics::broker_outage`], not here, so that one outage
+//! across several sessions (each with its own producer) is logged and measured once.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
@@ -21,7 +23,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use super::RelayContext;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Outage};
 
 /// How often the broker is asked.
 pub const PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -32,30 +34,43 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Probes the producer's brokers until the producer is gone, keeping `metrics.broker_up`.
 pub(super) fn watch(producer: Weak<BaseProducer<RelayContext>>, metrics: Arc<Metrics>) {
     let spawned = std::thread::Builder::new().name("walrelay-kafka-probe".into()).spawn(move || {
-        // `None` until the first answer, so a broker unreachable from the start is logged.
-        let mut up: Option<bool> = None;
-        let mut down_since = Instant::now();
         loop {
             let Some(strong) = producer.upgrade() else { return };
+            let asked = Instant::now();
             let answer = probe(&strong, PROBE_TIMEOUT);
             drop(strong);
             metrics.broker_up.store(answer.is_ok(), Relaxed);
-            match (up, &answer) {
-                (Some(true) | None, Err(code)) => {
-                    down_since = Instant::now();
-                    tracing::warn!(error = %code,
-                        "kafka broker unreachable: no metadata answer within {} s; /readyz is not ready until one answers (librdkafka keeps reconnecting)",
-                        PROBE_TIMEOUT.as_secs());
+            // The outage is the relay's, not this producer's: each session builds a new
+            // producer (and a new probe), and an outage that spans sessions is one outage,
+            // measured from the first failed probe to the first answer.
+            let mut outage = metrics.broker_outage.lock().unwrap_or_else(|p| p.into_inner());
+            match (outage.as_mut(), &answer) {
+                (None, Err(_)) => *outage = Some(Outage { since: asked, said: false }),
+                // Said at the second failed probe: by then a refused login has been said, with
+                // its fix, and "unreachable" would send the operator to the network instead.
+                (Some(o), Err(code)) if !o.said => {
+                    o.said = true;
+                    if metrics.login_refused().is_none() {
+                        tracing::warn!(error = %code,
+                            "kafka broker unreachable: no metadata answer for {} s; /readyz is not ready until one answers (librdkafka keeps reconnecting)",
+                            o.since.elapsed().as_secs());
+                    }
                 }
-                (Some(false), Ok(())) => {
-                    tracing::info!(
-                        unreachable_for_s = down_since.elapsed().as_secs(),
-                        "kafka broker reachable again"
-                    );
+                (Some(o), Ok(())) => {
+                    if o.said {
+                        tracing::info!(
+                            unreachable_for_s = o.since.elapsed().as_secs(),
+                            "kafka broker reachable again"
+                        );
+                    }
+                    *outage = None;
                 }
                 _ => {}
             }
-            up = Some(answer.is_ok());
+            drop(outage);
+            if answer.is_ok() {
+                *metrics.broker_login_refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
             std::thread::sleep(PROBE_EVERY);
         }
     });
