@@ -133,6 +133,13 @@ pub const RELAY_OWNED_KAFKA: &[(&str, &[&str], &str)] = &[
     ("partitioner", &["murmur2_random"], "murmur2_random"),
 ];
 
+/// The start of a `[kafka]` value `walrelay import-debezium` could not fill in (a Java
+/// truststore's CA certificates as a PEM file, a JKS keystore's PKCS#12 copy); the rest of the
+/// value names what belongs there. Refused rather than left out: without the file librdkafka
+/// would trust the system's CAs instead of the connector's, or connect without the client
+/// certificate.
+pub const FILL_IN: &str = "FILL-IN:";
+
 const DEFAULT_MESSAGE_TIMEOUT_MS: &str = "30000";
 
 /// How long librdkafka lets a topic missing from the cluster's metadata "propagate" before it
@@ -179,6 +186,14 @@ pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError>
             key: "bootstrap.servers".into(),
             hint: "set \"bootstrap.servers\" = \"host:9092\"".into(),
         });
+    }
+    if let Some((key, value)) = properties.iter().find(|(_, v)| v.starts_with(FILL_IN)) {
+        return Err(invalid(
+            S,
+            key,
+            value,
+            "a placeholder to fill in: replace it with the path of the file it names (`walrelay import-debezium` printed the command that makes the file)",
+        ));
     }
     for (key, allowed, default) in RELAY_OWNED_KAFKA {
         match properties.get(*key) {

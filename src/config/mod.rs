@@ -34,7 +34,7 @@ pub use audit::AuditConfig;
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
 pub use env::ENV_PREFIX;
-pub use kafka::{KafkaConfig, RELAY_OWNED_KAFKA};
+pub use kafka::{KafkaConfig, FILL_IN, RELAY_OWNED_KAFKA};
 pub use limits::{HttpConfig, Limits};
 pub use outbox::{OutboxConfig, TableName};
 pub use retention::{DeadLetterConfig, RetentionConfig};

@@ -10,7 +10,9 @@
 //! converter or producer option walrelay (or librdkafka) refuses is left out with a warning
 //! naming it, so what is printed is a configuration `walrelay run` accepts — except for
 //! `bootstrap.servers`, which connector configs usually don't carry (it lives in the Connect
-//! worker's config) and which is then left as a commented line to fill in.
+//! worker's config) and which is then left as a commented line to fill in, and a Java store
+//! librdkafka can't read, whose converted file's path is a `FILL-IN:` placeholder ([`stores`]).
+//! Each comes with a warning, and the loader refuses the file until it is filled in.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,6 +27,7 @@ use crate::config::{Config, ConfigError, ENV_PREFIX};
 mod parse;
 mod render;
 mod security;
+mod stores;
 mod transforms;
 mod unhonoured;
 
@@ -395,6 +398,7 @@ impl Builder {
             }
         }
         security::carry_jaas(&mut props, &mut self.refused);
+        self.carry_stores(&mut props);
         // A secret stays out of the file (which gets reviewed, committed, printed): it is
         // named with the variable that supplies it, as the database password is.
         let secret_keys: Vec<String> = props.keys().filter(|k| is_secret_key(k)).cloned().collect();

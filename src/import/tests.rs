@@ -492,3 +492,5 @@ fn import_maps_the_cloudevents_converter_after_the_router_when_semantics_match()
         assert!(warned(&imported, "CloudEventsConverter is not mapped"), "{:?}", imported.warnings);
     }
 }
+
+mod stores;

@@ -3,9 +3,9 @@
 //!
 //! Secrets are recognised by the key names the projects walrelay borrows options from use:
 //! Debezium (`database.password`), librdkafka (`sasl.password`, `ssl.key.password`,
-//! `ssl.key.pem`, `sasl.oauthbearer.client.secret`, `sasl.oauthbearer.config`), Kafka Connect
-//! (`sasl.jaas.config`) and libpq (`password=` in a connection string, the password of a URL,
-//! `PGPASSWORD`). Everything configuration-related walrelay prints passes through here: the
+//! `ssl.key.pem`, `sasl.oauthbearer.client.secret`, `sasl.oauthbearer.config`), the Java client
+//! (`sasl.jaas.config`, `ssl.keystore.key`) and libpq (`password=` in a connection string, the
+//! password of a URL, `PGPASSWORD`). Everything configuration-related walrelay prints passes through here: the
 //! errors of [`crate::config`] and `import-debezium`, `Debug` output, `check` and `status`.
 
 use std::ops::Range;
@@ -25,6 +25,7 @@ const SECRET_FRAGMENTS: &[&str] = &[
     "jaas",
     "credential",
     "key.pem",
+    "keystore.key",
     "private.key",
     "oauthbearer.config",
     "api.key",
@@ -181,6 +182,7 @@ mod tests {
             "ssl.key.password",
             "ssl.keystore.password",
             "ssl.key.pem",
+            "ssl.keystore.key",
             "sasl.oauthbearer.client.secret",
             "sasl.oauthbearer.config",
             "sasl.jaas.config",
