@@ -207,6 +207,36 @@ async fn a_replay_refused_for_a_missing_acl_names_the_acl_and_never_shows_full_p
     assert_no_password(&run.stderr);
 }
 
+/// A CA file that is not PEM: `run` stops at once, and `check` fails, naming the property, the
+/// file, what is wrong with it and the variable that also sets it, not OpenSSL's function name
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_that_is_not_pem_is_named_with_the_property_the_file_and_the_variable() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_badca").await;
+    let bad = crate::support::scratch_dir("badca").join("ca.der");
+    std::fs::write(&bad, b"not a certificate\n").unwrap();
+    let config = secure_config(&s, kafka, RELAY, "", "")
+        .replace(&kafka.ca().display().to_string(), &bad.display().to_string());
+    let check = walrelay_async(&["check"], Some(&config)).await;
+    let line = check.stdout.lines().find(|l| l.starts_with("FAIL broker")).unwrap_or_default();
+    println!("check with a CA that is not PEM: {line}");
+    let mut relay = RelayProcess::start(&config);
+    let code = relay.wait_exit(Duration::from_secs(30));
+    let log = relay.log();
+    let stopped = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default();
+    println!("run with a CA that is not PEM: exit {code:?}: {stopped}");
+    assert_eq!(code, Some(1), "{log}");
+    let named = format!("[kafka] ssl.ca.location: {} holds no PEM certificate", bad.display());
+    for said in [line, stopped] {
+        assert!(said.contains(&named), "{said}");
+        assert!(said.contains("WALRELAY_KAFKA_SSL__CA__LOCATION"), "{said}");
+        assert!(said.contains("the PEM file of the CA"), "{said}");
+    }
+    assert_no_password(&check.stdout);
+    assert_no_password(&log);
+}
+
 /// A wrong password: every attempt window (a session, until its records time out) says it in
 /// one line that names SASL, the user and the variable that holds the password; the session's
 /// end and `/readyz` name the same cause, never "broker unreachable". No record is confirmed,

@@ -22,7 +22,7 @@ use crate::support::slot::{
     wait_active_pid,
 };
 use crate::support::writer::{Rng, Writer, WriterConfig};
-use crate::support::{services, wait_until};
+use crate::support::{free_port, services, wait_until};
 use walrelay::lsn::Lsn;
 
 /// Everything the relay logged plus the end of a server log, for assertion messages.
@@ -313,4 +313,60 @@ async fn two_relays_on_one_slot_second_stands_by_and_takes_over_within_15s_of_th
     assert!(takeover <= Duration::from_secs(15), "takeover took {takeover:?}\n{}", second.log());
     assert_eq!(second.terminate(), Some(0), "{}", second.log());
     release_slot(&s).await;
+}
+
+/// Stopped where no session streams, standing by on a slot another relay holds or in the
+/// backoff after a failed session, the relay still ends with exit 0 and says it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_stopped_between_sessions_exits_0_and_says_it_stopped() {
+    let s = Setup::new("stopgap").await;
+    let mut first = s.start_relay();
+    s.wait_streaming(&mut first).await;
+    let mut second = s.start_relay();
+    assert!(second.wait_for_log("standing by", Duration::from_secs(15)).await, "{}", second.log());
+    assert_eq!(second.terminate(), Some(0), "{}", second.log());
+    let said = second.log().lines().any(|l| l.contains(" stopped between sessions"));
+    println!("stopped while standing by: {}", last_line(&second.log()));
+    assert!(said, "no stopped line while standing by:\n{}", second.log());
+    assert_eq!(first.terminate(), Some(0), "{}", first.log());
+
+    // No broker: each session's record times out and the next waits its backoff, which grows
+    // to over a second after a few sessions; the stop comes inside one such wait.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let config = s.config_for_bootstrap(&nobody, "", "\"message.timeout.ms\" = 1000", "");
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    s.insert_events("Order", "o-1", 1).await;
+    let in_backoff = wait_until(
+        "a session ended with a backoff of 1.5 s or more",
+        Duration::from_secs(60),
+        || {
+            let waiting = last_backoff_ms(&relay.log()).is_some_and(|ms| ms >= 1_500);
+            async move { waiting }
+        },
+    )
+    .await;
+    assert!(in_backoff, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    let log = relay.log();
+    println!("stopped in the backoff: {}", last_line(&log));
+    assert!(
+        log.lines().any(|l| l.contains(" stopped between sessions")),
+        "no stopped line:\n{log}"
+    );
+    release_slot(&s).await;
+}
+
+/// `retry_in_ms` of the last "relay session ended" line, while no session streams after it.
+fn last_backoff_ms(log: &str) -> Option<u64> {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("relay session ended") || l.contains(" streaming"))?;
+    let value = line.split("retry_in_ms=").nth(1)?;
+    value.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+fn last_line(log: &str) -> &str {
+    log.lines().last().unwrap_or_default()
 }

@@ -123,6 +123,19 @@ async fn purge_keeps_an_old_row_written_while_the_relay_was_down_until_the_relay
     );
     assert!(run.stderr.contains("fix: start walrelay"), "{run}");
     assert_eq!(count(&s.db, "outbox").await, 2, "nothing may go while the slot is behind");
+    // A dry run with the default --wait (30 s) does not wait for a slot nobody streams from,
+    // and still counts what a purge would delete once the slot gets there.
+    let (dry, took) = purge(&s.config(), &["--older-than", "7d", "--dry-run"]).await;
+    println!("relay down, dry run after {} ms:\n{}{}", took.as_millis(), dry.stdout, dry.stderr);
+    assert_eq!(dry.code, Some(1), "{dry}");
+    assert!(
+        took < Duration::from_secs(15),
+        "the dry run waited {took:?} for a slot nobody streams from"
+    );
+    assert!(dry.stdout.contains("a purge now would delete nothing"), "{dry}");
+    assert!(dry.stdout.contains("public.outbox: would delete 2 rows"), "{dry}");
+    assert!(dry.stderr.contains("walrelay is down"), "{dry}");
+    assert_eq!(count(&s.db, "outbox").await, 2, "a dry run deleted rows");
 
     let mut relay = s.start_relay();
     let got = s.read("Order", 2).await;

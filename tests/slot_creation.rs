@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::postgres::PrivatePostgres;
-use crate::support::process::{walrelay_async, RelayProcess};
-use crate::support::{note, services, unique, wait_until};
+use crate::support::process::{http_get, metric, walrelay_async, RelayProcess};
+use crate::support::{free_port, note, services, unique, wait_until};
 
 /// `backend pid`'s row in pg_stat_activity, if it still exists.
 async fn backend_query(client: &tokio_postgres::Client, pid: i32) -> Option<String> {
@@ -27,6 +27,7 @@ async fn a_slot_creation_held_up_by_an_open_transaction_says_by_which_and_is_can
     let db = private.pg.create_database("creating").await;
     db.create_outbox("outbox").await;
     let slot = unique("creating_slot");
+    let http = free_port();
     let config = format!(
         r#"
 [source]
@@ -39,6 +40,9 @@ table = "public.outbox"
 
 [kafka]
 "bootstrap.servers" = "{bootstrap}"
+
+[http]
+listen = "127.0.0.1:{http}"
 "#,
         url = db.url,
         publication = unique("creating_pub"),
@@ -70,6 +74,16 @@ table = "public.outbox"
     assert!(named, "nothing said what the creation waits for:\n{log}");
     assert!(line.contains(&format!("pid {blocker_pid} ")), "{line}");
     assert!(line.contains("idle in transaction") && line.contains("pg_current_xact_id"), "{line}");
+
+    // Nobody asked the broker yet: /metrics does not call it down.
+    let metrics = http_get(http, "/metrics").await.unwrap_or_default();
+    let up = metric(&metrics, "walrelay_broker_up");
+    note(&format!(
+        "while creating: walrelay_broker_up {up:?}, walrelay_streaming {:?}",
+        metric(&metrics, "walrelay_streaming")
+    ));
+    assert!(metrics.contains("walrelay_streaming 0"), "{metrics}");
+    assert_eq!(up, None, "walrelay_broker_up is {up:?} though no probe asked the broker yet");
 
     let check = walrelay_async(&["check"], Some(&config)).await;
     let status = walrelay_async(&["status"], Some(&config)).await;

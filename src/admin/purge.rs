@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use crate::config::{Config, RetentionConfig};
 use crate::duration;
-use crate::retention::{self, Options, Outcome};
+use crate::retention::{self, Options, Outcome, Unconfirmed};
 
 pub(super) async fn run(
     config: &Config,
@@ -31,25 +31,16 @@ pub(super) async fn run(
     match retention::purge(config, &opts, &stop).await {
         Ok(Outcome::Purged(report)) => {
             print!("{}", report.render());
-            ExitCode::SUCCESS
+            match &report.unconfirmed {
+                Some(behind) => {
+                    eprintln!("error: {}", unconfirmed(behind, wait));
+                    ExitCode::FAILURE
+                }
+                None => ExitCode::SUCCESS,
+            }
         }
-        Ok(Outcome::Unconfirmed { needed, confirmed, active, slot }) => {
-            let confirmed = confirmed.map_or("nothing".to_string(), |c| c.to_string());
-            let (why, fix) = if active {
-                (
-                    "a relay streams from it but is behind (catching up, or the broker is slow)",
-                    "wait for the lag to shrink (`walrelay status`), then run purge again",
-                )
-            } else {
-                (
-                    "no relay streams from it: walrelay is down",
-                    "start walrelay and let it catch up, then run purge again",
-                )
-            };
-            eprintln!(
-                "error: nothing purged: slot {slot} has confirmed {confirmed}, short of {needed} (the WAL when the purge began) after {}; {why}, so rows written since its confirmed position may not be in Kafka yet — fix: {fix}",
-                duration::format(wait)
-            );
+        Ok(Outcome::Unconfirmed(behind)) => {
+            eprintln!("error: nothing purged: {}", unconfirmed(&behind, wait));
             ExitCode::FAILURE
         }
         Ok(Outcome::Busy { pid }) => {
@@ -67,4 +58,22 @@ pub(super) async fn run(
             ExitCode::FAILURE
         }
     }
+}
+
+/// Why the slot's position stops a purge, and the fix.
+fn unconfirmed(behind: &Unconfirmed, wait: Duration) -> String {
+    let Unconfirmed { needed, confirmed, active, slot } = behind;
+    let confirmed = confirmed.map_or("nothing".to_string(), |c| c.to_string());
+    let (why, fix) = if *active {
+        (
+            format!("a relay streams from it but is behind (catching up, or the broker is slow) after {}", duration::format(wait)),
+            "wait for the lag to shrink (`walrelay status`), then run purge again",
+        )
+    } else {
+        (
+            "no relay streams from it: walrelay is down".to_string(),
+            "start walrelay and let it catch up, then run purge again",
+        )
+    };
+    format!("slot {slot} has confirmed {confirmed}, short of {needed} (the WAL when the purge began); {why}, so rows written since its confirmed position may not be in Kafka yet — fix: {fix}")
 }

@@ -87,6 +87,44 @@ impl KafkaConfig {
         }
     }
 
+    /// librdkafka's refusal of these properties (at validation or when a client is created),
+    /// as the problem and its fix: the property it names, the file that property points at,
+    /// what OpenSSL found wrong with it, and where the property is set (`[kafka]` or its
+    /// `WALRELAY_KAFKA_*` variable). No secret in either.
+    pub fn rejection(&self, e: &KafkaError) -> (String, String) {
+        let said = self.describe_librdkafka_error(e);
+        let problem = format!("librdkafka rejected the [kafka] configuration: {said}");
+        // The longest property name librdkafka's text mentions is the one it is about
+        // (`ssl.key.location` before `ssl.key`).
+        let Some(key) =
+            self.properties.keys().filter(|k| said.contains(k.as_str())).max_by_key(|k| k.len())
+        else {
+            return (problem, "fix the property librdkafka names in [kafka] (names and values are librdkafka's, CONFIGURATION.md)".into());
+        };
+        let set_in = format!("set in [kafka] or by {}", kafka_variable(key));
+        let Some(needs) = file_property(key) else {
+            return (problem, format!("fix [kafka] {key:?} ({set_in}); names and values are librdkafka's (CONFIGURATION.md)"));
+        };
+        let value = &self.properties[key];
+        let found = match openssl_reason(&said) {
+            Some(r) if r.contains("no certificate") || r.contains("no start line") => {
+                format!(
+                    "{value} holds no PEM {}",
+                    if key.starts_with("ssl.key") { "key" } else { "certificate" }
+                )
+            }
+            Some(r) if r.contains("system lib") || r.contains("No such file") => {
+                format!("{value} cannot be read (no such file, or not readable by walrelay's user)")
+            }
+            Some(r) => format!("OpenSSL cannot use {value}: {r}"),
+            None => format!("librdkafka cannot use {value}"),
+        };
+        (
+            format!("[kafka] {key}: {found} ({problem})"),
+            format!("point {key} at {needs} ({set_in})"),
+        )
+    }
+
     /// `text` with the value of every secret property masked.
     pub fn scrub_secrets(&self, text: &str) -> String {
         let secrets: Vec<String> = self
@@ -97,6 +135,31 @@ impl KafkaConfig {
             .collect();
         scrub(text, &secrets)
     }
+}
+
+/// The variable that sets `[kafka] key`: `WALRELAY_KAFKA_SSL__CA__LOCATION` for
+/// `ssl.ca.location`.
+pub fn kafka_variable(key: &str) -> String {
+    format!("{}KAFKA_{}", super::ENV_PREFIX, key.to_ascii_uppercase().replace('.', "__"))
+}
+
+/// What a property that names a file must point at, for the TLS files librdkafka reads.
+fn file_property(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "ssl.ca.location" => "the PEM file of the CA that signed the brokers' certificates",
+        "ssl.certificate.location" => "the PEM file of walrelay's client certificate",
+        "ssl.key.location" => "the PEM file of the client certificate's private key (encrypted only with ssl.key.password)",
+        "ssl.keystore.location" => "a PKCS#12 file holding walrelay's client certificate and key",
+        "ssl.crl.location" => "a PEM file of certificate revocation lists",
+        _ => return None,
+    })
+}
+
+/// OpenSSL's reason at the end of librdkafka's text: `… error:05800088:x509 certificate
+/// routines::no certificate or crl found` gives `no certificate or crl found`.
+fn openssl_reason(text: &str) -> Option<&str> {
+    let after = &text[text.rfind("error:")?..];
+    after.rsplit("::").next().or_else(|| after.rsplit(':').next()).map(str::trim)
 }
 
 /// `[kafka]` keys that only a producer takes.
@@ -235,4 +298,60 @@ pub(super) fn parse(mut properties: Options) -> Result<KafkaConfig, ConfigError>
         properties.entry(key.to_string()).or_insert_with(|| default.to_string());
     }
     Ok(KafkaConfig { properties })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> KafkaConfig {
+        let properties = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        KafkaConfig { properties }
+    }
+
+    #[test]
+    fn a_tls_file_librdkafka_refuses_is_named_with_what_is_wrong_and_where_it_is_set() {
+        let kafka = config(&[("ssl.ca.location", "/etc/hostname"), ("sasl.password", "pw-42")]);
+        let e = KafkaError::ClientCreation("ssl.ca.location failed: ../crypto/x509/by_file.c:252:X509_load_cert_crl_file_ex error:05800088:x509 certificate routines::no certificate or crl found".into());
+        let (problem, fix) = kafka.rejection(&e);
+        assert!(
+            problem.starts_with("[kafka] ssl.ca.location: /etc/hostname holds no PEM certificate"),
+            "{problem}"
+        );
+        assert!(
+            fix.contains("the PEM file of the CA")
+                && fix.contains("WALRELAY_KAFKA_SSL__CA__LOCATION"),
+            "{fix}"
+        );
+        let e = KafkaError::ClientCreation(
+            "ssl.key.location failed: error:8000000D:system library::Permission denied".into(),
+        );
+        let kafka = config(&[("ssl.key.location", "/k.pem"), ("ssl.key.password", "pw-42")]);
+        let (problem, fix) = kafka.rejection(&e);
+        assert!(
+            problem
+                .contains("[kafka] ssl.key.location: OpenSSL cannot use /k.pem: Permission denied"),
+            "{problem}"
+        );
+        assert!(fix.contains("WALRELAY_KAFKA_SSL__KEY__LOCATION"), "{fix}");
+        assert!(!problem.contains("pw-42") && !fix.contains("pw-42"));
+    }
+
+    #[test]
+    fn another_refused_property_is_named_with_its_variable() {
+        let kafka = config(&[("acks", "all"), ("linger.ms", "soon")]);
+        let e = KafkaError::ClientConfig(
+            rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"soon\" for configuration property \"linger.ms\"".into(),
+            "linger.ms".into(),
+            "soon".into(),
+        );
+        let (_, fix) = kafka.rejection(&e);
+        assert!(
+            fix.starts_with(
+                "fix [kafka] \"linger.ms\" (set in [kafka] or by WALRELAY_KAFKA_LINGER__MS)"
+            ),
+            "{fix}"
+        );
+    }
 }

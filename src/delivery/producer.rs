@@ -197,10 +197,8 @@ impl Publisher {
             cfg.set(k, v);
         }
         cfg.create_native_config().map(drop).map_err(|e| {
-            Error::definite(
-                format!("librdkafka rejected the [kafka] configuration: {}", kafka.describe_librdkafka_error(&e)),
-                "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
-            )
+            let (problem, fix) = kafka.rejection(&e);
+            Error::definite(problem, fix)
         })
     }
 
@@ -229,12 +227,11 @@ impl Publisher {
             RDKafkaLogLevel::Warning
         });
         let context = RelayContext::new(kafka, capture_bytes, metrics.clone());
-        let producer: BaseProducer<RelayContext> = cfg.create_with_context(context).map_err(|e| {
-            Error::definite(
-                format!("librdkafka rejected the [kafka] configuration: {}", kafka.describe_librdkafka_error(&e)),
-                "fix the property named in the message; names and values are librdkafka's (CONFIGURATION.md)",
-            )
-        })?;
+        let producer: BaseProducer<RelayContext> =
+            cfg.create_with_context(context).map_err(|e| {
+                let (problem, fix) = kafka.rejection(&e);
+                Error::definite(problem, fix)
+            })?;
         let producer = Arc::new(producer);
         let queue = MainQueue::new(&producer);
         // Ask for metadata now and then until the first record is acknowledged: an idempotent

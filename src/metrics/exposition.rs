@@ -130,12 +130,15 @@ impl Collector for Exposition {
             "1 while a session streams from the slot.",
             u64::from(m.streaming.load(Relaxed)),
         )?;
-        gauge(
-            &mut e,
-            "walrelay_broker_up",
-            "1 while librdkafka reaches at least one broker.",
-            u64::from(m.broker_up.load(Relaxed)),
-        )?;
+        // Left out until a probe asked: 0 would say "down" of a broker nobody asked yet.
+        if m.broker_asked.load(Relaxed) {
+            gauge(
+                &mut e,
+                "walrelay_broker_up",
+                "1 while a broker answers the relay's metadata probe (every 2 s); absent until the first probe (waiting to create the slot, standing by).",
+                u64::from(m.broker_up.load(Relaxed)),
+            )?;
+        }
         gauge(&mut e, "walrelay_kafka_under_replicated_partitions", "Partitions of the topic of the last failed delivery with fewer in-sync replicas than replicas, read from the cluster's metadata when it failed; 0 again at the next acknowledgement. Below the topic's min.insync.replicas the leader refuses acks=all records (NOT_ENOUGH_REPLICAS).", m.under_replicated_partitions.load(Relaxed))?;
         gauge(&mut e, "walrelay_slot_retained_wal_bytes", "WAL the server keeps for the slot (its position minus the slot's restart_lsn), sampled every 10 s while streaming.", m.slot_retained_wal_bytes.load(Relaxed))?;
         gauge(&mut e, "walrelay_slot_wal_keep_limit_bytes", "The server's max_slot_wal_keep_size in bytes: past it the slot is invalidated. -1: unlimited; 0: not read yet.", m.slot_wal_keep_limit_bytes.load(Relaxed))?;

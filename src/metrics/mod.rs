@@ -68,6 +68,9 @@ pub struct Metrics {
     pub streaming: AtomicBool,
     /// A broker answered the producer's last metadata probe (`delivery::producer::reachability`).
     pub broker_up: AtomicBool,
+    /// A probe has asked the broker at least once: until then (waiting to create the slot,
+    /// standing by) whether it is up is not known, and `walrelay_broker_up` is left out.
+    pub broker_asked: AtomicBool,
     /// The current broker outage, across sessions; `None` while a broker answers. Kept by
     /// `delivery::producer::reachability` only.
     pub broker_outage: Mutex<Option<Outage>>,

@@ -106,12 +106,12 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
     let mut standing_by: Option<(Instant, Instant)> = None;
     loop {
         if shutdown.requested() {
-            return Ok(Outcome::Stopped { confirmed: Lsn::ZERO });
+            return Ok(stopped_between_sessions());
         }
         let started = Instant::now();
         let opened = tokio::select! {
             opened = Session::open(&config, &mut encoder, !streamed, &metrics, &mut debezium_offsets) => opened,
-            _ = shutdown.wait() => return Ok(Outcome::Stopped { confirmed: Lsn::ZERO }),
+            _ = shutdown.wait() => return Ok(stopped_between_sessions()),
         };
         let result = match opened {
             Ok(mut session) => {
@@ -172,6 +172,13 @@ pub async fn run(config: Config, metrics: Arc<Metrics>, mut shutdown: Shutdown) 
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A stop asked for while no session streams (in the backoff between sessions, standing by,
+/// opening one): nothing is in flight, and the slot keeps what the last session confirmed.
+fn stopped_between_sessions() -> Outcome {
+    tracing::info!("stopped between sessions: nothing was in flight; the slot keeps the position the last session confirmed");
+    Outcome::Stopped { confirmed: Lsn::ZERO }
 }
 
 /// What handling one event asks of the loop.

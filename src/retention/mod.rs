@@ -72,11 +72,23 @@ pub struct Options {
 pub enum Outcome {
     /// Rows and partitions purged (or, dry, what would be); `stopped` if asked to stop midway.
     Purged(Report),
-    /// The slot did not confirm `needed` in time: nothing was deleted.
-    Unconfirmed { needed: Lsn, confirmed: Option<Lsn>, active: bool, slot: String },
+    /// The slot did not confirm `needed` in time: nothing was deleted. (A dry run counts
+    /// anyway: its [`Report::unconfirmed`] says this.)
+    Unconfirmed(Unconfirmed),
     /// Another purge for the same slot runs (the other relay of a pair, or a cron job):
     /// nothing was done.
     Busy { pid: Option<i32> },
+}
+
+/// The slot short of the WAL position the purge began at: rows written since its confirmed
+/// position may not be in Kafka yet, so nothing may be deleted.
+#[derive(Debug, Clone)]
+pub struct Unconfirmed {
+    pub needed: Lsn,
+    pub confirmed: Option<Lsn>,
+    /// A walsender streams from the slot (a relay catching up), or none (walrelay is down).
+    pub active: bool,
+    pub slot: String,
 }
 
 /// One outbox table, checked for retention: its age column and how it is stored.
@@ -184,16 +196,18 @@ pub async fn purge(
     let cutoff = cutoff(&control, opts.older_than).await?;
     let slot = &config.source.slot;
     let waiting = Instant::now();
-    let confirmed =
+    let (confirmed, unconfirmed) =
         match slot::wait_confirmed(&control, slot, horizon.lsn, opts.confirm_wait).await? {
-            Confirmation::Reached(lsn) => lsn,
+            Confirmation::Reached(lsn) => (lsn, None),
             Confirmation::Behind { confirmed, active } => {
-                return Ok(Outcome::Unconfirmed {
-                    needed: horizon.lsn,
-                    confirmed,
-                    active,
-                    slot: slot.clone(),
-                })
+                let behind =
+                    Unconfirmed { needed: horizon.lsn, confirmed, active, slot: slot.clone() };
+                // A dry run deletes nothing either way: it counts what a purge would delete once
+                // the slot gets there, and says that it is not there.
+                if !opts.dry_run {
+                    return Ok(Outcome::Unconfirmed(behind));
+                }
+                (confirmed.unwrap_or(Lsn::ZERO), Some(behind))
             }
         };
     let mut report = Report {
@@ -202,6 +216,7 @@ pub async fn purge(
         cutoff: cutoff.clone(),
         horizon,
         confirmed,
+        unconfirmed,
         waited: waiting.elapsed(),
         tables: Vec::new(),
         stopped: false,

@@ -16,8 +16,12 @@ pub struct Report {
     /// now − `older_than`, as `timestamptz` text.
     pub cutoff: String,
     pub horizon: Horizon,
-    /// The slot's confirmed position when the purge went ahead (≥ `horizon.lsn`).
+    /// The slot's confirmed position when the purge went ahead (≥ `horizon.lsn`, unless
+    /// `unconfirmed`).
     pub confirmed: Lsn,
+    /// A dry run with the slot short of `horizon.lsn`: a purge now would delete nothing, and the
+    /// counts are what it would delete once the slot gets there.
+    pub unconfirmed: Option<super::Unconfirmed>,
     /// How long the purge waited for the slot to get there.
     pub waited: Duration,
     pub tables: Vec<TableReport>,
@@ -98,7 +102,18 @@ impl Report {
         let (delete, drop) =
             if self.dry_run { ("would delete", "would drop") } else { ("deleted", "dropped") };
         let mut o = String::new();
-        let _ = writeln!(
+        if self.unconfirmed.is_some() {
+            let _ = writeln!(
+                o,
+                "purge --dry-run: rows older than {} (before {}) a purge would delete once the slot confirms {} (the WAL when the purge began); it is at {} after {} ms, so a purge now would delete nothing",
+                crate::duration::format(self.older_than),
+                self.cutoff,
+                self.horizon.lsn,
+                self.confirmed,
+                self.waited.as_millis(),
+            );
+        } else {
+            let _ = writeln!(
             o,
             "purge{}: rows older than {} (before {}) whose events the slot has confirmed: it is at {}, past {} (the WAL when the purge began; waited {} ms)",
             if self.dry_run { " --dry-run" } else { "" },
@@ -108,6 +123,7 @@ impl Report {
             self.horizon.lsn,
             self.waited.as_millis(),
         );
+        }
         for t in &self.tables {
             let name = &t.table;
             if t.deleted > 0 || (t.dropped.is_empty() && t.kept.is_empty()) {

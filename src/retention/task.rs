@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{purge, Options, Outcome, CONFIRM_WAIT};
+use super::{purge, Options, Outcome, Unconfirmed, CONFIRM_WAIT};
 use crate::config::{Config, RetentionConfig};
 use crate::duration;
 use crate::metrics::Metrics;
@@ -95,7 +95,7 @@ async fn run(
                     "purged outbox rows older than {keep} whose events the slot confirmed"
                 );
             }
-            Ok(Outcome::Unconfirmed { needed, confirmed, active, slot }) => {
+            Ok(Outcome::Unconfirmed(Unconfirmed { needed, confirmed, active, slot })) => {
                 tracing::info!(
                     %slot,
                     needed = %needed,

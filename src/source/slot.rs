@@ -251,9 +251,15 @@ pub enum Confirmation {
     Behind { confirmed: Option<Lsn>, active: bool },
 }
 
-/// Polls the slot until its confirmed position is at or past `target`, for at most `within`.
-/// A missing or invalidated slot is a definite error: nothing it would have confirmed can be
-/// trusted.
+/// How long a slot may have no walsender before waiting for it to confirm is given up: longer
+/// than a relay's backoff between sessions (2.5 s at most), so a relay reconnecting is waited
+/// for, and a relay that is down is not waited for at all.
+const NOBODY_STREAMS_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Polls the slot until its confirmed position is at or past `target`, for at most `within`,
+/// or until no walsender has streamed from it for [`NOBODY_STREAMS_FOR`]: then nothing would
+/// move it. A missing or invalidated slot is a definite error: nothing it would have confirmed
+/// can be trusted.
 pub async fn wait_confirmed(
     control: &Control,
     name: &str,
@@ -261,6 +267,7 @@ pub async fn wait_confirmed(
     within: std::time::Duration,
 ) -> Result<Confirmation> {
     let deadline = tokio::time::Instant::now() + within;
+    let mut streamed_at = tokio::time::Instant::now();
     loop {
         let Some(s) = slot(control, name).await? else {
             return Err(Error::definite(
@@ -274,9 +281,13 @@ pub async fn wait_confirmed(
                 "purge nothing until the slot is recreated and the outbox reconciled with Kafka (docs/operations.md)",
             ));
         }
+        let now = tokio::time::Instant::now();
+        if s.active {
+            streamed_at = now;
+        }
         match s.confirmed {
             Some(c) if c >= target => return Ok(Confirmation::Reached(c)),
-            confirmed if tokio::time::Instant::now() >= deadline => {
+            confirmed if now >= deadline || now - streamed_at >= NOBODY_STREAMS_FOR => {
                 return Ok(Confirmation::Behind { confirmed, active: s.active })
             }
             _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,

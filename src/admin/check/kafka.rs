@@ -120,14 +120,8 @@ pub(super) async fn run(config: &Config, r: &mut Report) {
     let answer = match result {
         Ok(answer) => answer,
         Err(Failure::Config(e)) => {
-            return r.fail(
-                &what,
-                format!(
-                    "librdkafka rejects the [kafka] properties: {}",
-                    kafka.describe_librdkafka_error(&e)
-                ),
-                "fix the property named; names and values are librdkafka's (CONFIGURATION.md)",
-            )
+            let (problem, fix) = kafka.rejection(&e);
+            return r.fail(&what, problem, fix);
         }
         Err(Failure::Refused { problem, fix }) => {
             return r.fail(&what, kafka.scrub_secrets(&problem), fix)

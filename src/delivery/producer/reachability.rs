@@ -40,6 +40,7 @@ pub(super) fn watch(producer: Weak<BaseProducer<RelayContext>>, metrics: Arc<Met
             let answer = probe(&strong, PROBE_TIMEOUT);
             drop(strong);
             metrics.broker_up.store(answer.is_ok(), Relaxed);
+            metrics.broker_asked.store(true, Relaxed);
             // The outage is the relay's, not this producer's: each session builds a new
             // producer (and a new probe), and an outage that spans sessions is one outage,
             // measured from the first failed probe to the first answer.
