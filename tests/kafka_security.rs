@@ -237,6 +237,60 @@ async fn a_ca_file_that_is_not_pem_is_named_with_the_property_the_file_and_the_v
     assert_no_password(&log);
 }
 
+/// A Debezium connector that trusts the broker through a PEM truststore imports to a
+/// configuration that relays over SASL_SSL as it is, the password from its variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connector_with_a_pem_truststore_imports_to_a_config_that_relays_over_sasl_ssl() {
+    let kafka = SecureKafka::get().await;
+    let s = Setup::new("sec_import").await;
+    kafka.create_topic(&s.topic("Order"), 4).await;
+    kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
+    let port = s.db.url.rsplit(':').next().and_then(|p| p.split('/').next()).unwrap();
+    let connector = serde_json::json!({"name": "outbox", "config": {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": "127.0.0.1", "database.port": port, "database.user": "postgres",
+        "database.dbname": s.db.name, "plugin.name": "pgoutput", "topic.prefix": "dbz",
+        "slot.name": s.slot, "publication.name": s.publication,
+        "table.include.list": "public.outbox",
+        "transforms": "outbox",
+        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+        "transforms.outbox.route.topic.replacement":
+            format!("{}.outbox.event.${{routedByValue}}", s.topic_prefix),
+        "producer.override.bootstrap.servers": kafka.bootstrap(),
+        "producer.override.security.protocol": "SASL_SSL",
+        "producer.override.sasl.mechanism": "SCRAM-SHA-512",
+        "producer.override.sasl.jaas.config": format!(
+            "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{}\" password=\"{}\";",
+            RELAY.user, RELAY.password
+        ),
+        "producer.override.ssl.truststore.type": "PEM",
+        "producer.override.ssl.truststore.location": kafka.ca().display().to_string(),
+    }});
+    let path = crate::support::scratch_dir("import").join("connector.json");
+    std::fs::write(&path, connector.to_string()).unwrap();
+    let import = walrelay_async(&["import-debezium", path.to_str().unwrap()], None).await;
+    println!("import of a PEM truststore: exit {:?}\n{}", import.code, import.stderr.trim());
+    assert_eq!(import.code, Some(0), "{import}");
+    let ca = format!("\"ssl.ca.location\" = \"{}\"", kafka.ca().display());
+    assert!(import.stdout.contains(&ca), "{}", import.stdout);
+    assert_no_password(&import.stdout);
+    assert_no_password(&import.stderr);
+
+    let mut relay = RelayProcess::start_with(
+        &import.stdout,
+        &[],
+        &[("WALRELAY_KAFKA_SASL__PASSWORD", RELAY.password)],
+    );
+    s.wait_streaming(&mut relay).await;
+    let sent = s.insert_events("Order", "o-1", 5).await;
+    let got = kafka.consume(&[&s.topic("Order")], 5, Duration::from_secs(30)).await;
+    let got: Vec<String> =
+        got.iter().filter_map(|r| r.header_str("id").map(str::to_string)).collect();
+    assert_eq!(got, sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    assert_no_password(&relay.log());
+}
+
 /// A wrong password: every attempt window (a session, until its records time out) says it in
 /// one line that names SASL, the user and the variable that holds the password; the session's
 /// end and `/readyz` name the same cause, never "broker unreachable". No record is confirmed,
