@@ -11,9 +11,10 @@ mod common;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use walrelay::config::Options;
 use walrelay::encoder::Encoder;
-use walrelay::envelope::{self, Format, Txn};
+use walrelay::envelope::{self, Format};
 use walrelay::lsn::Lsn;
 use walrelay::router::{Router, RouterConfig};
+use walrelay::txn::Txn;
 
 fn router(router: &[(&str, &str)], debezium: &[(&str, &str)]) -> Router {
     let opts = |kv: &[(&str, &str)]| -> Options {

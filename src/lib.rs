@@ -32,3 +32,4 @@ pub(crate) mod source;
 pub(crate) mod spans;
 pub(crate) mod tls;
 pub(crate) mod trace;
+pub mod txn;

@@ -367,7 +367,7 @@ fn import_debezium_prints_toml_on_stdout_and_one_warning_line_per_option_on_stde
     assert_eq!(run.code, Some(2), "{run}");
 }
 
-/// Issue 33: `walrelay status` of an exactly-once relay answers within 5 s with no broker
+/// `walrelay status` of an exactly-once relay answers within 5 s with no broker
 /// listening, says the progress topic could not be read, and prints no librdkafka lines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_of_an_exactly_once_relay_answers_within_5_s_with_the_broker_down_and_prints_no_librdkafka_lines(

@@ -143,7 +143,7 @@ fn bad_input_exits_2_naming_the_key_and_the_fix_without_printing_the_password() 
             vec![(os(b"WALRELAY_KAFKA_SASL__PASSWORD"), os(b"hunter2\xff"))],
             &["WALRELAY_KAFKA_SASL__PASSWORD", "not UTF-8", "set it to UTF-8 text"],
         ),
-        // Issue 17: a syntax error in the URL's line quoted that line, password and all.
+        // A syntax error in the URL's line must not quote that line, password and all.
         (
             "check",
             BASE.replace("@127.0.0.1", "@127\".0.0.1"),
@@ -161,8 +161,8 @@ fn bad_input_exits_2_naming_the_key_and_the_fix_without_printing_the_password() 
     }
 }
 
-/// Issue 17's reproduction: the connector's settings under a misspelt key were printed whole,
-/// `"database.password":"secret"` included.
+/// The connector's settings under a misspelt key are named, never printed whole
+/// (`"database.password":"secret"` included).
 #[test]
 fn import_debezium_names_settings_under_a_misspelt_key_without_printing_them() {
     let leak = r#"{"name": "outbox", "config2": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector", "database.user": "dbz", "database.password": "hunter2"}}"#;

@@ -196,7 +196,7 @@ async fn at_least_once_same_chaos_loses_nothing_and_prints_its_duplicates() {
     assert_eq!(audit["clean"], v.duplicated.is_empty(), "{audit}");
 }
 
-/// Issue 33: ten SIGTERMs, each while transactions of 300–1,500 rows stream in, exactly-once on
+/// Ten SIGTERMs, each while transactions of 300–1,500 rows stream in, exactly-once on
 /// the suite's broker: every stop exits 0 within `[limits] shutdown_grace` (10 s by default),
 /// whether it came between PostgreSQL transactions (the open Kafka transaction commits) or
 /// inside one (it is aborted and the slot stays where it began), and `read_committed` readers

@@ -77,7 +77,7 @@ fn toml_seeds() -> Vec<Seed> {
     let mut seeds: Vec<Seed> =
         DOCS.iter().flat_map(|doc| code_blocks(doc, "toml")).map(|b| planted_toml(&b)).collect();
     assert!(seeds.len() >= 6, "the docs' TOML examples: {}", seeds.len());
-    // Issue 17's file, and a key=value URL.
+    // A file whose URL once leaked its password in an error, and a key=value URL.
     seeds.push(Seed::new(
         "[source]\nurl = \"postgres://walrelay:SECRET@127.0.0.1:1/app\"\n[kafka]\n\"bootstrap.servers\" = \"127.0.0.1:1\"\n",
         &["walrelay:SECRET@"],

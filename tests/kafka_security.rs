@@ -460,7 +460,7 @@ fn exactly_once_acls(progress: &str, transactional_id: &str) -> Vec<(&'static st
     ]
 }
 
-/// Issue 33: exactly-once on SASL_SSL + SCRAM-SHA-512 with exactly the documented ACLs relays
+/// Exactly-once on SASL_SSL + SCRAM-SHA-512 with exactly the documented ACLs relays
 /// everything; with any one of exactly-once's withheld, `walrelay check` fails naming it and
 /// `walrelay run` exits 1 within a minute with the `kafka-acls.sh` line that grants it, instead
 /// of retrying for ever.

@@ -63,9 +63,9 @@ enum Cmd {
     /// Time a fresh walrelay-like producer's first delivery (diagnostics).
     ProbeProducer(probe::ProbeArgs),
     /// Tail latency: pipelined writers vs independent Poisson clients, each beside the broker's
-    /// own floor for its topic layout (docs/benchmarks-history.md, issue 13).
+    /// own floor for its topic layout (docs/benchmarks-history.md).
     Latency(latency::LatencyArgs),
-    /// Does each test broker honour Kafka transactions (abort, commit, fencing)? (issue 16)
+    /// Does each test broker honour Kafka transactions (abort, commit, fencing)?
     ProbeTransactions(txnprobe::TxnProbeArgs),
 }
 

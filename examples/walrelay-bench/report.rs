@@ -259,7 +259,7 @@ pub fn summarize(s: &Settings, reps: &[Rep]) -> Summary {
     let first_record_ms = Stat::of(wr_steady().filter_map(|s| s.first_record_ms));
     let steady_peak_rss_mb = Stat::of(wr_steady().filter_map(|s| s.peak_rss_mb));
 
-    // Targets of issue 4.
+    // The project's speed and memory targets.
     let mut targets = Vec::new();
     let wr = drains.iter().find(|d| d.system == "walrelay");
     let per_rep_ratio = |f: &dyn Fn(&Rep) -> Option<f64>| Stat::of(reps.iter().filter_map(f));
@@ -539,7 +539,7 @@ pub fn render(s: &Settings, sum: &Summary) -> String {
     if let Some(c) = &sum.baseline {
         o.push_str(&crate::baseline::render(c));
     }
-    let _ = writeln!(o, "\n### Targets (issue 4)\n");
+    let _ = writeln!(o, "\n### Targets\n");
     let _ = writeln!(o, "| target | goal | measured | met |");
     let _ = writeln!(o, "|---|---|---|---|");
     for t in &sum.targets {

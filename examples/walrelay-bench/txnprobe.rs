@@ -1,5 +1,5 @@
-//! `walrelay-bench probe-transactions`: does a broker honour Kafka transactions? (issue 16 asks
-//! this before exactly-once delivery is built on any broker.) Three checks per broker:
+//! `walrelay-bench probe-transactions`: does a broker honour Kafka transactions? (Asked
+//! before exactly-once delivery is trusted on any broker.) Three checks per broker:
 //!
 //! 1. an aborted transaction: a `read_committed` consumer sees none of its records;
 //! 2. a committed one: it sees all of them;

@@ -14,6 +14,11 @@ use crate::lsn::Lsn;
 /// Sequence number of one record sent to Kafka.
 pub type Seq = u64;
 
+/// The delivery-report number of exactly-once's progress record: outside the frontier's
+/// sequence (which never gets this far), since the commit of its Kafka transaction, not its
+/// report, is what counts.
+pub(crate) const PROGRESS_SEQ: Seq = Seq::MAX;
+
 #[derive(Debug, Clone)]
 struct Slot {
     /// WAL position of the row, to name it in errors and dead letters.

@@ -150,7 +150,7 @@ async fn await_acks(delivery: &mut Delivery, acked: Lsn) {
     assert!(waited.await.is_ok(), "acknowledged up to {acked} within 20 s");
 }
 
-/// Issue 33: a stop inside a PostgreSQL transaction aborts the open Kafka transaction, which
+/// A stop inside a PostgreSQL transaction aborts the open Kafka transaction, which
 /// also holds two earlier PostgreSQL transactions, acknowledged whole. The frontier passed them;
 /// the ceiling must not: nothing past where that Kafka transaction began is confirmable, or
 /// their events — aborted, so invisible to read_committed consumers — would be lost.

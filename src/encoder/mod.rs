@@ -12,9 +12,10 @@
 use bytes::Bytes;
 
 use crate::config::Config;
-use crate::envelope::{Envelope, EnvelopeConfig, Origin, Txn};
+use crate::envelope::{Envelope, EnvelopeConfig, Origin};
 use crate::pgoutput::Tuple;
 use crate::router::{Binding, Record, RouteError, Router, RouterConfig};
+use crate::txn::Txn;
 
 /// The router and the envelope of one run.
 #[derive(Debug)]

@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Envelope, Origin, Txn};
+use super::{Envelope, Origin};
 use crate::router::{
     write_base64, write_json_string, EventFields, PayloadKind, Record, RouteError,
 };
+use crate::txn::Txn;
 
 const ROLE_TYPE: &str = "event type (`table.field.event.type`), the CloudEvents `type`";
 const STRUCTURED_CONTENT_TYPE: &[u8] = b"application/cloudevents+json; charset=UTF-8";

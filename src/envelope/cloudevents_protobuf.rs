@@ -13,8 +13,9 @@ use std::borrow::Cow;
 use bytes::Bytes;
 
 use super::wire::{bytes_size, text_size, timestamp_size, Wire};
-use super::{utf8, Envelope, Origin, Txn};
+use super::{utf8, Envelope, Origin};
 use crate::router::{EventFields, PayloadKind, Record, RouteError};
+use crate::txn::Txn;
 
 const CONTENT_TYPE: &[u8] = b"application/cloudevents+protobuf";
 /// `CloudEventAttributeValue` fields.

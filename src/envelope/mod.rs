@@ -33,21 +33,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use self::config::{parse, EnvelopeConfig, Format, DEFAULT_SOURCE};
-use crate::lsn::Lsn;
 use crate::router::{EventFields, PayloadKind, Record, RouteError, RouterConfig};
 use crate::trace::Trace;
-
-/// The transaction an event was committed in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Txn {
-    /// Commit time, microseconds since the Unix epoch.
-    pub commit_micros: i64,
-    /// The LSN of the commit record (pgoutput Begin's `final_lsn`); for a non-transactional
-    /// message, the message's own.
-    pub commit_lsn: Lsn,
-    /// The transaction id; 0 for a non-transactional message.
-    pub xid: u32,
-}
+use crate::txn::Txn;
 
 /// Where an event was written: an outbox table or a logical decoding message's prefix.
 #[derive(Debug, Clone, Copy)]

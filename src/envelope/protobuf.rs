@@ -5,8 +5,9 @@
 use bytes::Bytes;
 
 use super::wire::{bytes_size, text_size, timestamp_size, uint_size, Wire};
-use super::{utf8, Envelope, Origin, Txn};
+use super::{utf8, Envelope, Origin};
 use crate::router::{EventFields, Record};
+use crate::txn::Txn;
 
 const CONTENT_TYPE: &[u8] = b"application/protobuf";
 

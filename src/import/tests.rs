@@ -103,8 +103,7 @@ fn import_never_prints_a_password() {
     assert!(warned(&imported, "[kafka] sasl.password is a secret"), "{:?}", imported.warnings);
 }
 
-/// Issue 17's reproduction: the settings under a misspelt key were printed whole, password
-/// included (`option `config2` is {…"database.password":"secret"…}`).
+/// Settings under a misspelt key were once printed whole, password included (`option `config2` is {…"database.password":"secret"…}`).
 #[test]
 fn import_settings_under_a_misspelt_key_are_named_by_type_not_printed() {
     let leak = r#"{"name": "outbox", "config2": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector", "database.user": "dbz", "database.password": "secret-pw-17"}}"#;

@@ -19,11 +19,11 @@ use bytes::Bytes;
 use pgwire_replication::ReplicationEvent;
 
 use crate::config::TableName;
-use crate::envelope::Txn;
 use crate::lsn::Lsn;
 use crate::message_selection::{MessageSelection, Verdict};
 use crate::pgoutput::{self, DecodeError, Message, Relation, Tuple};
 use crate::router::{Binding, RouteError, Router};
+use crate::txn::Txn;
 
 /// 2000-01-01 00:00:00 UTC, PostgreSQL's epoch, in Unix microseconds.
 pub const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;

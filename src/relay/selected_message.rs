@@ -7,10 +7,10 @@ use std::sync::Arc;
 use super::assembler::SelectedMessage;
 use super::Session;
 use crate::delivery::Failed;
-use crate::envelope::Txn;
 use crate::error::Result;
 use crate::metrics::unix_micros;
 use crate::router::message_event_id;
+use crate::txn::Txn;
 
 const KIND: &str = "logical message";
 

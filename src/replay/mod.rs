@@ -26,11 +26,11 @@ use bytes::Bytes;
 
 use crate::config::{Config, RetentionConfig};
 use crate::encoder::Encoder;
-use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::router::{Binding, RawColumn, Record};
 use crate::source::{self, catalog, Control};
+use crate::txn::Txn;
 
 pub use self::read::{index_for, order as read_order, Commit, Order, TimeColumn};
 

@@ -28,7 +28,7 @@ use tokio_postgres::RowStream;
 use super::{Selection, TimeBound, BATCH_ROWS};
 use crate::config::{Config, RetentionConfig};
 use crate::error::{Error, Result};
-use crate::pgoutput::{Column, Relation, Tuple, Value};
+use crate::pgoutput::{Tuple, Value};
 use crate::retention::{self, AgeColumn};
 use crate::router::{Binding, Router};
 use crate::source::catalog::{CatalogColumn, OutboxTable};
@@ -162,7 +162,7 @@ impl TableRead {
         places_only: bool,
     ) -> Result<TableRead> {
         let column = retention::plan(control, &table, &column.name, column.named_by).await?.column;
-        let relation = relation(&table);
+        let relation = table.relation();
         let not_null: Vec<bool> = table.columns.iter().map(|c| c.not_null).collect();
         let binding =
             Router::new(config.router.clone()).bind(&relation, &not_null).map_err(|e| {
@@ -423,26 +423,6 @@ impl TableRead {
 
     fn what(&self) -> String {
         format!("cannot read outbox table {} for the replay", self.table.name)
-    }
-}
-
-/// The outbox table as a Relation message would describe it, for the router.
-fn relation(table: &OutboxTable) -> Relation {
-    Relation {
-        id: table.oid,
-        namespace: table.name.schema.clone(),
-        name: table.name.name.clone(),
-        replica_identity: b'd',
-        columns: table
-            .columns
-            .iter()
-            .map(|c| Column {
-                flags: 0,
-                name: c.name.clone(),
-                type_oid: c.type_oid,
-                type_modifier: c.type_modifier,
-            })
-            .collect(),
     }
 }
 

@@ -9,6 +9,7 @@
 use super::connect::Control;
 use crate::config::TableName;
 use crate::error::{Error, Result};
+use crate::pgoutput::{Column, Relation};
 
 /// A configured outbox table as the catalog has it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +22,30 @@ pub struct OutboxTable {
     /// The connected role can act as the owner (needed to add it to a publication).
     pub owned: bool,
     pub columns: Vec<CatalogColumn>,
+}
+
+impl OutboxTable {
+    /// The table as pgoutput's Relation message describes it, for binding the router to it
+    /// where no stream runs (`check`, replay, audit). Replica identity is the default's: only
+    /// inserts are relayed, which carry every column whatever it is.
+    pub fn relation(&self) -> Relation {
+        Relation {
+            id: self.oid,
+            namespace: self.name.schema.clone(),
+            name: self.name.name.clone(),
+            replica_identity: b'd',
+            columns: self
+                .columns
+                .iter()
+                .map(|c| Column {
+                    flags: 0,
+                    name: c.name.clone(),
+                    type_oid: c.type_oid,
+                    type_modifier: c.type_modifier,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One live column of a table.

@@ -5,7 +5,6 @@ use super::postgres::Privileges;
 use super::Report;
 use crate::config::Config;
 use crate::error::Result;
-use crate::pgoutput::{Column, Relation};
 use crate::router::Router;
 use crate::source::catalog::{self, list, OutboxTable, Publication, TableLookup};
 use crate::source::Control;
@@ -102,22 +101,7 @@ fn columns(config: &Config, table: &OutboxTable, r: &mut Report) {
         return;
     }
     // Everything else the router binds (timestamp, schema version, additional placements).
-    let relation = Relation {
-        id: table.oid,
-        namespace: table.name.schema.clone(),
-        name: table.name.name.clone(),
-        replica_identity: b'd',
-        columns: table
-            .columns
-            .iter()
-            .map(|c| Column {
-                flags: 0,
-                name: c.name.clone(),
-                type_oid: c.type_oid,
-                type_modifier: c.type_modifier,
-            })
-            .collect(),
-    };
+    let relation = table.relation();
     match Router::new(router.clone()).bind(&relation, &[]) {
         Ok(_) => r.ok(
             &format!("{prefix}router"),

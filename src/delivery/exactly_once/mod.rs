@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 pub use self::progress_topic::read_progress;
-pub(super) use self::session::{ProgressReport, Starting, PROGRESS_SEQ};
+pub(super) use self::session::{ProgressReport, Starting};
 use crate::config::DeliveryConfig;
-use crate::envelope::Txn;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::router::Record;
+use crate::txn::Txn;
 
 /// The session's Kafka transactions, and the one place that says what they allow to be
 /// confirmed. At-least-once has none: every call is then a no-op, so delivery asks the same

@@ -8,14 +8,10 @@ use std::time::Duration;
 
 use super::progress_topic::PROGRESS_TIMEOUT;
 use super::read_progress;
-use crate::delivery::frontier::Seq;
+use crate::delivery::frontier::PROGRESS_SEQ;
 use crate::delivery::Delivery;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
-
-/// The delivery-report number of the progress record: outside the frontier's sequence, since
-/// the commit of its Kafka transaction, not its report, is what counts.
-pub(crate) const PROGRESS_SEQ: Seq = Seq::MAX;
 
 /// Where the open Kafka transaction's progress record is: `commit_open` sends it, then waits
 /// for its report with the records' before it commits.

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use self::offsets::{Delivered, Unusable};
 use crate::config::Limits;
 use crate::encoder::Encoder;
-use crate::envelope::Txn;
 use crate::lsn::Lsn;
 use crate::router::Record;
+use crate::txn::Txn;
 
 use super::Step;
 
