@@ -132,7 +132,8 @@ fn import_debezium_carries_sasl_plaintext_and_a_plain_jaas_line() {
 }
 
 /// What can't be carried fails the import: a client certificate to PostgreSQL, a Kerberos
-/// login, a Java keystore. Nothing is written to stdout.
+/// login. Nothing is written to stdout. (A Java truststore is carried as a placeholder the
+/// relay refuses to start with: the next test.)
 #[test]
 fn import_debezium_refuses_what_it_cannot_carry_instead_of_warning() {
     let cases = [
@@ -141,7 +142,6 @@ fn import_debezium_refuses_what_it_cannot_carry_instead_of_warning() {
             "\"producer.override.sasl.jaas.config\": \"com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;\"",
             "Krb5LoginModule",
         ),
-        ("\"producer.override.ssl.truststore.location\": \"/ts.jks\"", "ssl.truststore.location"),
     ];
     for (option, named) in cases {
         let input = format!(
@@ -154,6 +154,24 @@ fn import_debezium_refuses_what_it_cannot_carry_instead_of_warning() {
         assert!(run.stdout.is_empty(), "{run}");
         assert!(run.stderr.contains(named), "{run}");
     }
+}
+
+/// A JKS truststore becomes a FILL-IN `ssl.ca.location` with the keytool line in a warning; the
+/// import exits 0, and the file it wrote is refused by `check` until the placeholder is filled.
+#[test]
+fn import_debezium_marks_a_jks_truststore_for_the_user_and_the_relay_refuses_the_placeholder() {
+    let input = r#"{"database.hostname": "pg", "database.dbname": "app", "plugin.name": "pgoutput",
+        "producer.override.bootstrap.servers": "kafka:9092",
+        "producer.override.security.protocol": "SSL",
+        "producer.override.ssl.truststore.location": "/ts.jks"}"#;
+    let run = import_stdin(input);
+    note(&format!("import-debezium with a JKS truststore: exit {:?}, {}", run.code, run.stderr.trim()));
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(run.stdout.lines().any(|l| l.starts_with("\"ssl.ca.location\" = \"FILL-IN")), "{run}");
+    assert!(run.stderr.contains("keytool -exportcert -rfc -keystore /ts.jks"), "{run}");
+    let refused = walrelay_env(&["check"], &run.stdout, &[]);
+    assert_eq!(refused.code, Some(2), "{refused}");
+    assert!(refused.stderr.contains("ssl.ca.location") && refused.stderr.contains("FILL-IN"), "{refused}");
 }
 
 /// Debezium's default plugin is decoderbufs: its slot can't be taken over, so the file names a
