@@ -3,6 +3,8 @@
 //!
 //! One unit only, and a unit always: `7` (seconds? days?) and `1h30m` are refused rather than
 //! guessed, since a misread retention deletes rows.
+//!
+//! And points in time as walrelay writes them: RFC 3339 in UTC ([`rfc3339`]).
 
 use std::time::Duration;
 
@@ -33,6 +35,30 @@ pub fn format(duration: Duration) -> String {
         }
     }
     "0s".to_string()
+}
+
+/// `micros` since the Unix epoch as RFC 3339 in UTC, with microseconds
+/// (`2026-12-01T18:17:39.123456Z`).
+pub fn rfc3339(micros: i64) -> String {
+    let (secs, frac) = (micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000));
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm, ss) = (day_secs / 3600, day_secs / 60 % 60, day_secs % 60);
+    format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{frac:06}Z")
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, <https://howardhinnant.github.io/date_algorithms.html>).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]
@@ -71,5 +97,13 @@ mod tests {
         for text in ["7d", "12h", "30m", "45s"] {
             assert_eq!(format(parse(text).unwrap()), text);
         }
+    }
+
+    #[test]
+    fn commit_times_are_rfc3339_in_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(951_782_400_000_001), "2000-02-29T00:00:00.000001Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(rfc3339(4_102_444_799_999_999), "2099-12-31T23:59:59.999999Z");
     }
 }

@@ -1,6 +1,6 @@
 //! The operational HTTP endpoint: `/healthz` (the process is alive: this thread answers and the
-//! relay's thread runs), `/readyz` (streaming, broker reachable, lag under the limit) and
-//! `/metrics` (OpenMetrics text).
+//! relay's thread runs), `/readyz` (streaming, broker reachable, lag under the limit),
+//! `/metrics` (OpenMetrics text) and `/api/v1/tables` (events per outbox table, JSON).
 //!
 //! HTTP/1 is hyper's; this file keeps what an operator's endpoint needs around it:
 //!
@@ -254,8 +254,39 @@ fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> 
             );
             response
         }
+        "/api/v1/tables" => json(StatusCode::OK, tables_json(&state.metrics)),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
+}
+
+/// `/api/v1/tables`: events relayed per outbox table (`[http] table_metrics`), newest first,
+/// read by `walrelay status --tables`.
+pub fn tables_json(metrics: &Metrics) -> serde_json::Value {
+    let mut tables: Vec<_> = metrics.tables().into_iter().collect();
+    tables.sort_by_key(|t| std::cmp::Reverse(t.1.last_commit_micros));
+    let now = crate::metrics::unix_micros();
+    let rows: Vec<serde_json::Value> = tables
+        .iter()
+        .map(|(table, t)| {
+            serde_json::json!({
+                "table": &**table,
+                "events": t.events,
+                "last_event_commit": crate::duration::rfc3339(t.last_commit_micros),
+                "last_event_age_s": (now - t.last_commit_micros).max(0) as f64 / 1e6,
+            })
+        })
+        .collect();
+    serde_json::json!({ "tables": rows })
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -4,7 +4,7 @@
 //! (route with [`router`], Debezium's Outbox Event Router, then wrap with [`envelope`], the
 //! format) → `delivery` (librdkafka, dead letters and the ack frontier: what may be confirmed) —
 //! driven by the loop in [`relay`], whose `Progress` alone confirms the slot and publishes where
-//! the relay stands in the WAL ([`metrics::Positions`]). `message_selection` selects the logical
+//! the relay stands in the WAL ([`positions::Positions`]). `message_selection` selects the logical
 //! decoding messages that are events too. [`config`] reads the TOML file; [`retention`] purges
 //! relayed outbox rows, off the data path.
 
@@ -24,6 +24,7 @@ pub(crate) mod message_selection;
 pub mod metrics;
 pub(crate) mod options;
 pub mod pgoutput;
+pub mod positions;
 pub mod relay;
 pub mod replay;
 pub mod retention;

@@ -165,13 +165,20 @@ fn import_debezium_marks_a_jks_truststore_for_the_user_and_the_relay_refuses_the
         "producer.override.security.protocol": "SSL",
         "producer.override.ssl.truststore.location": "/ts.jks"}"#;
     let run = import_stdin(input);
-    note(&format!("import-debezium with a JKS truststore: exit {:?}, {}", run.code, run.stderr.trim()));
+    note(&format!(
+        "import-debezium with a JKS truststore: exit {:?}, {}",
+        run.code,
+        run.stderr.trim()
+    ));
     assert_eq!(run.code, Some(0), "{run}");
     assert!(run.stdout.lines().any(|l| l.starts_with("\"ssl.ca.location\" = \"FILL-IN")), "{run}");
     assert!(run.stderr.contains("keytool -exportcert -rfc -keystore /ts.jks"), "{run}");
     let refused = walrelay_env(&["check"], &run.stdout, &[]);
     assert_eq!(refused.code, Some(2), "{refused}");
-    assert!(refused.stderr.contains("ssl.ca.location") && refused.stderr.contains("FILL-IN"), "{refused}");
+    assert!(
+        refused.stderr.contains("ssl.ca.location") && refused.stderr.contains("FILL-IN"),
+        "{refused}"
+    );
 }
 
 /// Debezium's default plugin is decoderbufs: its slot can't be taken over, so the file names a

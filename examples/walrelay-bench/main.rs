@@ -116,7 +116,8 @@ struct Opts {
     /// cloudevents-structured, cloudevents-protobuf, protobuf; exactly-once: the plain table
     /// with `[delivery] guarantee = "exactly-once"`, drained and at the steady rates;
     /// tracing-off, tracing, tracing-export: a span context column, ignored, propagated, and
-    /// propagated with OTLP span export; "none" skips).
+    /// propagated with OTLP span export; tenants-1, tenants-1000: outbox tables by pattern, one
+    /// and a thousand tenants' tables; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages,exactly-once")]
     shapes: String,
     /// Another walrelay binary (e.g. the build before a change) measured beside the current one
@@ -484,7 +485,8 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                     eprintln!(
                         "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
                          cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
-                         protobuf, exactly-once, tracing-off, tracing, tracing-export)"
+                         protobuf, exactly-once, tracing-off, tracing, tracing-export, tenants-1, \
+                         tenants-1000)"
                     );
                     continue;
                 };

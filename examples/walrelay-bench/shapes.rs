@@ -18,6 +18,10 @@
 //! * `exactly-once` — the plain table with `[delivery] guarantee = "exactly-once"`: Kafka
 //!   transactions of whole PostgreSQL transactions plus the progress record, read back with
 //!   `read_committed`;
+//! * `tenants-1`, `tenants-1000` — outbox tables by pattern (`[outbox] tables =
+//!   ["t[0-9]+\\.outbox"]`), one schema per tenant: 1 tenant's table, and 1,000 with the
+//!   transactions spread over them in turn, so the cost of a thousand relations (their
+//!   Relation messages, catalog lookups, bindings and per-table counts) reads beside one;
 //! * `tracing-off`, `tracing`, `tracing-export` — the plain table with a span context column
 //!   whose every row holds the same Properties text (`traceparent=…`, `tracestate=…`, as
 //!   Debezium's writers store it), so the WAL is the same in all three: `tracing-off` names the
@@ -43,6 +47,8 @@ pub enum Shape {
     TracingOff,
     Tracing,
     TracingExport,
+    /// Outbox tables by pattern: this many tenants' tables.
+    Tenants(u32),
 }
 
 impl Shape {
@@ -60,6 +66,8 @@ impl Shape {
             "tracing-off" => Some(Shape::TracingOff),
             "tracing" => Some(Shape::Tracing),
             "tracing-export" => Some(Shape::TracingExport),
+            "tenants-1" => Some(Shape::Tenants(1)),
+            "tenants-1000" => Some(Shape::Tenants(1000)),
             _ => None,
         }
     }
@@ -67,6 +75,8 @@ impl Shape {
     /// The drain table's row name.
     pub fn system(self) -> &'static str {
         match self {
+            Shape::Tenants(1) => "walrelay, 1 tenant table by pattern",
+            Shape::Tenants(_) => "walrelay, 1000 tenant tables by pattern",
             Shape::Partitioned => "walrelay, partitioned outbox",
             Shape::TwoTables => "walrelay, two outbox tables",
             Shape::Messages => "walrelay, logical messages (no table)",
@@ -87,7 +97,7 @@ impl Shape {
         self.system().replacen("walrelay", "ceiling", 1)
     }
 
-    fn tables(self) -> &'static [&'static str] {
+    fn tables(self) -> Vec<String> {
         match self {
             Shape::Partitioned
             | Shape::Debezium
@@ -98,9 +108,10 @@ impl Shape {
             | Shape::ExactlyOnce
             | Shape::TracingOff
             | Shape::Tracing
-            | Shape::TracingExport => &["outbox"],
-            Shape::TwoTables => &["outbox", "billing.outbox"],
-            Shape::Messages => &[],
+            | Shape::TracingExport => vec!["outbox".into()],
+            Shape::TwoTables => vec!["outbox".into(), "billing.outbox".into()],
+            Shape::Messages => Vec::new(),
+            Shape::Tenants(n) => (1..=n).map(|t| format!("t{t}.outbox")).collect(),
         }
     }
 
@@ -130,6 +141,7 @@ impl Shape {
             Shape::TracingOff | Shape::Tracing | Shape::TracingExport => {
                 "[outbox]\ntable = \"public.outbox\"\n"
             }
+            Shape::Tenants(_) => "[outbox]\ntables = [\"t[0-9]+\\\\.outbox\"]\n",
         }
     }
 }
@@ -171,6 +183,15 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::CloudEventsProtobuf
         | Shape::Protobuf
         | Shape::ExactlyOnce => db.create_outbox("outbox").await,
+        Shape::Tenants(_) => {
+            let mut sql = String::new();
+            for table in shape.tables() {
+                let schema = table.trim_end_matches(".outbox");
+                sql += &format!("CREATE SCHEMA {schema}; CREATE TABLE {table} (LIKE public.outbox INCLUDING ALL);\n");
+            }
+            db.create_outbox("outbox").await;
+            db.execute(&sql).await;
+        }
         Shape::TracingOff | Shape::Tracing | Shape::TracingExport => {
             db.create_outbox("outbox").await;
             let column =
@@ -184,7 +205,7 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
     let publication = unique("bench_shape_pub");
     let (ceiling_slot, slot) = (unique("shape_ceil"), unique("shape"));
     let tables = match shape.tables() {
-        [] => String::new(),
+        list if list.is_empty() => String::new(),
         list => format!("FOR TABLE {}", list.join(", ")),
     };
     // Before the rows: decoding sees the publication as the catalog stood when each row was
@@ -206,7 +227,11 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
             db.execute("CHECKPOINT").await;
             load
         }
-        _ => workload::load_into(&db, events, per_txn, ctx.aggregates, shape.tables()).await,
+        _ => {
+            let tables = shape.tables();
+            let tables: Vec<&str> = tables.iter().map(String::as_str).collect();
+            workload::load_into(&db, events, per_txn, ctx.aggregates, &tables).await
+        }
     };
     eprintln!("[bench] {}: loaded {} events in {:.1} s", shape.system(), load.events, load.seconds);
     let mut ceiling = crate::systems::ceiling(ctx, &db, &ceiling_slot, &publication, &load).await;

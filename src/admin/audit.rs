@@ -67,7 +67,7 @@ impl Args {
 }
 
 pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
-    if config.outbox.tables.is_empty() {
+    if config.outbox.is_message_only() {
         eprintln!("error: nothing to audit: this relay's events are logical decoding messages (the table-less outbox), which are in no table — fix: audit a relay of an outbox table kept by [retention] keep");
         return ExitCode::FAILURE;
     }

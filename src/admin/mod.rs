@@ -12,6 +12,7 @@ mod purge;
 pub mod replay;
 mod setup;
 mod status;
+mod table_status;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,6 +47,11 @@ pub enum AdminCommand {
         /// the slot (docs/operations.md, Deploying).
         #[arg(long)]
         publication_only: bool,
+        /// Print the SQL of the event trigger that adds tenants' tables ([outbox] tables
+        /// patterns) to the publication as they are created, for a DBA to run as a superuser;
+        /// connect to nothing.
+        #[arg(long, conflicts_with = "publication_only")]
+        print_sql: bool,
     },
     /// Drops the slot and the publication. The slot's position is lost: events committed while
     /// no slot exists are never relayed.
@@ -65,6 +71,11 @@ pub enum AdminCommand {
         /// One JSON object instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also each outbox table (by name, and what [outbox] tables patterns match now):
+        /// whether the publication carries it, and the events the running relay relayed from
+        /// it and the newest one's commit time (from its [http] endpoint).
+        #[arg(long)]
+        tables: bool,
     },
     /// Deletes outbox rows older than --older-than whose events the slot has confirmed (drops
     /// whole partitions of a table partitioned by range on the age column); exit code 1, and
@@ -119,7 +130,11 @@ pub fn run(command: AdminCommand) -> ExitCode {
                 Ok(c) => check::run(&c).await,
                 Err(code) => code,
             },
-            AdminCommand::Setup { config, publication_only } => match load(&config) {
+            AdminCommand::Setup { config, print_sql: true, .. } => match load(&config) {
+                Ok(c) => setup::print_sql(&c),
+                Err(code) => code,
+            },
+            AdminCommand::Setup { config, publication_only, .. } => match load(&config) {
                 Ok(c) => setup::setup(&c, publication_only).await,
                 Err(code) => code,
             },
@@ -127,8 +142,8 @@ pub fn run(command: AdminCommand) -> ExitCode {
                 Ok(c) => setup::teardown(&c, yes).await,
                 Err(code) => code,
             },
-            AdminCommand::Status { config, json } => match load(&config) {
-                Ok(c) => status::run(&c, json).await,
+            AdminCommand::Status { config, json, tables } => match load(&config) {
+                Ok(c) => status::run(&c, json, tables).await,
                 Err(code) => code,
             },
             AdminCommand::Purge { config, older_than, dry_run, wait } => match load(&config) {

@@ -126,6 +126,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
             listen,
             ready_max_lag_bytes: u64::MAX,
             ready_max_unacked: std::time::Duration::MAX,
+            table_metrics: false,
         };
         if let Err(e) = crate::http::serve(&http, metrics.clone()) {
             eprintln!("error: {}", e.chain());

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use super::{connect, describe_source, quote_ident};
 use crate::config::Config;
-use crate::source::{self, slot, Control};
+use crate::source::{self, slot, tenants, Control};
 
 pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     let src = &config.source;
@@ -30,9 +30,9 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
         ExitCode::FAILURE
     };
     // The same preparation as `walrelay run`, the slot included unless --publication-only.
-    let (control, confirmed) = if publication_only {
+    let (control, confirmed, tenants) = if publication_only {
         match source::prepare_publication(src, &config.outbox, true).await {
-            Ok(p) => (p.control, None),
+            Ok(p) => (p.control, None, p.tenants),
             Err(e) => return failed(e),
         }
     } else {
@@ -47,7 +47,7 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
             }
         };
         match prepared {
-            Ok(p) => (p.control, Some(p.confirmed)),
+            Ok(p) => (p.control, Some(p.confirmed), p.tenants),
             Err(e) => return failed(e),
         }
     };
@@ -56,7 +56,7 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     let created =
         crate::source::catalog::create_publication_sql(&src.publication, &config.outbox.tables)
             .replace('"', "");
-    match (before.publication, config.outbox.tables.is_empty()) {
+    match (before.publication, config.outbox.is_message_only()) {
         (true, false) => {
             println!("publication {} exists and covers {tables} (unchanged)", src.publication)
         }
@@ -64,8 +64,19 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
             "publication {} exists (unchanged); a message-only relay needs no table in it",
             src.publication
         ),
-        (false, _) => {
-            println!("created publication {}", created.trim_start_matches("CREATE PUBLICATION "))
+        (false, _) => match &tenants {
+            None => println!("created publication {}", created.trim_start_matches("CREATE PUBLICATION ")),
+            Some(t) => println!(
+                "created publication {} for {}{} table(s) [outbox] tables patterns match now (publish = 'insert', publish_via_partition_root = true)",
+                src.publication,
+                if tables.is_empty() { String::new() } else { format!("{tables} and the ") },
+                t.matched
+            ),
+        },
+    }
+    if let Some(t) = &tenants {
+        if let Err(code) = tenant_tables(config, &control, t).await {
+            return code;
         }
     }
     let Some(lsn) = confirmed else {
@@ -90,6 +101,61 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     if config.delivery.exactly_once() {
         return progress_topic(config).await;
     }
+    ExitCode::SUCCESS
+}
+
+/// With `[outbox] tables` patterns: adds the matching tables the publication lacks (their rows
+/// from now on are relayed; `audit --repair` sends what they hold from before), and says how
+/// tables created later join the publication — setup fails, with the fix, when nothing makes
+/// sure they do from their first row.
+async fn tenant_tables(
+    config: &Config,
+    control: &Control,
+    t: &tenants::Tenants,
+) -> Result<(), ExitCode> {
+    let publication = &config.source.publication;
+    for table in &t.uncovered {
+        let sql =
+            format!("ALTER PUBLICATION {} ADD TABLE {}", quote_ident(publication), table.quoted());
+        if let Err(e) = batch(control, &sql).await {
+            eprintln!("error: cannot add {table} to publication {publication}: {e}");
+            eprintln!("fix: run it as the table's owner or a superuser: {sql}");
+            return Err(ExitCode::FAILURE);
+        }
+        println!("added {table} to publication {publication}: its rows from now on are relayed; `walrelay audit --since <when it was created> --repair` sends those written before");
+    }
+    let patterns: Vec<&str> = config.outbox.patterns.iter().map(|p| p.text.as_str()).collect();
+    let name = tenants::trigger_name(publication);
+    match &t.joining {
+        tenants::Joining::Trigger => println!(
+            "event trigger {name} is installed: a table created later that {} matches joins publication {publication} in the transaction that creates it",
+            patterns.join(", ")
+        ),
+        tenants::Joining::AllTables => println!(
+            "publication {publication} is FOR ALL TABLES: a table created later that {} matches is relayed from its first row",
+            patterns.join(", ")
+        ),
+        tenants::Joining::NotGuaranteed(why) => {
+            eprintln!("error: {why}: a table created later that {} matches would join publication {publication} late, and lose the rows written before", patterns.join(", "));
+            eprintln!("fix: {}", tenants::install_fix(publication));
+            return Err(ExitCode::FAILURE);
+        }
+    }
+    Ok(())
+}
+
+/// `walrelay setup --print-sql`: the event trigger's SQL, for a DBA to run as a superuser.
+pub(super) fn print_sql(config: &Config) -> ExitCode {
+    if config.outbox.patterns.is_empty() {
+        eprintln!("error: [outbox] tables has no pattern, so there is no event trigger to install — fix: the publication is all `walrelay setup` needs to create");
+        return ExitCode::from(2);
+    }
+    println!("-- Run as a superuser in the outbox's database: adds each table created later that [outbox] tables");
+    println!(
+        "-- matches to publication {} in the transaction that creates it.",
+        config.source.publication
+    );
+    print!("{}", tenants::install_sql(&config.source.publication, &config.outbox));
     ExitCode::SUCCESS
 }
 
@@ -172,6 +238,16 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
         Some(Existing { publication: false, .. }) => {
             format!("publication {} (does not exist)", src.publication)
         }
+        Some(f) if !f.other_slots.is_empty() => format!(
+            "nothing else: publication {} is kept, as {}",
+            src.publication,
+            shared(&f.other_slots)
+        ),
+        Some(Existing { trigger: true, .. }) => format!(
+            "publication {} and event trigger {}",
+            src.publication,
+            tenants::trigger_name(&src.publication)
+        ),
         _ => format!("publication {}", src.publication),
     };
     if !yes {
@@ -209,18 +285,45 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
         println!("dropped replication slot {}", src.slot);
         dropped += 1;
     }
+    if !found.other_slots.is_empty() {
+        // Dropped on purpose: a slot of this name created later is no loss.
+        if found.publication {
+            let _ = source::catalog::forget_slot(&client, &src.publication, &src.slot).await;
+        }
+        println!(
+            "kept publication {}: {}; drop it once none of them reads it: DROP PUBLICATION {}",
+            src.publication,
+            shared(&found.other_slots),
+            quote_ident(&src.publication)
+        );
+        return ExitCode::SUCCESS;
+    }
+    if found.trigger {
+        // Before the publication: with the publication gone, the trigger only does nothing.
+        if let Err(e) = batch(&client, &tenants::drop_sql(&src.publication)).await {
+            eprintln!(
+                "error: cannot drop event trigger {}: {e}",
+                tenants::trigger_name(&src.publication)
+            );
+            return ExitCode::FAILURE;
+        }
+        println!("dropped event trigger {}", tenants::trigger_name(&src.publication));
+        dropped += 1;
+    }
     if found.publication {
         let sql = format!("DROP PUBLICATION IF EXISTS {}", quote_ident(&src.publication));
-        let failed = match client.batch(&sql).await {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(e.chain()),
-        };
-        if let Some(e) = failed {
+        if let Err(e) = batch(&client, &sql).await {
             eprintln!("error: cannot drop publication {}: {e}", src.publication);
             return ExitCode::FAILURE;
         }
         println!("dropped publication {}", src.publication);
+        if !found.unrecorded_slots.is_empty() {
+            println!(
+                "note: replication slot(s) {} of this database decode with pgoutput too: if one read publication {}, its consumer now fails to start — recreate the publication for it",
+                found.unrecorded_slots.join(", "),
+                src.publication
+            );
+        }
         dropped += 1;
     }
     if dropped == 0 {
@@ -232,16 +335,65 @@ pub(super) async fn teardown(config: &Config, yes: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Why the publication is kept: other walrelay slots read it.
+fn shared(others: &[String]) -> String {
+    format!(
+        "walrelay's replication slot(s) {} decode with it too (the publication's comment records them)",
+        others.join(", ")
+    )
+}
+
+/// Runs DDL; the error as text.
+async fn batch(client: &Control, sql: &str) -> Result<(), String> {
+    match client.batch(sql).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.chain()),
+    }
+}
+
 struct Existing {
     publication: bool,
     slot: Option<slot::Slot>,
+    /// Other slots that exist and that the publication records as walrelay's, decoding with it
+    /// (`catalog::record_slot`): the publication is theirs too, and is kept.
+    other_slots: Vec<String>,
+    /// The database's other pgoutput slots it does not record: one may read it (a slot does
+    /// not record its publication), which teardown says as it drops it.
+    unrecorded_slots: Vec<String>,
+    /// The event trigger that adds tenants' tables to the publication.
+    trigger: bool,
 }
 
 async fn existing(control: &Control, config: &Config) -> crate::error::Result<Existing> {
-    let publication =
-        source::catalog::publication(control, &config.source.publication).await?.is_some();
-    let slot = slot::slot(control, &config.source.slot).await?;
-    Ok(Existing { publication, slot })
+    let src = &config.source;
+    let publication = source::catalog::publication(control, &src.publication).await?.is_some();
+    let slot = slot::slot(control, &src.slot).await?;
+    let recorded = match publication {
+        true => source::catalog::publication_slots(control, &src.publication).await?,
+        false => Vec::new(),
+    };
+    let (other_slots, unrecorded_slots): (Vec<String>, Vec<String>) = control
+        .query(
+            "cannot list the database's replication slots",
+            "SELECT slot_name::text FROM pg_catalog.pg_replication_slots \
+             WHERE slot_type = 'logical' AND plugin = 'pgoutput' \
+             AND database = current_database() AND slot_name <> $1 ORDER BY 1",
+            &[&src.slot],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .partition(|name| recorded.contains(name));
+    let trigger = control
+        .query_opt(
+            "cannot look up the event trigger",
+            "SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = $1",
+            &[&tenants::trigger_name(&src.publication)],
+        )
+        .await?
+        .is_some();
+    Ok(Existing { publication, slot, other_slots, unrecorded_slots, trigger })
 }
 
 fn connect_failed(config: &Config, e: &crate::error::Error) -> ExitCode {

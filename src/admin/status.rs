@@ -156,7 +156,7 @@ impl SlotStatus {
     }
 }
 
-pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
+pub(super) async fn run(config: &Config, as_json: bool, with_tables: bool) -> ExitCode {
     let src = &config.source;
     let control = match connect(src).await {
         Ok(c) => c,
@@ -168,6 +168,16 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
             );
             return ExitCode::FAILURE;
         }
+    };
+    let tables = match with_tables {
+        false => None,
+        true => match super::table_status::tables(config, &control).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("error: cannot list the outbox tables: {}", e.chain());
+                return ExitCode::FAILURE;
+            }
+        },
     };
     match slot::slot(&control, &src.slot).await {
         Ok(Some(slot)) => {
@@ -181,6 +191,10 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
                     v["transactional_id"] = json!(config.delivery.transactional_id);
                     v["progress_lsn"] = json!(progress);
                 }
+                if let Some((rows, note)) = &tables {
+                    v["tables"] = json!(rows);
+                    v["tables_note"] = json!(note);
+                }
                 println!("{v}");
             } else {
                 let more = match delivery {
@@ -190,6 +204,9 @@ pub(super) async fn run(config: &Config, as_json: bool) -> ExitCode {
                     }
                 };
                 print!("{}", status.to_table_with(more));
+                if let Some((rows, note)) = &tables {
+                    print!("\n{}", super::table_status::render(rows, note));
+                }
             }
             ExitCode::SUCCESS
         }

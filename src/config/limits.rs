@@ -35,6 +35,9 @@ pub struct HttpConfig {
     /// `/readyz` fails while the oldest record handed to the producer has waited longer than
     /// this for the broker's acknowledgement: the broker hangs, or the relay cannot deliver.
     pub ready_max_unacked: Duration,
+    /// `table_metrics`: events relayed and the newest event's commit time per outbox table
+    /// (bounded; with a thousand tenants' tables, two thousand series). Default true.
+    pub table_metrics: bool,
 }
 
 #[derive(Deserialize)]
@@ -78,6 +81,7 @@ pub(super) struct RawHttp {
     listen: Option<String>,
     ready_max_lag_bytes: Option<u64>,
     ready_max_unacked_s: Option<u64>,
+    table_metrics: Option<bool>,
 }
 
 pub(super) fn parse_http(opts: &Options) -> Result<HttpConfig, ConfigError> {
@@ -92,5 +96,6 @@ pub(super) fn parse_http(opts: &Options) -> Result<HttpConfig, ConfigError> {
     if ready_max_unacked.is_zero() {
         return Err(invalid(S, "ready_max_unacked_s", "0", "must be at least 1"));
     }
-    Ok(HttpConfig { listen, ready_max_lag_bytes, ready_max_unacked })
+    let table_metrics = raw.table_metrics.unwrap_or(true);
+    Ok(HttpConfig { listen, ready_max_lag_bytes, ready_max_unacked, table_metrics })
 }

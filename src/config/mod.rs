@@ -36,7 +36,7 @@ pub use delivery::{DeliveryConfig, Guarantee};
 pub use env::ENV_PREFIX;
 pub use kafka::{KafkaConfig, FILL_IN, RELAY_OWNED_KAFKA};
 pub use limits::{HttpConfig, Limits};
-pub use outbox::{OutboxConfig, TableName};
+pub use outbox::{OutboxConfig, TableName, TablePattern};
 pub use retention::{DeadLetterConfig, RetentionConfig};
 pub use secret::redact_url;
 pub use source::SourceConfig;
@@ -168,8 +168,9 @@ impl Config {
             crate::envelope::parse(envelope.as_ref(), &router.unwrap_or_default(), &debezium)?;
         // The relay's span id goes into the header only when that span is exported.
         router.relay_spans = tracing.is_some();
+        router.tenant_header = outbox.tenant_header.as_deref().map(std::sync::Arc::from);
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
-        if outbox.tables.is_empty() && messages.is_none() {
+        if outbox.is_message_only() && messages.is_none() {
             return Err(invalid(
                 "outbox",
                 "tables",
@@ -184,7 +185,7 @@ impl Config {
             ("retention", retention.is_some(), "to purge"),
             ("audit", audit.is_some(), "to compare Kafka with"),
         ] {
-            if outbox.tables.is_empty() && present {
+            if outbox.is_message_only() && present {
                 return Err(invalid(
                     "outbox",
                     "tables",

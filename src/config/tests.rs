@@ -23,7 +23,14 @@ fn minimal_config_gets_defaults_and_relay_owned_producer_settings() {
     let c = Config::parse(MINIMAL).unwrap();
     assert_eq!(c.source.slot, "walrelay");
     assert_eq!(c.source.publication, "walrelay");
-    assert_eq!(c.outbox, OutboxConfig { tables: vec![TableName::new("public", "outbox")] });
+    assert_eq!(
+        c.outbox,
+        OutboxConfig {
+            tables: vec![TableName::new("public", "outbox")],
+            patterns: Vec::new(),
+            tenant_header: None,
+        }
+    );
     assert_eq!(c.kafka.properties["enable.idempotence"], "true");
     assert_eq!(c.kafka.properties["acks"], "all");
     assert_eq!(c.kafka.properties["linger.ms"], "2");
@@ -124,6 +131,31 @@ fn outbox_tables_take_a_list_or_one_table_but_not_both() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("twice"), "{e}");
+}
+
+#[test]
+fn outbox_tables_take_patterns_anchored_at_both_ends_and_refuse_a_broken_one() {
+    let c =
+        Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = [\"tenant_[0-9]+\\\\.outbox\"]\n"))
+            .unwrap();
+    assert!(c.outbox.tables.is_empty() && !c.outbox.is_message_only());
+    // PostgreSQL matches it (source::tenants), anchored at both ends.
+    assert_eq!(c.outbox.pattern_regex().as_deref(), Some(r"^(?:(?:tenant_[0-9]+\.outbox))$"));
+    let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = [\"tenant_(.*\\\\.outbox\"]\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not a regular expression"), "{e}");
+    // What PostgreSQL's regular expressions read otherwise is refused, naming it.
+    let e =
+        Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = [\"(?i)tenant_.*\\\\.outbox\"]\n"))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("(?") && e.contains("PostgreSQL"), "{e}");
+    // A comma splits the list, as in Debezium's table.include.list: the error says so.
+    let e = Config::parse(&format!("{MINIMAL}\n[outbox]\ntables = \"t[0-9]{{1,3}}\\\\.outbox\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without a comma"), "{e}");
 }
 
 #[test]

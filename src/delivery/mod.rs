@@ -87,15 +87,17 @@ pub struct Delivery {
     transactions: Transactions,
     /// Exactly-once: `init_transactions` and the read of the progress topic, under way on a
     /// task of their own while the stream starts (see [`Delivery::start`]).
-    starting: Option<exactly_once::Starting>,
+    starting: Option<transactions::Starting>,
     /// Exactly-once: the report of the open Kafka transaction's progress record.
-    progress_report: exactly_once::ProgressReport,
+    progress_report: transactions::ProgressReport,
 
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
     principal: String,
     /// Records Kafka refused for good that stop the relay: never acknowledged, so a graceful
     /// stop does not wait for them.
     refused: usize,
+    /// `[http] table_metrics`: count events per outbox table.
+    table_metrics: bool,
     metrics: Arc<Metrics>,
 }
 
@@ -118,7 +120,7 @@ impl Delivery {
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
             pending_dead: Vec::new(),
-            progress_report: exactly_once::ProgressReport::NotSent,
+            progress_report: transactions::ProgressReport::NotSent,
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
@@ -126,6 +128,7 @@ impl Delivery {
             starting: None,
             principal: producer::principal(&config.kafka),
             refused: 0,
+            table_metrics: config.http.as_ref().is_none_or(|h| h.table_metrics),
             exporter: Exporter::for_config(config, metrics),
             metrics: metrics.clone(),
         })
@@ -347,7 +350,13 @@ impl Delivery {
             self.metrics.under_replicated_partitions.store(0, Relaxed);
             let now = unix_micros();
             for sent in self.acked.drain(..) {
-                self.metrics.count_published(&sent.topic, 1);
+                // A dead letter is no event of its table relayed.
+                let table = match &self.dead_letter {
+                    Some(dl) if *dl.topic == *sent.topic => None,
+                    _ if !self.table_metrics => None,
+                    _ => Some(&sent.table),
+                };
+                self.metrics.count_published(&sent.topic, table, sent.commit_micros);
                 self.metrics.observe_commit_to_ack((now - sent.commit_micros).max(0) as f64 / 1e6);
             }
         }
@@ -451,3 +460,4 @@ pub(crate) mod producer;
 mod reports;
 #[cfg(test)]
 mod tests;
+mod transactions;

@@ -11,7 +11,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::fault::{self, Fault};
 use super::frontier::{Seq, PROGRESS_SEQ};
 use super::producer::{self, Refused, Report};
-use super::{dead_letter, exactly_once};
+use super::{dead_letter, transactions};
 use super::{Delivery, Failed};
 use crate::error::{Error, Result};
 use crate::metrics::unix_micros;
@@ -45,12 +45,12 @@ impl Delivery {
         match report {
             // The commit of its transaction is what counts: it fails too, and tells why.
             Report::Delivered { seq: PROGRESS_SEQ, .. } => {
-                self.progress_report = exactly_once::ProgressReport::Delivered;
+                self.progress_report = transactions::ProgressReport::Delivered;
                 Ok(())
             }
             Report::Failed { seq: PROGRESS_SEQ, error }
             | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => {
-                self.progress_report = exactly_once::ProgressReport::Failed(error);
+                self.progress_report = transactions::ProgressReport::Failed(error);
                 Ok(())
             }
             Report::Delivered { seq, partition, offset } => {

@@ -177,7 +177,7 @@ impl Envelope {
     /// The commit time as RFC 3339 text, UTC, microseconds.
     fn time(&mut self, micros: i64) -> Bytes {
         if self.time.0 != micros {
-            self.time = (micros, Bytes::from(cloudevents::rfc3339(micros)));
+            self.time = (micros, Bytes::from(crate::duration::rfc3339(micros)));
         }
         self.time.1.clone()
     }

@@ -318,20 +318,24 @@ impl Builder {
             }
             return;
         };
+        // A name escapes its dot (`public\\.outbox`); anything else regex-like is a pattern,
+        // which walrelay takes in the same syntax, anchored the same way.
         let tables: Vec<String> = list
             .split(',')
-            .map(|t| t.trim().replace("\\.", "."))
+            .map(str::trim)
             .filter(|t| !t.is_empty())
+            .map(|t| match is_pattern(t) {
+                true => t.to_string(),
+                false => t.replace("\\.", "."),
+            })
             .collect();
         if tables.is_empty() {
             return;
         }
-        for table in &tables {
-            if table.contains(['*', '+', '?', '[', '(', '|', '^', '$']) {
-                self.warn(format!(
-                    "table.include.list entry `{table}` is a regular expression; walrelay needs each table's name: fix [outbox] tables"
-                ));
-            }
+        for table in tables.iter().filter(|t| is_pattern(t)) {
+            self.warn(format!(
+                "table.include.list entry `{table}` is a pattern, kept as one in [outbox] tables: a table created later that it matches is relayed from its first row once `walrelay setup`, run once as a superuser, has installed the event trigger that adds such tables to the publication as they are created (docs/operations.md, \"Tenant outboxes\"); `walrelay check` says whether it is there"
+            ));
         }
         self.outbox_tables = tables;
     }
@@ -496,6 +500,11 @@ impl Builder {
         self.dropped.entry(name).or_default().push(format!("{key} = {shown} (left out: {reason})"));
         self.warnings.push(format!("[{name}] {key} = {shown} left out: {reason}"));
     }
+}
+
+/// Regex syntax beyond an escaped dot: an `[outbox] tables` pattern, not a name.
+fn is_pattern(entry: &str) -> bool {
+    crate::config::TablePattern::looks_like(&entry.replace("\\.", "."))
 }
 
 /// The `WALRELAY_*` variable that sets `[kafka] key` (see `config::env`).

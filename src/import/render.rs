@@ -26,7 +26,7 @@ impl Builder {
         }
         t += "\n[outbox]\n";
         match &self.outbox_tables[..] {
-            [one] => t += &format!("table = {}\n", toml_string(one)),
+            [one] if !super::is_pattern(one) => t += &format!("table = {}\n", toml_string(one)),
             many => {
                 let items: Vec<String> = many.iter().map(|m| toml_string(m)).collect();
                 t += &format!("tables = [{}]\n", items.join(", "));

@@ -317,6 +317,18 @@ fn import_maps_a_multi_table_include_list_to_outbox_tables() {
     assert!(!warned(&imported, "table.include.list"), "{:?}", imported.warnings);
 }
 
+#[test]
+fn import_maps_a_table_include_list_regex_to_an_outbox_tables_pattern() {
+    let json =
+        CONNECTOR.replace(r#""public\\.outbox""#, r#""public\\.outbox, tenant_.*\\.outbox""#);
+    let (config, imported) = import_ok(&json, Some(Format::Json));
+    assert_eq!(config.outbox.tables, [crate::config::TableName::new("public", "outbox")]);
+    let patterns: Vec<&str> = config.outbox.patterns.iter().map(|p| p.text.as_str()).collect();
+    assert_eq!(patterns, [r"tenant_.*\.outbox"]);
+    assert_eq!(config.outbox.pattern_regex().as_deref(), Some(r"^(?:(?:tenant_.*\.outbox))$"));
+    assert!(warned(&imported, "walrelay setup"), "{:?}", imported.warnings);
+}
+
 /// The golden harness's table-less outbox connector (tests/fixtures/debezium/messages/README.md).
 const MESSAGES_CONNECTOR: &str = r#"
 name=dbz-outbox-anchor

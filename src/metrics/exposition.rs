@@ -43,9 +43,35 @@ impl Collector for Exposition {
             None,
             MetricType::Counter,
         )?;
-        for (topic, n) in &published {
+        for (topic, n) in &published.topics {
             let topic = escape(topic);
             ConstCounter::new(*n).encode(family.encode_family(&[("topic", topic.as_str())])?)?;
+        }
+        // Per outbox table (a tenant's, with one outbox per tenant): empty with
+        // `[http] table_metrics = false`.
+        if !published.tables.is_empty() {
+            let mut family = e.encode_descriptor(
+                "walrelay_table_events",
+                "Events relayed (acknowledged by Kafka, dead letters left out), by outbox table or message:<prefix> (the first 1100 seen; later ones count under table=\"(other)\").",
+                None,
+                MetricType::Counter,
+            )?;
+            for (table, t) in &published.tables {
+                let table = escape(table);
+                ConstCounter::new(t.events)
+                    .encode(family.encode_family(&[("table", table.as_str())])?)?;
+            }
+            let mut family = e.encode_descriptor(
+                "walrelay_table_last_event_timestamp_seconds",
+                "Commit time (Unix seconds) of the newest event relayed from each outbox table: a tenant that went quiet shows here.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (table, t) in &published.tables {
+                let table = escape(table);
+                ConstGauge::new(t.last_commit_micros as f64 / 1e6)
+                    .encode(family.encode_family(&[("table", table.as_str())])?)?;
+            }
         }
         let c = |e: &mut DescriptorEncoder, name, help, v: &std::sync::atomic::AtomicU64| {
             counter(e, name, help, v.load(Relaxed))

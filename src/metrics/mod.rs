@@ -17,7 +17,7 @@ use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::lsn::Lsn;
+use crate::positions::Positions;
 
 /// Upper bounds of the latency histograms' buckets, in seconds. Millisecond steps up to 10 ms
 /// and narrow ones up to 50 ms, so a p99 read from the histogram is good to about 10 % where
@@ -39,8 +39,9 @@ pub struct Outage {
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// Acknowledged records by topic, through [`Metrics::count_published`] (which bounds it).
-    published: Mutex<BTreeMap<Arc<str>, u64>>,
+    /// Acknowledged records by topic and events by source table, through
+    /// [`Metrics::count_published`] (which bounds both).
+    published: Mutex<Published>,
     pub delivery_errors: AtomicU64,
     pub dead_lettered: AtomicU64,
     /// Non-transactional logical messages refused (`[outbox] non_transactional_messages`).
@@ -185,20 +186,27 @@ impl Metrics {
         *self.positions.lock().unwrap_or_else(|e| e.into_inner()) = positions;
     }
 
-    /// Counts acknowledged records of `topic`. Past [`MAX_TOPIC_LABELS`] topics, the topics
-    /// not seen yet count under [`OTHER_TOPICS`]: a label per topic is a time series per
-    /// topic, and `route.topic.replacement` can derive topics from row data without bound.
-    /// The first topics seen keep their own series for the life of the process, so a
-    /// counter never changes series halfway (which would read as a reset to `rate()`).
-    pub fn count_published(&self, topic: &std::sync::Arc<str>, n: u64) {
-        let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = published.get_mut(topic) {
-            *count += n;
-        } else if published.len() < MAX_TOPIC_LABELS {
-            published.insert(topic.clone(), n);
-        } else {
-            *published.entry(Arc::from(OTHER_TOPICS)).or_insert(0) += n;
+    /// Counts an acknowledged record of `topic`, and — when `table` is given — an event
+    /// relayed from that outbox table (or `message:<prefix>`), committed at `commit_micros`.
+    ///
+    /// Past [`MAX_TOPIC_LABELS`] topics (and [`MAX_TABLE_LABELS`] tables), those not seen yet
+    /// count under [`OTHER_TOPICS`]: a label is a time series, and `route.topic.replacement`
+    /// can derive topics from row data without bound. The first seen keep their own series for
+    /// the life of the process, so a counter never changes series halfway (which would read as
+    /// a reset to `rate()`). One lock for both, taken once per acknowledged record.
+    pub fn count_published(&self, topic: &Arc<str>, table: Option<&Arc<str>>, commit_micros: i64) {
+        let mut p = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        *bounded(&mut p.topics, topic, MAX_TOPIC_LABELS) += 1;
+        if let Some(table) = table {
+            let t = bounded(&mut p.tables, table, MAX_TABLE_LABELS);
+            t.events += 1;
+            t.last_commit_micros = t.last_commit_micros.max(commit_micros);
         }
+    }
+
+    /// Events relayed by source table, as [`Metrics::count_published`] counted them.
+    pub fn tables(&self) -> BTreeMap<Arc<str>, TableEvents> {
+        self.published.lock().map(|p| p.tables.clone()).unwrap_or_default()
     }
 
     /// How long the oldest record not yet acknowledged has waited for the broker; zero when
@@ -222,49 +230,38 @@ impl Metrics {
     }
 }
 
-/// Where the relay stands in the WAL. The relay loop's `Progress` (relay/progress.rs) owns these
-/// facts and publishes them together once per turn of the loop; `/metrics` and `/readyz` read
-/// one snapshot, so a scrape never pairs the server's newest position with an older
-/// confirmation, and nothing else writes them.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Positions {
-    /// The newest WAL position the server reported (data and keepalives). Kept across sessions.
-    pub received: Lsn,
-    /// Every record before it acknowledged by Kafka (I2); exactly-once, what is confirmed is
-    /// capped below it by the committed Kafka transactions (I9).
-    pub acked: Lsn,
-    /// What the catalog checks vouched for (`source::watch`).
-    pub vouched: Lsn,
-    /// What the slot is confirmed to: the lower of `acked` and `vouched`, as handed to the
-    /// replication client.
-    pub confirmed: Lsn,
-    /// The slot's confirmed position when this session started.
-    pub resumed: Lsn,
-    /// Commit time (µs since the Unix epoch) of the oldest transaction read and not yet
-    /// confirmed; `None` when caught up. Kept across sessions: the next one replays it.
-    pub oldest_unconfirmed_commit: Option<i64>,
-    /// Commit time (µs since the Unix epoch) of the last transaction confirmed.
-    pub last_confirmed_commit: Option<i64>,
+/// What [`Metrics::count_published`] counts.
+#[derive(Debug, Default, Clone)]
+struct Published {
+    topics: BTreeMap<Arc<str>, u64>,
+    tables: BTreeMap<Arc<str>, TableEvents>,
 }
 
-impl Positions {
-    /// Replication lag: the server's WAL end minus what the slot has confirmed.
-    pub fn lag_bytes(&self) -> u64 {
-        self.received.bytes_since(self.confirmed)
-    }
+/// Events relayed from one outbox table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TableEvents {
+    pub events: u64,
+    /// The newest commit time of those events (µs since the Unix epoch).
+    pub last_commit_micros: i64,
+}
 
-    /// Seconds since the commit of the oldest transaction read but not confirmed; 0 when
-    /// caught up. PostgreSQL's clock against this host's: skew shows up here, never below 0.
-    pub fn lag_seconds(&self) -> f64 {
-        match self.oldest_unconfirmed_commit {
-            None => 0.0,
-            Some(oldest) => (unix_micros() - oldest).max(0) as f64 / 1e6,
-        }
+/// The entry of `key`, or — once `max` keys have their own — of [`OTHER_TOPICS`].
+fn bounded<'a, V: Default>(
+    map: &'a mut BTreeMap<Arc<str>, V>,
+    key: &Arc<str>,
+    max: usize,
+) -> &'a mut V {
+    if !map.contains_key(key) && map.len() >= max {
+        return map.entry(Arc::from(OTHER_TOPICS)).or_default();
     }
+    map.entry(key.clone()).or_default()
 }
 
 /// Topics with a `walrelay_records_published_total` series of their own, at most.
 pub const MAX_TOPIC_LABELS: usize = 100;
+/// Outbox tables with `walrelay_table_*` series of their own, at most: a thousand tenants'
+/// tables, and a few more.
+pub const MAX_TABLE_LABELS: usize = 1_100;
 /// The `topic` label of the records of every topic past those: parentheses cannot occur in a
 /// Kafka topic name, so it never collides with one.
 pub const OTHER_TOPICS: &str = "(other)";
@@ -308,11 +305,14 @@ impl prometheus_client::encoding::EncodeMetric for Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lsn::Lsn;
 
     #[test]
     fn renders_counters_by_topic_and_a_cumulative_histogram() {
         let m = Metrics::new();
-        m.count_published(&Arc::from("outbox.event.Order"), 3);
+        for _ in 0..3 {
+            m.count_published(&Arc::from("outbox.event.Order"), None, 0);
+        }
         m.observe_commit_to_ack(0.004);
         m.observe_commit_to_ack(0.2);
         m.observe_commit_to_ack(0.005);
@@ -384,10 +384,10 @@ mod tests {
     fn topics_past_the_bound_count_under_one_other_label() {
         let m = Metrics::new();
         for i in 0..MAX_TOPIC_LABELS + 50 {
-            m.count_published(&Arc::from(format!("t{i:03}")), 1);
+            m.count_published(&Arc::from(format!("t{i:03}")), None, 0);
         }
         // A topic seen before the bound keeps its own series.
-        m.count_published(&Arc::from("t000"), 1);
+        m.count_published(&Arc::from("t000"), None, 0);
         let text = m.render();
         let series =
             text.lines().filter(|l| l.starts_with("walrelay_records_published_total{")).count();

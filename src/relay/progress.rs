@@ -10,14 +10,15 @@
 //! here only, and what it says to hand the replication
 //! client (which sends it in its standby status updates) is the only position the session hands
 //! it (`Session::report_position`). The positions are published to the metrics as one snapshot
-//! (`metrics::Positions`), which `/metrics` and `/readyz` read.
+//! (`positions::Positions`), which `/metrics` and `/readyz` read.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::delivery::Acked;
 use crate::lsn::Lsn;
-use crate::metrics::{Metrics, Positions};
+use crate::metrics::Metrics;
+use crate::positions::Positions;
 
 pub(super) struct Progress {
     /// This session's positions; `confirmed` is the last one handed to the replication client.

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use pgwire_replication::ReplicationEvent;
 
 use super::{takeover, AssembleError, Fate, Handled, Session, Shutdown, Step, UNDECODABLE_HINT};
+use crate::config::TableName;
 use crate::delivery::{self, Failed};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::pgoutput::{Relation, Tuple, Value};
 use crate::router::{InvalidOpBehavior, RawColumn};
-use crate::source::catalog;
+use crate::source::{catalog, tenants};
 
 /// What a row is called in a stop's message.
 const ROW: &str = "outbox row";
@@ -117,26 +118,63 @@ impl Session<'_> {
         if let Some(table) = table {
             // The relation's own columns (a partition's may be ordered differently).
             let columns = catalog::columns(&self.control, relation.id).await?;
-            let not_null = relation
-                .columns
-                .iter()
-                .map(|c| columns.iter().any(|k| k.not_null && k.name == c.name))
-                .collect();
-            return Ok(Fate::Outbox { table: table.name.clone(), not_null });
+            let tenant = !self.config.outbox.tables.contains(&table.name);
+            return Ok(self.outbox_fate(relation, table.name.clone(), &columns, tenant));
         }
         let named_like = self
             .tables
             .iter()
             .find(|t| t.name.schema == relation.namespace && t.name.name == relation.name);
-        Ok(match named_like {
-            Some(t) => Fate::Unplaceable {
+        if let Some(t) = named_like {
+            return Ok(Fate::Unplaceable {
                 reason: format!(
                     "relation {} (OID {}) carries the name of the outbox table {} but is not it (OID {}): the table was dropped and recreated, or renamed, since the WAL was written",
                     t.name, relation.id, t.name, t.oid
                 ),
-            },
-            None => Fate::Other,
-        })
+            });
+        }
+        // A tenant's table made since the session started (or dropped since its rows were
+        // written): PostgreSQL matches the name the WAL gives it against the patterns.
+        let name = TableName::new(&relation.namespace, &relation.name);
+        if tenants::matches(&self.control, &self.config.outbox, &name).await? {
+            // Its columns now, if it still exists (a dropped table's are unknown: nullable).
+            let columns = match catalog::relation(&self.control, relation.id).await? {
+                Some(_) => catalog::columns(&self.control, relation.id).await?,
+                None => Vec::new(),
+            };
+            tracing::info!(table = %name, oid = relation.id,
+                "a new tenant's outbox table (it matches an [outbox] tables pattern): relayed from its first row");
+            return Ok(self.outbox_fate(relation, name, &columns, true));
+        }
+        Ok(Fate::Other)
+    }
+
+    /// An outbox table's fate, given its columns as the catalog has them. A tenant's table
+    /// (matched by a pattern) that does not fit the router is unplaceable: its rows go to the
+    /// dead-letter topic, or stop the relay at the first of them, and the other tenants'
+    /// tables are not held by it. A table by name that does not fit stops the relay at once.
+    fn outbox_fate(
+        &self,
+        relation: &Relation,
+        table: TableName,
+        columns: &[catalog::CatalogColumn],
+        tenant: bool,
+    ) -> Fate {
+        let not_null: Vec<bool> = relation
+            .columns
+            .iter()
+            .map(|c| columns.iter().any(|k| k.not_null && k.name == c.name))
+            .collect();
+        if tenant {
+            if let Err(e) = self.encoder.router().bind(relation, &not_null) {
+                return Fate::Unplaceable {
+                    reason: format!(
+                        "{table} matches an [outbox] tables pattern but does not fit the router: {e}"
+                    ),
+                };
+            }
+        }
+        Fate::Outbox { table, not_null }
     }
 }
 

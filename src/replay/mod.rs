@@ -184,7 +184,7 @@ impl<'c> Replay<'c> {
     /// on bad input: an unknown or non-time column, a window retention already purged, ids that
     /// are not ids, a selection that matches nothing.
     pub async fn open(config: &'c Config, opts: Options) -> Result<Replay<'c>> {
-        if config.outbox.tables.is_empty() {
+        if config.outbox.is_message_only() {
             return Err(Error::definite(
                 "nothing to replay: this relay's events are logical decoding messages (the table-less outbox), which are in no table; once the WAL is recycled PostgreSQL keeps no copy of them",
                 "to be able to replay events, write them to an outbox table kept by [retention] keep (docs/table-less-outbox.md, docs/operations.md)",
@@ -214,7 +214,7 @@ impl<'c> Replay<'c> {
             },
         };
         let control = source::connect(&config.source).await?;
-        let tables = catalog::outbox_tables(&control, &config.outbox.tables).await?;
+        let tables = catalog::outbox_tables(&control, &config.outbox).await?;
         let order = read::order(&control).await?;
         read::check_times(&control, sel).await?;
         read::begin_snapshot(&control).await?;

@@ -187,7 +187,7 @@ pub async fn purge(
     if let Some(pid) = exclusive(&control, &config.source.slot).await? {
         return Ok(Outcome::Busy { pid });
     }
-    let tables = catalog::outbox_tables(&control, &config.outbox.tables).await?;
+    let tables = catalog::outbox_tables(&control, &config.outbox).await?;
     let mut plans = Vec::with_capacity(tables.len());
     for table in &tables {
         plans.push(plan(&control, table, &opts.column, RETENTION_COLUMN).await?);

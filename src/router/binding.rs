@@ -86,6 +86,9 @@ pub struct Binding {
     pub(super) extended_headers: bool,
     /// `tracing.span.context.field`, when the event has it.
     pub(super) trace: Option<Col>,
+    /// The `[outbox] tenant_header` value: the row's schema name, as the header converter
+    /// writes it (a row's only, when configured).
+    pub(super) tenant: Option<Bytes>,
 }
 
 impl Binding {
@@ -224,6 +227,9 @@ impl Router {
         b.table = Arc::from(table);
         b.relation_name =
             (Arc::from(relation.namespace.as_str()), Arc::from(relation.name.as_str()));
+        if self.cfg.tenant_header.is_some() {
+            b.tenant = Some(super::text_header(self.cfg.header_converter, &relation.namespace));
+        }
         b.kinds = kinds;
         Ok(b)
     }
@@ -317,6 +323,7 @@ impl Router {
             envelope_name: (String::new(), ""),
             extended_headers: false,
             trace,
+            tenant: None,
         })
     }
 

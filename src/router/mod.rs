@@ -222,6 +222,19 @@ enum SchemaNameKey {
     Version(Option<i32>),
 }
 
+/// A header of a text value that no column holds (Debezium's context headers, the tenant), as
+/// the header converter writes a required Connect STRING.
+pub(super) fn text_header(converter: HeaderConverter, value: &str) -> Bytes {
+    let cv = Cv::Text(Bytes::copy_from_slice(value.as_bytes()));
+    match converter {
+        HeaderConverter::Simple => simple_header_bytes(&cv).expect("not null"),
+        HeaderConverter::Json { schemas } => {
+            let schema = schemas.then(|| Kind::Text.schema(false).to_json());
+            json_bytes(&cv, schema.as_deref()).expect("UTF-8")
+        }
+    }
+}
+
 /// Routes outbox rows to Kafka records. Holds the per-run caches.
 #[derive(Debug)]
 pub struct Router {
@@ -230,6 +243,9 @@ pub struct Router {
     extended: Vec<(Arc<str>, Bytes)>,
     id_header: Arc<str>,
     topics: HashMap<Box<[u8]>, Arc<str>>,
+    /// The table-and-value key of `topics` for a route that depends on the table, built here
+    /// so a lookup allocates nothing.
+    topic_key: Vec<u8>,
     schema_names: HashMap<SchemaNameKey, Arc<str>>,
     /// Ids of the relay's spans and of the traces it starts.
     span_ids: SpanIds,
@@ -249,21 +265,10 @@ impl Router {
             ("__debezium.context.connectorName", "postgresql"),
             ("__debezium.context.runId", run_id.as_str()),
         ];
-        let string_schema = Kind::Text.schema(false).to_json();
         let extended = if cfg.extended_headers {
             context
                 .iter()
-                .map(|(name, value)| {
-                    let cv = Cv::Text(Bytes::copy_from_slice(value.as_bytes()));
-                    let bytes = match cfg.header_converter {
-                        HeaderConverter::Simple => simple_header_bytes(&cv).expect("not null"),
-                        HeaderConverter::Json { schemas } => {
-                            json_bytes(&cv, schemas.then_some(string_schema.as_str()))
-                                .expect("UTF-8")
-                        }
-                    };
-                    (Arc::from(*name), bytes)
-                })
+                .map(|(name, value)| (Arc::from(*name), text_header(cfg.header_converter, value)))
                 .collect()
         } else {
             Vec::new()
@@ -274,6 +279,7 @@ impl Router {
             extended,
             id_header: Arc::from("id"),
             topics: HashMap::new(),
+            topic_key: Vec::new(),
             schema_names: HashMap::new(),
             span_ids: SpanIds::default(),
             trace_warned: HashSet::new(),
@@ -379,7 +385,7 @@ impl Router {
                 })
             }
         };
-        let topic = self.topic(&route_value)?;
+        let topic = self.topic(b, &route_value)?;
 
         let key_value = vals.read(&b.key)?;
         let key = self.key(&b.key, &key_value)?;
@@ -398,6 +404,9 @@ impl Router {
             if let Some(h) = self.header(col, &*vals.read(col)?)? {
                 headers.push((alias.clone(), h));
             }
+        }
+        if let (Some(name), Some(tenant)) = (&self.cfg.tenant_header, &b.tenant) {
+            headers.push((name.clone(), tenant.clone()));
         }
 
         let partition = match &b.partition {

@@ -5,6 +5,8 @@
 //! connector- and converter-level settings that also shape the bytes: extended headers, the topic
 //! prefix and the Kafka Connect key/value/header converters.
 
+use std::sync::Arc;
+
 use super::topic::TopicRouter;
 use crate::options::ConfigError;
 
@@ -168,6 +170,8 @@ pub struct RouterConfig {
     /// Set from `[tracing]`: the relay's spans are exported, so each traced record gets a span
     /// id of its own, which its `traceparent` names.
     pub relay_spans: bool,
+    /// Set from `[outbox] tenant_header`: the header that carries a row's schema name.
+    pub tenant_header: Option<Arc<str>>,
 }
 
 impl RouterConfig {
@@ -261,6 +265,7 @@ impl RouterConfig {
             trace_operation: r.column("tracing.operation.name", "debezium-read")?,
             trace_context_only: r.boolean("tracing.with.context.field.only", true)?,
             relay_spans: false,
+            tenant_header: None,
         };
         cfg.check_combinations(router, debezium)?;
         Ok(cfg)

@@ -24,7 +24,7 @@ fn options_defaults_are_debeziums() {
     assert_eq!(c.key_converter, Converter::String);
     assert_eq!(c.value_converter, Converter::String);
     assert_eq!(c.header_converter, HeaderConverter::Simple);
-    assert_eq!(c.topic_router.apply("Order"), "outbox.event.Order");
+    assert_eq!(c.topic_router.apply("Order", ("", "")), "outbox.event.Order");
 }
 
 #[test]
@@ -189,9 +189,13 @@ fn regex_that_does_not_match_the_whole_value_leaves_the_raw_value_as_topic() {
         &[],
     )
     .unwrap();
-    assert_eq!(c.topic_router.apply("order-eu"), "orders.eu");
-    assert_eq!(c.topic_router.apply("Customer"), "Customer");
-    assert_eq!(c.topic_router.apply("xorder-eu"), "xorder-eu", "matches() needs the whole value");
+    assert_eq!(c.topic_router.apply("order-eu", ("", "")), "orders.eu");
+    assert_eq!(c.topic_router.apply("Customer", ("", "")), "Customer");
+    assert_eq!(
+        c.topic_router.apply("xorder-eu", ("", "")),
+        "xorder-eu",
+        "matches() needs the whole value"
+    );
 }
 
 #[test]
@@ -205,7 +209,7 @@ fn replacement_supports_numbered_and_named_groups_and_backslash_escapes() {
     )
     .unwrap();
     // `$12` is group 1 followed by a literal 2 (there is no group 12).
-    assert_eq!(c.topic_router.apply("order_7"), "t.order.7$order2");
+    assert_eq!(c.topic_router.apply("order_7", ("", "")), "t.order.7$order2");
 }
 
 #[test]
@@ -213,11 +217,11 @@ fn replace_first_replaces_the_first_match_and_keeps_the_rest_like_java() {
     // matches() succeeds on the whole value, but replaceFirst() replaces the lazy first match.
     let c =
         parse(&[("route.topic.regex", "(.*?)"), ("route.topic.replacement", "p.")], &[]).unwrap();
-    assert_eq!(c.topic_router.apply("abc"), "p.abc");
+    assert_eq!(c.topic_router.apply("abc", ("", "")), "p.abc");
     // A group that did not participate expands to nothing.
     let c = parse(&[("route.topic.regex", "(a)|(b)"), ("route.topic.replacement", "x$2y")], &[])
         .unwrap();
-    assert_eq!(c.topic_router.apply("a"), "xy");
+    assert_eq!(c.topic_router.apply("a", ("", "")), "xy");
 }
 
 #[test]
@@ -281,4 +285,23 @@ fn illegal_topic_names_are_route_errors() {
         matches!(err, RouteError::NullValue { ref column, .. } if column == "aggregatetype"),
         "{err}"
     );
+}
+
+#[test]
+fn schema_and_table_in_the_replacement_are_the_rows_table_unless_the_regex_names_them() {
+    let c =
+        parse(&[("route.topic.replacement", "${schema}.events.${routedByValue}")], &[]).unwrap();
+    assert!(c.topic_router.per_table());
+    assert_eq!(c.topic_router.fixed_topic(), None);
+    assert_eq!(c.topic_router.apply("Order", ("tenant_7", "outbox")), "tenant_7.events.Order");
+    let t = parse(&[("route.topic.replacement", "${table}")], &[]).unwrap();
+    assert_eq!(t.topic_router.apply("Order", ("tenant_7", "outbox")), "outbox");
+    // A group of the regex named `schema` is the group, as in Java.
+    let g = parse(
+        &[("route.topic.regex", "(?<schema>.*)"), ("route.topic.replacement", "x.${schema}")],
+        &[],
+    )
+    .unwrap();
+    assert!(!g.topic_router.per_table());
+    assert_eq!(g.topic_router.apply("Order", ("tenant_7", "outbox")), "x.Order");
 }

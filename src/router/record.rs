@@ -17,23 +17,41 @@ use super::{topic, Binding, Col, RouteError, Router, SchemaNameKey, Values};
 use super::{DEEP_STACK_BYTES, INLINE_DEPTH, SCHEMA_NAME_CACHE_LIMIT, TOPIC_CACHE_LIMIT};
 
 impl Router {
-    /// The topic for a route value, cached by the value's bytes.
-    pub(super) fn topic(&mut self, route_value: &[u8]) -> Result<Arc<str>, RouteError> {
-        if let Some(t) = self.topics.get(route_value) {
+    /// The topic for a route value of a row bound by `b`, cached by the value's bytes — and the
+    /// table's name first, when the topic depends on it (`${schema}`, `${table}`).
+    pub(super) fn topic(
+        &mut self,
+        b: &Binding,
+        route_value: &[u8],
+    ) -> Result<Arc<str>, RouteError> {
+        let per_table = self.cfg.topic_router.per_table();
+        let key: &[u8] = match per_table {
+            false => route_value,
+            true => {
+                // `schema.table` NUL value: NUL is in neither a name nor a text value.
+                self.topic_key.clear();
+                self.topic_key.extend_from_slice(b.table.as_bytes());
+                self.topic_key.push(0);
+                self.topic_key.extend_from_slice(route_value);
+                &self.topic_key
+            }
+        };
+        if let Some(t) = self.topics.get(key) {
             return Ok(t.clone());
         }
+        let key: Box<[u8]> = key.into();
         let text = convert::utf8(route_value).map_err(|reason| RouteError::InvalidTopic {
             topic: String::from_utf8_lossy(route_value).into(),
             reason,
         })?;
-        let topic = self.cfg.topic_router.apply(text);
+        let topic = self.cfg.topic_router.apply(text, b.relation_name());
         topic::validate_topic(&topic)
             .map_err(|reason| RouteError::InvalidTopic { topic: topic.clone(), reason })?;
         if self.topics.len() >= TOPIC_CACHE_LIMIT {
             self.topics.clear();
         }
         let topic: Arc<str> = Arc::from(topic);
-        self.topics.insert(route_value.into(), topic.clone());
+        self.topics.insert(key, topic.clone());
         Ok(topic)
     }
 

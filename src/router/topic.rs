@@ -21,6 +21,11 @@ enum Part {
     Literal(String),
     Group(usize),
     Named(String),
+    /// `${schema}` and `${table}` where the regex has no group of that name: the schema and the
+    /// name of the row's table (walrelay's, for one outbox per tenant; empty for a logical
+    /// message, which has no table).
+    Schema,
+    Table,
 }
 
 /// A compiled `route.topic.regex` + `route.topic.replacement`.
@@ -57,14 +62,21 @@ impl TopicRouter {
         for part in &self.parts {
             match part {
                 Part::Literal(s) => topic.push_str(s),
-                Part::Group(_) | Part::Named(_) => return None,
+                Part::Group(_) | Part::Named(_) | Part::Schema | Part::Table => return None,
             }
         }
         Some(topic)
     }
 
-    /// The topic for a `route.by.field` value (not yet validated as a Kafka topic name).
-    pub(crate) fn apply(&self, value: &str) -> String {
+    /// Whether the topic depends on the row's table (`${schema}`, `${table}`), not only on the
+    /// route value.
+    pub(crate) fn per_table(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Schema | Part::Table))
+    }
+
+    /// The topic for a `route.by.field` value of a row of `table` (schema, name; empty for a
+    /// message), not yet validated as a Kafka topic name.
+    pub(crate) fn apply(&self, value: &str, table: (&str, &str)) -> String {
         if !self.full.is_match(value) {
             return value.to_owned();
         }
@@ -77,6 +89,8 @@ impl TopicRouter {
                 Part::Literal(s) => out.push_str(s),
                 Part::Group(i) => out.push_str(caps.get(*i).map_or("", |g| g.as_str())),
                 Part::Named(n) => out.push_str(caps.name(n).map_or("", |g| g.as_str())),
+                Part::Schema => out.push_str(table.0),
+                Part::Table => out.push_str(table.1),
             }
         }
         out.push_str(&value[m.end()..]);
@@ -86,7 +100,8 @@ impl TopicRouter {
 
 /// Java's `Matcher.appendExpandedReplacement`, checked once at configuration time: `\x` is a
 /// literal `x`, `${name}` a named group, `$n` a numbered group (further digits are taken while the
-/// number stays a valid group).
+/// number stays a valid group). walrelay adds `${schema}` and `${table}`, the row's table, for
+/// one outbox per tenant (a group of those names in the regex comes first).
 fn parse_replacement(rep: &str, re: &Regex) -> Result<Vec<Part>, String> {
     let group_count = re.captures_len() - 1;
     let mut parts = Vec::new();
@@ -119,13 +134,20 @@ fn parse_replacement(rep: &str, re: &Regex) -> Result<Vec<Part>, String> {
                         if chars.next() != Some('}') {
                             return Err(format!("`${{{name}` is missing its closing `}}`"));
                         }
-                        if !re.capture_names().flatten().any(|n| n == name) {
+                        // A group of the regex first, as Java would; then the row's table.
+                        if re.capture_names().flatten().any(|n| n == name) {
+                            parts.push(Part::Named(name));
+                        } else if name == "schema" {
+                            parts.push(Part::Schema);
+                        } else if name == "table" {
+                            parts.push(Part::Table);
+                        } else {
                             return Err(format!(
                                 "refers to group `{name}`, which route.topic.regex does not define; \
-                                 add `(?<{name}>…)` to the regex or fix the name"
+                                 add `(?<{name}>…)` to the regex or fix the name (`${{schema}}` \
+                                 and `${{table}}` are the row's table)"
                             ));
                         }
-                        parts.push(Part::Named(name));
                     }
                     Some(d) if d.is_ascii_digit() => {
                         let mut n = d as usize - '0' as usize;

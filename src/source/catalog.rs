@@ -7,7 +7,7 @@
 //! (I4).
 
 use super::connect::Control;
-use crate::config::TableName;
+use crate::config::{OutboxConfig, TableName};
 use crate::error::{Error, Result};
 use crate::pgoutput::{Column, Relation};
 
@@ -103,8 +103,85 @@ pub async fn outbox_table(control: &Control, name: &TableName) -> Result<TableLo
     }))
 }
 
-/// Every configured table, or a definite error naming the first that is not a usable table.
-pub async fn outbox_tables(control: &Control, names: &[TableName]) -> Result<Vec<OutboxTable>> {
+/// Every configured table, by name (or a definite error naming the first that is not a usable
+/// table), then every table a pattern matches now.
+pub async fn outbox_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
+    let mut tables = named_tables(control, &outbox.tables).await?;
+    for table in matching_tables(control, outbox).await? {
+        if !tables.iter().any(|t| t.oid == table.oid) {
+            tables.push(table);
+        }
+    }
+    Ok(tables)
+}
+
+/// The tables `[outbox] tables` patterns match now (PostgreSQL matches them: see
+/// [`super::tenants`]), in two queries whatever their number: a thousand tenants' tables are
+/// read as fast as one.
+pub async fn matching_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
+    let Some(regex) = outbox.pattern_regex() else { return Ok(Vec::new()) };
+    super::tenants::check_patterns(control, outbox).await?;
+    let rows = control
+        .query(
+            "cannot list the tables the [outbox] tables patterns match",
+            &format!(
+                "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'p', \
+                 pg_catalog.pg_get_userbyid(c.relowner)::text, \
+                 pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') \
+                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE {} AND {} ~ $1 ORDER BY 2, 3",
+                super::tenants::CANDIDATE,
+                super::tenants::NAME
+            ),
+            &[&regex],
+        )
+        .await?;
+    let oids: Vec<u32> = rows.iter().map(|r| r.get(0)).collect();
+    let mut columns = columns_of(control, &oids).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(0);
+            OutboxTable {
+                name: TableName { schema: r.get(1), name: r.get(2) },
+                oid,
+                partitioned: r.get(3),
+                owner: r.get(4),
+                owned: r.get(5),
+                columns: columns.remove(&oid).unwrap_or_default(),
+            }
+        })
+        .collect())
+}
+
+/// The live columns of each relation of `oids`, in order, in one query.
+async fn columns_of(
+    control: &Control,
+    oids: &[u32],
+) -> Result<std::collections::HashMap<u32, Vec<CatalogColumn>>> {
+    let rows = control
+        .query(
+            "cannot read the outbox tables' columns from the catalog",
+            "SELECT attrelid, attname::text, atttypid, atttypmod, \
+             pg_catalog.format_type(atttypid, atttypmod), attnotnull FROM pg_catalog.pg_attribute \
+             WHERE attrelid = ANY($1) AND attnum > 0 AND NOT attisdropped ORDER BY attrelid, attnum",
+            &[&oids],
+        )
+        .await?;
+    let mut by_table: std::collections::HashMap<u32, Vec<CatalogColumn>> = Default::default();
+    for r in rows {
+        by_table.entry(r.get(0)).or_default().push(CatalogColumn {
+            name: r.get(1),
+            type_oid: r.get(2),
+            type_modifier: r.get(3),
+            type_name: r.get(4),
+            not_null: r.get(5),
+        });
+    }
+    Ok(by_table)
+}
+
+async fn named_tables(control: &Control, names: &[TableName]) -> Result<Vec<OutboxTable>> {
     let mut tables = Vec::with_capacity(names.len());
     for name in names {
         match outbox_table(control, name).await? {
@@ -323,6 +400,58 @@ pub async fn publication(control: &Control, name: &str) -> Result<Option<Publica
         via_root: row.get(5),
         tables,
     }))
+}
+
+/// What the publication's comment starts with when it names the slots that decoded with it.
+const SLOTS_COMMENT: &str = "walrelay slots: ";
+
+/// The slots walrelay recorded as decoding with publication `name` ([`record_slot`]).
+pub async fn publication_slots(control: &Control, name: &str) -> Result<Vec<String>> {
+    let row = control
+        .query_opt(
+            "cannot read the publication's comment",
+            "SELECT pg_catalog.obj_description(oid, 'pg_publication') FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&name],
+        )
+        .await?;
+    let comment: Option<String> = row.and_then(|r| r.get(0));
+    Ok(comment
+        .and_then(|c| c.strip_prefix(SLOTS_COMMENT).map(str::to_owned))
+        .map(|list| list.split(", ").map(str::to_owned).collect())
+        .unwrap_or_default())
+}
+
+/// Records in publication `name`'s comment that `slot` decodes with it, beside `before`: the
+/// evidence that tells a lost slot from a first one. Best effort: a role that does not own the
+/// publication cannot comment on it, and is then never warned of a lost slot by this.
+pub async fn record_slot(control: &Control, name: &str, slot: &str, before: &[String]) {
+    if before.iter().any(|s| s == slot) {
+        return;
+    }
+    let mut slots = before.to_vec();
+    slots.push(slot.to_string());
+    let comment = format!("{SLOTS_COMMENT}{}", slots.join(", ")).replace('\'', "''");
+    let sql = format!("COMMENT ON PUBLICATION \"{}\" IS '{comment}'", name.replace('"', "\"\""));
+    let refused = match control.batch(&sql).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.chain(),
+    };
+    tracing::debug!(publication = %name, error = %refused, "cannot record the slot in the publication's comment");
+}
+
+/// Forgets `slot` in publication `name`'s comment (`walrelay teardown` of a slot whose
+/// publication other slots keep).
+pub async fn forget_slot(control: &Control, name: &str, slot: &str) -> Result<()> {
+    let slots: Vec<String> =
+        publication_slots(control, name).await?.into_iter().filter(|s| s != slot).collect();
+    let comment = match slots.is_empty() {
+        true => "NULL".to_string(),
+        false => format!("'{}{}'", SLOTS_COMMENT, slots.join(", ").replace('\'', "''")),
+    };
+    let sql = format!("COMMENT ON PUBLICATION \"{}\" IS {comment}", name.replace('"', "\"\""));
+    let _ = control.batch(&sql).await?;
+    Ok(())
 }
 
 /// `CREATE PUBLICATION` for the outbox tables: INSERTs only (UPDATE, DELETE and TRUNCATE of

@@ -15,8 +15,9 @@
 //! acknowledged more than the last check vouched for, so confirmation trails acknowledgement by
 //! one check's round trip.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
 use tokio_postgres::types::ToSql;
@@ -25,7 +26,7 @@ use tokio_postgres::Client;
 use super::catalog::OutboxTable;
 use super::error::classify_pg;
 use super::slot::SERVER_LSN;
-use crate::config::TableName;
+use crate::config::{OutboxConfig, TableName};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 
@@ -53,6 +54,46 @@ struct Fingerprint {
     tables: Vec<u32>,
 }
 
+/// The tenants' tables as the last check saw them, so each change is said once: a table the
+/// publication does not carry (its rows are not relayed), a table dropped, the event trigger
+/// gone.
+#[derive(Default)]
+struct Tenants {
+    seen: Option<BTreeMap<u32, (TableName, bool)>>,
+    trigger: Option<bool>,
+    checked: Option<Instant>,
+}
+
+impl Tenants {
+    /// Whether the tenants are due for a check: every [`EVERY`], not at each ask (the list of
+    /// a thousand tables is not needed to confirm a position).
+    fn due(&self) -> bool {
+        self.checked.is_none_or(|at| at.elapsed() >= EVERY)
+    }
+
+    fn said(&mut self, now: BTreeMap<u32, (TableName, bool)>, trigger: bool, publication: &str) {
+        self.checked = Some(Instant::now());
+        let before = self.seen.take().unwrap_or_default();
+        for (oid, (name, carried)) in &now {
+            let was_carried = before.get(oid).map(|(_, c)| *c);
+            if !carried && was_carried != Some(false) {
+                super::tenants::warn_uncovered(publication, name);
+            }
+        }
+        for (oid, (name, _)) in &before {
+            if !now.contains_key(oid) {
+                tracing::warn!(table = %name,
+                    "a tenant's outbox table was dropped: its rows committed before the drop are relayed, and the other tenants go on");
+            }
+        }
+        if self.trigger == Some(true) && !trigger {
+            super::tenants::warn_not_guaranteed(publication, "the event trigger that adds new tenants' tables to the publication was dropped or disabled");
+        }
+        self.seen = Some(now);
+        self.trigger = Some(trigger);
+    }
+}
+
 /// The handles a session keeps: ask for a check now, and read what the checks vouched for.
 pub struct Watch {
     pub vouched: Vouched,
@@ -66,6 +107,7 @@ pub fn start(
     client: Arc<Client>,
     publication: String,
     tables: Vec<OutboxTable>,
+    outbox: OutboxConfig,
     since: Lsn,
     timeout: Duration,
     version_num: i32,
@@ -74,7 +116,7 @@ pub fn start(
     let ask = Arc::new(Notify::new());
     let asked = ask.clone();
     let task = tokio::spawn(async move {
-        let checker = Checker { client, publication, tables, timeout, version_num };
+        let checker = Checker { client, publication, tables, outbox, timeout, version_num };
         match checker.run(&tx, &asked).await {
             Err(e) => e,
             Ok(never) => match never {},
@@ -86,7 +128,10 @@ pub fn start(
 struct Checker {
     client: Arc<Client>,
     publication: String,
+    /// The tables by name: the fingerprint's.
     tables: Vec<OutboxTable>,
+    /// The patterns, for the tenants' tables ([`Tenants`]).
+    outbox: OutboxConfig,
     timeout: Duration,
     version_num: i32,
 }
@@ -99,6 +144,7 @@ impl Checker {
     ) -> Result<std::convert::Infallible> {
         let mut baseline: Option<Fingerprint> = None;
         let mut renamed: Vec<u32> = Vec::new();
+        let mut tenants = Tenants::default();
         loop {
             // The position first: everything before it was decoded under the catalog the
             // following statement reads, unless that catalog differs from the baseline.
@@ -126,6 +172,10 @@ impl Checker {
                     tracing::warn!(table = %configured.expect("checked"), now = %name,
                         "the outbox table was renamed; its rows are still relayed (by OID) — rename it in [outbox] before walrelay restarts");
                 }
+            }
+            if self.outbox.pattern_regex().is_some() && tenants.due() {
+                let (now, trigger) = self.tenants().await?;
+                tenants.said(now, trigger, &self.publication);
             }
             vouched.send_if_modified(|v| {
                 let grew = lsn > *v;
@@ -188,6 +238,50 @@ impl Checker {
             tables: names.iter().map(|(oid, _)| *oid).collect(),
         };
         Ok((fingerprint, names))
+    }
+
+    /// The tables the patterns match now, by OID, with whether the publication carries each;
+    /// and whether the event trigger that adds new ones is there (or not needed: `FOR ALL
+    /// TABLES`).
+    async fn tenants(&self) -> Result<(BTreeMap<u32, (TableName, bool)>, bool)> {
+        // FOR TABLES IN SCHEMA is PostgreSQL 15's.
+        let in_schema = if self.version_num >= 150000 {
+            "EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn \
+             WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)"
+        } else {
+            "false"
+        };
+        let sql = format!(
+            "SELECT c.oid, n.nspname::text, c.relname::text, \
+                 p.puballtables OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr \
+                   WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid) OR {in_schema} \
+                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 CROSS JOIN (SELECT oid, puballtables FROM pg_catalog.pg_publication WHERE pubname = $1) p \
+                 WHERE {} AND {} ~ $2",
+            super::tenants::CANDIDATE,
+            super::tenants::NAME,
+        );
+        let regex = self.outbox.pattern_regex().unwrap_or_default();
+        let rows = self
+            .query("cannot list the tenants' outbox tables", &sql, &[&self.publication, &regex])
+            .await?;
+        let tables = rows
+            .iter()
+            .map(|r| {
+                (r.get::<_, u32>(0), (TableName::new(r.get(1), r.get(2)), r.get::<_, bool>(3)))
+            })
+            .collect();
+        let trigger: bool = self
+            .one_row(
+                "cannot look up the event trigger for tenants' tables",
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger \
+                   WHERE evtname = $1 AND evtenabled <> 'D') \
+                 OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $2 AND puballtables)",
+                &[&super::tenants::trigger_name(&self.publication), &self.publication],
+            )
+            .await?
+            .get(0);
+        Ok((tables, trigger))
     }
 
     /// Every outbox table still exists and is still carried, INSERTs included.

@@ -94,6 +94,8 @@ pub struct WriterConfig {
     pub topic_prefix: String,
     /// Aggregates `{agg_prefix}-0 .. {agg_prefix}-{aggregates-1}`.
     pub agg_prefix: String,
+    /// The outbox table written (`outbox`, or a tenant's `t1.outbox`).
+    pub table: String,
     pub aggregates: usize,
     /// Rows per transaction: uniform in min_txn..=max_txn.
     pub min_txn: usize,
@@ -120,6 +122,7 @@ impl WriterConfig {
             types: types.iter().map(|t| t.to_string()).collect(),
             topic_prefix: topic_prefix.to_string(),
             agg_prefix: "agg".into(),
+            table: "outbox".into(),
             aggregates,
             min_txn: 1,
             max_txn: 8,
@@ -264,8 +267,9 @@ async fn write(
                 (id, a, s)
             })
             .collect();
-        let mut sql = String::from(
-            "BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ",
+        let mut sql = format!(
+            "BEGIN; INSERT INTO {} (id, aggregatetype, aggregateid, type, payload) VALUES ",
+            cfg.table
         );
         for (i, (id, a, s)) in rows.iter().enumerate() {
             if i > 0 {
@@ -300,7 +304,10 @@ async fn write(
                 report.reconnects += 1;
                 client = reconnect(&cfg.url, cfg.reconnect_for).await?;
                 let exists = client
-                    .query_opt("SELECT 1 FROM outbox WHERE id = $1::text::uuid", &[&rows[0].0])
+                    .query_opt(
+                        &format!("SELECT 1 FROM {} WHERE id = $1::text::uuid", cfg.table),
+                        &[&rows[0].0],
+                    )
                     .await
                     .map_err(|e| format!("check commit after reconnect: {e}"))?;
                 if exists.is_none() {

@@ -19,6 +19,7 @@ mod postgres;
 mod replay;
 mod retention;
 mod tables;
+mod tenants;
 
 use std::io::Write;
 use std::process::ExitCode;

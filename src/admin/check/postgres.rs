@@ -126,6 +126,7 @@ async fn checks(config: &Config, control: &Control, r: &mut Report) -> Result<()
 
     let privileges = privileges(control, &role, r).await?;
     tables::run(config, control, &privileges, r).await?;
+    super::tenants::run(config, control, r).await?;
     slot_checks(src, slot.as_ref(), &keep_size, r);
     if slot.is_none() {
         creation_blockers(control, &src.slot, r).await?;

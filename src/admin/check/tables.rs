@@ -17,7 +17,7 @@ pub(super) async fn run(
 ) -> Result<()> {
     let mut found = Vec::new();
     let mut all_found = true;
-    if config.outbox.tables.is_empty() {
+    if config.outbox.is_message_only() {
         r.ok(
             "outbox tables",
             "none ([outbox] tables = []): a message-only relay, whose events are logical messages",
@@ -156,7 +156,7 @@ async fn publication(
     for problem in &problems {
         r.fail(&what, &problem.what, &problem.fix);
     }
-    if config.outbox.tables.is_empty() {
+    if config.outbox.is_message_only() {
         r.ok(&what, "exists; a message-only relay needs no table in it (pgoutput sends logical messages whatever it publishes)");
         if !publication.tables.is_empty() {
             r.warn(
@@ -182,8 +182,14 @@ async fn publication(
         } else {
             "the tables"
         };
-        let via_root =
-            if tables.iter().any(|t| t.partitioned) { ", partitions via their root" } else { "" };
+        let via_root = match (tables.iter().any(|t| t.partitioned), publication.via_root) {
+            (true, _) => ", partitions via their root",
+            // Harmless without a partitioned outbox table: said, not warned about.
+            (false, false) if config.outbox.patterns.is_empty() => {
+                " (publish_via_partition_root is off: fine while no outbox table is partitioned)"
+            }
+            _ => "",
+        };
         r.ok(&what, format!("covers {qualified} ({scope}), publishes {}{via_root}", list(&ops)));
     }
     filters(&publication, tables, &what, r);
@@ -197,10 +203,12 @@ async fn publication(
             ),
         );
     }
-    if !publication.via_root && !tables.iter().any(|t| t.partitioned) {
+    // A tenant's table created later may be partitioned: its rows would come under each
+    // partition's name, which the patterns need not match.
+    if !publication.via_root && !config.outbox.patterns.is_empty() {
         r.warn(
             &format!("{what} partitions"),
-            "publish_via_partition_root is off: harmless while no outbox table is partitioned, but `walrelay run` refuses it for a partitioned one",
+            "publish_via_partition_root is off: a tenant's partitioned outbox table would be sent under its partitions' names, which the patterns may not match",
             format!("ALTER PUBLICATION {name} SET (publish_via_partition_root = true)"),
         );
     }

@@ -15,18 +15,16 @@
 //! ahead of the events.
 //!
 //! This file holds the policy (when to begin, skip and commit); `progress_topic.rs` reads and
-//! creates the progress topic, `session.rs` drives the session's Kafka transactions with the
-//! policy, and `delivery/producer/transactions.rs` makes librdkafka's transactional calls.
+//! creates the progress topic, `delivery/transactions.rs` drives the session's Kafka
+//! transactions with the policy, and `delivery/producer/transactions.rs` makes librdkafka's transactional calls.
 
 pub(crate) mod progress_topic;
-mod session;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 pub use self::progress_topic::read_progress;
-pub(super) use self::session::{ProgressReport, Starting};
 use crate::config::DeliveryConfig;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;

@@ -1,13 +1,14 @@
-//! Exactly-once delivery's Kafka transactions in a session: initialising them once the slot is
-//! ours, and committing the open one (with its progress record) when it is due. The policy —
-//! which PostgreSQL transactions go in which Kafka transaction, and what may be confirmed — is
-//! `delivery::exactly_once`'s.
+//! `Delivery`'s Kafka transactions (exactly-once): initialising them once the slot is ours, and
+//! committing the open one (with its progress record) when it is due. The policy — which
+//! PostgreSQL transactions go in which Kafka transaction, and what may be confirmed — is
+//! `delivery::exactly_once`'s; librdkafka's transactional calls, off the relay's thread, are
+//! `delivery::producer::transactions`'.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use super::progress_topic::PROGRESS_TIMEOUT;
-use super::read_progress;
+use super::exactly_once::progress_topic::PROGRESS_TIMEOUT;
+use super::exactly_once::read_progress;
 use crate::delivery::frontier::PROGRESS_SEQ;
 use crate::delivery::Delivery;
 use crate::error::{Error, Result};
