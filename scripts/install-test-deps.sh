@@ -27,12 +27,13 @@
 #   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
 #     translated messages (lc_messages; Debian's server has them, the wheels do not)
 #   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
+#   * Chromium (apt package `chromium`), which the console's test drives headless
 #   * kubernetes-validate (PyPI, in a virtualenv at ~/.local/walrelay-kubeval), which validates
 #     the manifests in docker/kubernetes/ against the Kubernetes schemas
 #
 # --quickstart installs only what scripts/quickstart.sh needs: PostgreSQL (apt), the C toolchain
 # and libraries, python3 + pip and the in-memory broker; --quickstart --kafka adds Apache Kafka.
-# The rest (wheels, locale, promtool, kubernetes-validate) is for the test suite.
+# The rest (wheels, locale, promtool, Chromium, kubernetes-validate) is for the test suite.
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
@@ -86,6 +87,7 @@ if [ "$QUICK" = 0 ]; then
     want prometheus "promtool, to check docs/prometheus/alerts.yaml"
     NEW_PROMETHEUS=1
   fi
+  command -v chromium >/dev/null 2>&1 || want chromium "headless Chromium, which the console's test drives"
 fi
 command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
@@ -232,6 +234,7 @@ done
 
 # ---------------------------------------------------------------- checkers for docs/ and docker/
 log "promtool: $(promtool --version 2>&1 | head -n 1)"
+log "chromium: $(chromium --version 2>/dev/null | tail -n 1)"
 KUBEVAL=${KUBEVAL_VENV:-$HOME/.local/walrelay-kubeval}
 if ! "$KUBEVAL/bin/kubernetes-validate" --version >/dev/null 2>&1; then
   log "installing kubernetes-validate into $KUBEVAL"

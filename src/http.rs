@@ -1,6 +1,7 @@
 //! The operational HTTP endpoint: `/healthz` (the process is alive: this thread answers and the
 //! relay's thread runs), `/readyz` (streaming, broker reachable, lag under the limit),
-//! `/metrics` (OpenMetrics text) and `/api/v1/tables` (events per outbox table, JSON).
+//! `/metrics` (OpenMetrics text), and for `walrelay run` the console: its page at `/` and its
+//! JSON API under `/api/v1/` (`crate::console`).
 //!
 //! HTTP/1 is hyper's; this file keeps what an operator's endpoint needs around it:
 //!
@@ -31,6 +32,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::config::HttpConfig;
+use crate::console::Console;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
@@ -73,17 +75,28 @@ impl Default for Limits {
     }
 }
 
-/// Binds `[http] listen` and serves on a thread of its own; returns the bound address.
-pub fn serve(cfg: &HttpConfig, metrics: Arc<Metrics>) -> Result<SocketAddr> {
-    serve_with(cfg, metrics, Limits::default())
+/// Binds `[http] listen` and serves on a thread of its own, the console too when given;
+/// returns the bound address.
+pub fn serve(
+    cfg: &HttpConfig,
+    metrics: Arc<Metrics>,
+    console: Option<Console>,
+) -> Result<SocketAddr> {
+    serve_with(cfg, metrics, console, Limits::default())
 }
 
 /// [`serve`] with other limits (tests use short ones).
-pub fn serve_with(cfg: &HttpConfig, metrics: Arc<Metrics>, limits: Limits) -> Result<SocketAddr> {
+pub fn serve_with(
+    cfg: &HttpConfig,
+    metrics: Arc<Metrics>,
+    console: Option<Console>,
+    limits: Limits,
+) -> Result<SocketAddr> {
     let state = Arc::new(State {
         metrics,
         max_lag: cfg.ready_max_lag_bytes,
         max_unacked: cfg.ready_max_unacked,
+        console,
     });
     let listen = cfg.listen;
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
@@ -108,6 +121,9 @@ pub fn serve_with(cfg: &HttpConfig, metrics: Arc<Metrics>, limits: Limits) -> Re
                 };
                 let _ = bound_tx
                     .send(listener.local_addr().map_err(|e| Error::transient("http listener", e)));
+                if let Some(console) = &state.console {
+                    console.start_history();
+                }
                 accept_loop(listener, state, limits).await
             })
         })
@@ -143,6 +159,7 @@ struct State {
     metrics: Arc<Metrics>,
     max_lag: u64,
     max_unacked: Duration,
+    console: Option<Console>,
 }
 
 /// Connections accepted that have not sent a request head yet, oldest first: the ones
@@ -216,8 +233,16 @@ async fn connection(
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         // A request head arrived: this connection is no longer one to close for room.
         answered.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
-        let response = respond(request.method(), request.uri().path(), &state);
-        async move { Ok::<_, Infallible>(response) }
+        let state = state.clone();
+        async move {
+            let response = match &state.console {
+                Some(console) if Console::owns(request.uri().path()) => {
+                    console.respond(request).await
+                }
+                _ => respond(request.method(), request.uri().path(), &state),
+            };
+            Ok::<_, Infallible>(response)
+        }
     });
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -254,39 +279,8 @@ fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> 
             );
             response
         }
-        "/api/v1/tables" => json(StatusCode::OK, tables_json(&state.metrics)),
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
-}
-
-/// `/api/v1/tables`: events relayed per outbox table (`[http] table_metrics`), newest first,
-/// read by `walrelay status --tables`.
-pub fn tables_json(metrics: &Metrics) -> serde_json::Value {
-    let mut tables: Vec<_> = metrics.tables().into_iter().collect();
-    tables.sort_by_key(|t| std::cmp::Reverse(t.1.last_commit_micros));
-    let now = crate::metrics::unix_micros();
-    let rows: Vec<serde_json::Value> = tables
-        .iter()
-        .map(|(table, t)| {
-            serde_json::json!({
-                "table": &**table,
-                "events": t.events,
-                "last_event_commit": crate::duration::rfc3339(t.last_commit_micros),
-                "last_event_age_s": (now - t.last_commit_micros).max(0) as f64 / 1e6,
-            })
-        })
-        .collect();
-    serde_json::json!({ "tables": rows })
-}
-
-fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod audit;
 pub mod config;
+pub mod console;
 pub(crate) mod delivery;
 pub(crate) mod duration;
 pub mod encoder;

@@ -80,7 +80,12 @@ fn run(path: PathBuf) -> ExitCode {
         });
         let metrics = walrelay::metrics::Metrics::new();
         if let Some(http) = &config.http {
-            if let Err(e) = walrelay::http::serve(http, metrics.clone()) {
+            let console = walrelay::console::Console::new(
+                std::sync::Arc::new(config.clone()),
+                path.clone(),
+                metrics.clone(),
+            );
+            if let Err(e) = walrelay::http::serve(http, metrics.clone(), Some(console)) {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "cannot start");
                 return ExitCode::FAILURE;
             }
@@ -149,12 +154,15 @@ fn init_logging(format: LogFormat) {
         Err(_) => filter,
     };
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
+    // The console's recent problems keep the warnings and errors the log writes.
+    let registry = tracing_subscriber::registry().with(filter).with(walrelay::console::log::Keep);
     match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => registry.with(lines).init(),
+        LogFormat::Json => registry.with(lines.json()).init(),
     }
 }

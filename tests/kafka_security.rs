@@ -18,7 +18,7 @@ use crate::support::{free_port, services, wait_until};
 
 /// A relay configuration for `s` against the secure node's SASL_SSL listener as `login`.
 /// `router` and `extra` as in [`Setup::config_with`].
-fn secure_config(
+pub(crate) fn secure_config(
     s: &Setup,
     kafka: &SecureKafka,
     login: Login,
@@ -31,7 +31,7 @@ fn secure_config(
 
 /// The ACLs walrelay needs (docs/operations.md): WRITE and DESCRIBE on its topics, by prefix,
 /// and IDEMPOTENT_WRITE on the cluster.
-fn relay_acls(login: Login, prefix: &str) -> Vec<Acl> {
+pub(crate) fn relay_acls(login: Login, prefix: &str) -> Vec<Acl> {
     vec![
         Acl::allow(login, WRITE, Resource::TopicsPrefixed(prefix.to_string())),
         Acl::allow(login, DESCRIBE, Resource::TopicsPrefixed(prefix.to_string())),
@@ -49,7 +49,7 @@ async fn wait_released(s: &Setup) {
 }
 
 /// Every password the node knows; none may appear in what walrelay prints.
-fn assert_no_password(output: &str) {
+pub(crate) fn assert_no_password(output: &str) {
     for login in [ADMIN, RELAY, NO_WRITE] {
         assert!(
             !output.contains(login.password),
@@ -444,6 +444,13 @@ async fn an_unknown_sasl_mechanism_stops_the_relay_at_start() {
     );
     assert_eq!(code, Some(1), "{log}");
     assert!(log.contains("NO-SUCH-MECH") && log.to_lowercase().contains("sasl"), "{log}");
+    // The fix names the property and the variable that sets it, though librdkafka's text
+    // quotes only the value.
+    let stopped = log.lines().find(|l| l.contains("walrelay stopped")).unwrap_or_default();
+    assert!(
+        stopped.contains("sasl.mechanism") && stopped.contains("WALRELAY_KAFKA_SASL__MECHANISM"),
+        "{stopped}"
+    );
     assert_no_password(&log);
 }
 
@@ -535,70 +542,4 @@ async fn exactly_once_with_exactly_the_documented_acls_relays_and_each_one_missi
         wait_released(&s).await;
         assert_no_password(&log);
     }
-}
-
-/// A record the broker refuses for its size (the topic's `max.message.bytes`) is dead-lettered
-/// on the SASL_SSL node and counted where it went: `walrelay_records_published_total` of the
-/// topic that refused it counts only what that topic holds, the dead-letter topic's counts the
-/// dead letter, and `walrelay_table_events_total` leaves it out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_lettered_record_is_counted_on_the_dead_letter_topic_not_on_the_one_that_refused_it()
-{
-    let kafka = SecureKafka::get().await;
-    let s = Setup::new("sec_counts").await;
-    let (topic, dead) = (s.topic("Order"), format!("{}_dead_letters", s.topic_prefix));
-    let small_topic = [("max.message.bytes", "2048")];
-    crate::support::kafka::create_topic_with(
-        kafka.plaintext_bootstrap(),
-        &topic,
-        1,
-        1,
-        &small_topic,
-    )
-    .await;
-    kafka.create_topic(&dead, 1).await;
-    kafka.allow(&relay_acls(RELAY, &s.topic_prefix)).await;
-    kafka.wait_visible(RELAY, &[&topic, &dead]).await;
-    let port = free_port();
-    let extra =
-        format!("[dead_letter]\ntopic = \"{dead}\"\n[http]\nlisten = \"127.0.0.1:{port}\"\n");
-    // The broker refuses a whole batch over max.message.bytes: one record a batch.
-    let security = format!("{}\"batch.size\" = 2048\n", kafka.kafka_toml(RELAY));
-    let mut relay =
-        RelayProcess::start(&s.config_for_bootstrap(&kafka.bootstrap(), "", &security, &extra));
-    s.wait_streaming(&mut relay).await;
-    let big = format!("{{\"blob\": \"{}\"}}", "y".repeat(4096));
-    s.db.insert_outbox("outbox", "Order", "o-1", "E", Some(&big)).await;
-    s.db.insert_outbox("outbox", "Order", "o-1", "E", Some("{}")).await;
-    let held = kafka.consume(&[&topic], 1, Duration::from_secs(60)).await;
-    let letters = kafka.consume(&[&dead], 1, Duration::from_secs(30)).await;
-    let series = |t: &str| format!("walrelay_records_published_total{{topic=\"{t}\"}}");
-    let (routed, dead_series) = (series(&topic), series(&dead));
-    let (r, d) = (routed.as_str(), dead_series.as_str());
-    let counted =
-        wait_until("the dead letter is counted", Duration::from_secs(15), || async move {
-            let text = http_get(port, "/metrics").await.unwrap_or_default();
-            crate::support::process::metric(&text, d) == Some(1.0)
-                && crate::support::process::metric(&text, r) == Some(1.0)
-        })
-        .await;
-    let text = http_get(port, "/metrics").await.unwrap_or_default();
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            l.starts_with("walrelay_records_published_total")
-                || l.starts_with("walrelay_dead_lettered_total")
-                || l.starts_with("walrelay_table_events_total")
-        })
-        .collect();
-    println!("{} held by {topic}, {} dead letter(s); {lines:?}", held.len(), letters.len());
-    assert_eq!((held.len(), letters.len()), (1, 1), "{}", relay.log());
-    assert!(counted, "{lines:?}");
-    assert_eq!(crate::support::process::metric(&text, "walrelay_dead_lettered_total"), Some(1.0));
-    let table = "walrelay_table_events_total{table=\"public.outbox\"}";
-    assert_eq!(crate::support::process::metric(&text, table), Some(1.0), "{lines:?}");
-    let ready = http_get(port, "/readyz").await.unwrap_or_default();
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
-    assert_no_password(&relay.log());
-    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
 }

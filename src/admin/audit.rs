@@ -311,6 +311,9 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
         });
         out += &format!("{topic}: {} event(s) expired: Kafka deleted the partition's records from before they committed ({retention}), so whether they were delivered cannot be checked; audit a window younger than the topic's retention\n", t.expired);
     }
+    if r.unroutable > 0 {
+        out += &format!("{} row(s) of the window the router refuses are in no routed topic: the relay dead-letters them (or, without [dead_letter], stops at the first); listed as unroutable\n", r.unroutable);
+    }
     if let Some(behind) = r.slot_behind_bytes.filter(|b| *b > 0 && r.total.missing > 0) {
         out += &format!("note: the relay's slot was {behind} bytes of WAL behind when the audit began: an event it had not confirmed yet and that committed before --settle counts as missing; if the relay lags, audit again with a --settle above its lag (walrelay status)\n");
     }
@@ -331,7 +334,7 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     for p in r
         .problems
         .iter()
-        .filter(|p| !r.clean() || p.kind != audit::ProblemKind::Duplicated)
+        .filter(|p| !r.clean() || !matches!(p.kind, audit::ProblemKind::Duplicated))
         .take(details)
     {
         let at = if p.held_at.is_empty() {

@@ -127,8 +127,10 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
             ready_max_lag_bytes: u64::MAX,
             ready_max_unacked: std::time::Duration::MAX,
             table_metrics: false,
+            console_actions: false,
+            console_token: None,
         };
-        if let Err(e) = crate::http::serve(&http, metrics.clone()) {
+        if let Err(e) = crate::http::serve(&http, metrics.clone(), None) {
             eprintln!("error: {}", e.chain());
             return ExitCode::FAILURE;
         }

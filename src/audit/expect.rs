@@ -15,7 +15,7 @@ use super::MEMORY_PER_SORT;
 use crate::config::Config;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
-use crate::replay::{Replay, Rows};
+use crate::replay::{Refused, Replay, Rows};
 use crate::router::Binding;
 
 /// Batches read ahead of the routing: enough to keep both sides busy, each 1,000 rows.
@@ -30,6 +30,10 @@ pub(super) struct Expected {
     pub id_place: Option<IdPlace>,
     /// The earliest commit of the window's rows (µs); `i64::MAX` without rows.
     pub since_micros: i64,
+    /// Rows the router refuses (the live relay dead-letters them, or stops at them): the
+    /// first [`super::PROBLEMS_KEPT`], and how many.
+    pub refused: Vec<Refused>,
+    pub refused_count: u64,
 }
 
 /// Reads the rest of `replay`'s selection and routes every row.
@@ -85,11 +89,23 @@ impl Routing {
             topics: Vec::new(),
             id_place: None,
             since_micros: i64::MAX,
+            refused: Vec::new(),
+            refused_count: 0,
         };
         let mut topic_index: HashMap<Arc<str>, u32> = HashMap::new();
         while let Some(batch) = rows.blocking_recv() {
             let binding = &self.bindings[batch.table];
-            for (record, commit) in batch.records(&mut self.encoder, binding)? {
+            for routed in batch.routed(&mut self.encoder, binding) {
+                let (record, commit) = match routed {
+                    Ok(r) => r,
+                    Err(refused) => {
+                        x.refused_count += 1;
+                        if x.refused.len() < super::PROBLEMS_KEPT {
+                            x.refused.push(refused);
+                        }
+                        continue;
+                    }
+                };
                 let Some(place) = IdPlace::of(&record) else {
                     return Err(Error::definite(
                         format!(

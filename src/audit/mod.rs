@@ -31,6 +31,7 @@ mod compare;
 mod expect;
 mod id;
 mod kafka;
+pub mod lookup;
 mod report;
 mod spill;
 pub mod task;
@@ -84,7 +85,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     // view reads shared memory, not the snapshot, so it is the present).
     let slot = crate::source::slot::slot(replay.control(), &config.source.slot).await;
     let slot_behind_bytes = slot.ok().flatten().and_then(|s| s.lag_bytes());
-    let expect::Expected { wants, topics, id_place, since_micros } =
+    let expect::Expected { wants, topics, id_place, since_micros, refused, refused_count } =
         expect::read(&mut replay, config).await?;
     let commit_ordered = replay.commit_ordered();
     tracing::debug!(
@@ -96,9 +97,13 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     );
     let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
     let Some(id_place) = id_place else {
-        // No rows (allowed by `allow_empty`): nothing to compare.
+        // No rows (allowed by `allow_empty`), or none the router takes: nothing to compare.
         replay.close().await;
-        return Ok(Report { order_checked: commit_ordered, read_committed, ..Report::default() });
+        let mut report =
+            Report { order_checked: commit_ordered, read_committed, ..Report::default() };
+        report.refused(config, refused, refused_count);
+        report.finish();
+        return Ok(report);
     };
     // A minute before the first row: the relay sends a record after its row committed, and
     // Kafka's timestamp is the send's unless the router sets one.
@@ -121,6 +126,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         budget: MEMORY_PER_SORT,
     };
     let (mut report, strangers) = compare::compare(wants, copies, &judge)?;
+    report.refused(config, refused, refused_count);
     report.event_id_in = id_place.describe();
     report.slot_behind_bytes = slot_behind_bytes;
     // Records of no row of the window: of a row outside it, or of none (unexpected).

@@ -21,6 +21,9 @@ pub enum ProblemKind {
     Unexpected,
     /// Not in Kafka, where Kafka's retention deleted records: not known to be missing.
     Expired,
+    /// A row the router refuses: the live relay sent it to the dead-letter topic, or stops at
+    /// it. Said, not judged: it is in no routed topic by design.
+    Unroutable,
 }
 
 impl ProblemKind {
@@ -32,6 +35,7 @@ impl ProblemKind {
             ProblemKind::Misplaced => "misplaced",
             ProblemKind::Unexpected => "unexpected",
             ProblemKind::Expired => "expired",
+            ProblemKind::Unroutable => "unroutable",
         }
     }
 }
@@ -88,6 +92,9 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// Problem events past [`PROBLEMS_KEPT`], counted only.
     pub problems_not_listed: u64,
+    /// Rows of the window the router refuses (their records are not in the routed topics: the
+    /// relay dead-letters them, or stops at them).
+    pub unroutable: u64,
 }
 
 impl TopicReport {
@@ -144,6 +151,29 @@ impl Report {
             self.problems.push(p);
         } else {
             self.problems_not_listed += 1;
+        }
+    }
+
+    /// The rows of the window the router refuses, as problems of their own.
+    pub(crate) fn refused(
+        &mut self,
+        config: &crate::config::Config,
+        refused: Vec<crate::replay::Refused>,
+        count: u64,
+    ) {
+        self.unroutable = count;
+        let fate = match &config.dead_letter {
+            Some(dl) => format!("the relay sent it to dead-letter topic {}", dl.topic),
+            None => "without [dead_letter] the relay stops at it".to_string(),
+        };
+        for r in refused {
+            self.problem(Problem {
+                kind: ProblemKind::Unroutable,
+                event_id: r.event_id.unwrap_or_else(|| "(no id)".into()),
+                topic: "(none)".into(),
+                held_at: Vec::new(),
+                detail: format!("the router refuses the row ({}): {fate}", r.reason),
+            });
         }
     }
 

@@ -109,7 +109,7 @@ async fn every(
 
 /// The report's totals as `walrelay_audit_events`, and the time it finished.
 fn record(metrics: &Metrics, report: &Report) {
-    let counts = report.total.counts();
+    let counts = report.total.counts().into_iter().chain([report.unroutable]);
     for (gauge, n) in metrics.audit_events.iter().zip(counts) {
         gauge.store(n, Relaxed);
     }

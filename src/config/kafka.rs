@@ -96,8 +96,21 @@ impl KafkaConfig {
         let problem = format!("librdkafka rejected the [kafka] configuration: {said}");
         // The longest property name librdkafka's text mentions is the one it is about
         // (`ssl.key.location` before `ssl.key`).
-        let Some(key) =
-            self.properties.keys().filter(|k| said.contains(k.as_str())).max_by_key(|k| k.len())
+        // Else the property whose value it quotes ("Unsupported SASL mechanism: SCRAM-SHA-1024"
+        // names no property); never by a secret's value, which the text does not hold.
+        let by_value = || {
+            self.properties
+                .iter()
+                .filter(|(k, v)| !is_secret_key(k) && v.len() > 2 && said.contains(v.as_str()))
+                .map(|(k, _)| k)
+                .max_by_key(|k| k.len())
+        };
+        let Some(key) = self
+            .properties
+            .keys()
+            .filter(|k| said.contains(k.as_str()))
+            .max_by_key(|k| k.len())
+            .or_else(by_value)
         else {
             return (problem, "fix the property librdkafka names in [kafka] (names and values are librdkafka's, CONFIGURATION.md)".into());
         };

@@ -34,6 +34,17 @@ impl Failed {
         Failed { source, lsn, reason, topic: None, key: None, value: None, event_id: None }
     }
 
+    /// What the console lists of it (`metrics::seen`).
+    pub fn seen(&self) -> crate::metrics::seen::DeadLetterSeen {
+        crate::metrics::seen::DeadLetterSeen {
+            micros: crate::metrics::unix_micros(),
+            event_id: self.event_id_or_none().to_string(),
+            source: self.source.to_string(),
+            topic: self.topic.as_deref().map(str::to_string),
+            reason: self.reason.clone(),
+        }
+    }
+
     /// The event id, or words that say there is none, for messages.
     pub fn event_id_or_none(&self) -> &str {
         self.event_id.as_deref().unwrap_or("(no event id)")

@@ -284,7 +284,7 @@ impl Delivery {
     /// Publishes `row`'s dead letter in its place.
     async fn dead_letter(&mut self, row: Failed, txn: &Txn) -> Result<()> {
         let dl = self.dead_letter.as_ref().expect("checked by the caller");
-        self.metrics.dead_lettered.fetch_add(1, Relaxed);
+        self.metrics.note_dead_letter(row.seen());
         let (source, lsn) = (row.source.clone(), row.lsn);
         let letter = dead_letter::record(dl, row);
         self.publish(letter, &source, lsn, txn).await

@@ -76,6 +76,7 @@ impl Delivery {
             // replays from there.
             Report::Failed { seq, error } => {
                 self.metrics.delivery_errors.fetch_add(1, Relaxed);
+                self.metrics.broker_failed(&error.to_string());
                 self.metrics.delivery_failing.store(true, Relaxed);
                 // librdkafka's report says only "Message timed out" when the leader kept
                 // refusing the record: the cluster's metadata says why.
@@ -213,8 +214,8 @@ impl Delivery {
             }
         };
         tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
+        self.metrics.note_dead_letter(rejected.seen());
         let letter = dead_letter::record(dl, rejected);
-        self.metrics.dead_lettered.fetch_add(1, Relaxed);
         self.frontier.redirect(seq, letter.topic.clone());
         self.pending_dead.push((seq, letter));
         Ok(())

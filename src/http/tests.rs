@@ -35,7 +35,7 @@ fn config() -> Config {
 
 fn start(metrics: Arc<Metrics>, limits: Limits) -> SocketAddr {
     let config = config();
-    serve_with(config.http.as_ref().expect("[http] is set"), metrics, limits).expect("serves")
+    serve_with(config.http.as_ref().expect("[http] is set"), metrics, None, limits).expect("serves")
 }
 
 fn quick() -> Limits {

@@ -7,6 +7,7 @@
 
 mod exposition;
 pub mod process;
+pub mod seen;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -110,6 +111,13 @@ pub struct Metrics {
     /// When the relay's runtime last ran its heartbeat task (µs since the Unix epoch; 0: it
     /// has not started). `/healthz` fails when this stops moving: see [`crate::http::heartbeat`].
     pub relay_heartbeat_micros: AtomicI64,
+    /// The slot as PostgreSQL last reported it (`source::retained`), for the console.
+    pub slot: Mutex<Option<seen::SlotSample>>,
+    /// Dead letters by reason and the latest ones, for the console.
+    pub dead_letters: Mutex<seen::DeadLetters>,
+    /// The last error Kafka gave a delivery (µs since the Unix epoch, the text), for the
+    /// console; a refused login is [`Metrics::broker_login_refused`].
+    pub broker_error: Mutex<Option<(i64, String)>>,
     commit_to_ack: Histogram,
     /// commit → the relay loop read the transaction from the stream: PostgreSQL's share of
     /// commit→ack, plus the loop's own wait to be scheduled.
@@ -136,7 +144,8 @@ impl Default for Histogram {
 }
 
 /// The `result` label of `walrelay_audit_events`: the audit report's counts, in its order.
-pub const AUDIT_RESULTS: [&str; 9] = [
+/// (`unroutable`, last, is the report's rows the router refuses, beside its topic counts.)
+pub const AUDIT_RESULTS: [&str; 10] = [
     "delivered_once",
     "pending",
     "missing",
@@ -146,6 +155,7 @@ pub const AUDIT_RESULTS: [&str; 9] = [
     "out_of_order",
     "misplaced",
     "unexpected",
+    "unroutable",
 ];
 
 impl Metrics {
@@ -202,6 +212,23 @@ impl Metrics {
             t.events += 1;
             t.last_commit_micros = t.last_commit_micros.max(commit_micros);
         }
+    }
+
+    /// Every record acknowledged so far, all topics together.
+    pub fn published_total(&self) -> u64 {
+        self.published.lock().map(|p| p.topics.values().sum()).unwrap_or(0)
+    }
+
+    /// Notes a dead letter for the console.
+    pub fn note_dead_letter(&self, seen: seen::DeadLetterSeen) {
+        self.dead_lettered.fetch_add(1, Relaxed);
+        self.dead_letters.lock().unwrap_or_else(|e| e.into_inner()).add(seen);
+    }
+
+    /// Notes the error of a failed delivery for the console.
+    pub fn broker_failed(&self, error: &str) {
+        *self.broker_error.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((unix_micros(), seen::cut(error)));
     }
 
     /// Events relayed by source table, as [`Metrics::count_published`] counted them.

@@ -383,23 +383,48 @@ pub(crate) struct Rows {
     rows: Vec<read::Row>,
 }
 
+/// A row the router refuses, as the live relay's router refuses it (which dead-letters it, or
+/// stops at it).
+#[derive(Debug, Clone)]
+pub(crate) struct Refused {
+    pub event_id: Option<String>,
+    pub reason: String,
+}
+
 impl Rows {
-    /// The rows as the live relay's records, each with when its row committed.
+    /// The rows as the live relay's records, each with when its row committed; a row the
+    /// router refuses stops the replay.
     pub(crate) fn records(
         self,
         encoder: &mut Encoder,
         binding: &Binding,
     ) -> Result<Vec<(Record, Commit)>> {
+        self.routed(encoder, binding)
+            .into_iter()
+            .map(|r| r.map_err(|refused| unroutable(refused.event_id.as_deref(), &refused.reason)))
+            .collect()
+    }
+
+    /// The rows as the live relay's records, each with when its row committed, or why the
+    /// router refuses it.
+    pub(crate) fn routed(
+        self,
+        encoder: &mut Encoder,
+        binding: &Binding,
+    ) -> Vec<std::result::Result<(Record, Commit), Refused>> {
         let mut records = Vec::with_capacity(self.rows.len());
         for row in self.rows {
             let txn = Txn { commit_micros: row.commit.micros, xid: row.xid, ..Txn::default() };
-            let record = encoder.row(binding, &row.tuple, &txn).map_err(|e| {
-                let id = encoder.router().raw(binding, &row.tuple, RawColumn::EventId);
-                unroutable(id.as_deref(), e)
-            })?;
-            records.push((record, row.commit));
+            records.push(match encoder.row(binding, &row.tuple, &txn) {
+                Ok(record) => Ok((record, row.commit)),
+                Err(e) => {
+                    let id = encoder.router().raw(binding, &row.tuple, RawColumn::EventId);
+                    let event_id = id.map(|i| String::from_utf8_lossy(&i).into_owned());
+                    Err(Refused { event_id, reason: e.to_string() })
+                }
+            });
         }
-        Ok(records)
+        records
     }
 }
 
@@ -411,8 +436,8 @@ fn place(record: &mut Record, to_topic: &Option<Arc<str>>, header: &(Arc<str>, B
     record.headers.push(header.clone());
 }
 
-fn unroutable(event_id: Option<&[u8]>, e: crate::router::RouteError) -> Error {
-    let id = event_id.map_or("(no id)".into(), String::from_utf8_lossy);
+fn unroutable(event_id: Option<&str>, e: &str) -> Error {
+    let id = event_id.unwrap_or("(no id)");
     Error::definite(
         format!("replay stopped at event {id}, which cannot be routed: {e}"),
         "fix the row (the live relay dead-lettered or stopped on it too), or narrow the selection to leave it out; `--dry-run` finds such rows without sending anything",

@@ -107,7 +107,7 @@ pub async fn outbox_table(control: &Control, name: &TableName) -> Result<TableLo
 /// table), then every table a pattern matches now.
 pub async fn outbox_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
     let mut tables = named_tables(control, &outbox.tables).await?;
-    for table in matching_tables(control, outbox).await? {
+    for table in super::tenants::matching_tables(control, outbox).await? {
         if !tables.iter().any(|t| t.oid == table.oid) {
             tables.push(table);
         }
@@ -115,47 +115,8 @@ pub async fn outbox_tables(control: &Control, outbox: &OutboxConfig) -> Result<V
     Ok(tables)
 }
 
-/// The tables `[outbox] tables` patterns match now (PostgreSQL matches them: see
-/// [`super::tenants`]), in two queries whatever their number: a thousand tenants' tables are
-/// read as fast as one.
-pub async fn matching_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
-    let Some(regex) = outbox.pattern_regex() else { return Ok(Vec::new()) };
-    super::tenants::check_patterns(control, outbox).await?;
-    let rows = control
-        .query(
-            "cannot list the tables the [outbox] tables patterns match",
-            &format!(
-                "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'p', \
-                 pg_catalog.pg_get_userbyid(c.relowner)::text, \
-                 pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') \
-                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE {} AND {} ~ $1 ORDER BY 2, 3",
-                super::tenants::CANDIDATE,
-                super::tenants::NAME
-            ),
-            &[&regex],
-        )
-        .await?;
-    let oids: Vec<u32> = rows.iter().map(|r| r.get(0)).collect();
-    let mut columns = columns_of(control, &oids).await?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let oid: u32 = r.get(0);
-            OutboxTable {
-                name: TableName { schema: r.get(1), name: r.get(2) },
-                oid,
-                partitioned: r.get(3),
-                owner: r.get(4),
-                owned: r.get(5),
-                columns: columns.remove(&oid).unwrap_or_default(),
-            }
-        })
-        .collect())
-}
-
 /// The live columns of each relation of `oids`, in order, in one query.
-async fn columns_of(
+pub(super) async fn columns_of(
     control: &Control,
     oids: &[u32],
 ) -> Result<std::collections::HashMap<u32, Vec<CatalogColumn>>> {

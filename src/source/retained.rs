@@ -1,6 +1,7 @@
 //! The slot's retained WAL beside `max_slot_wal_keep_size`, sampled for `/metrics` while a
 //! session streams: the numbers behind the "slot near invalidation" alert, from the relay
-//! itself so no PostgreSQL exporter is needed for it.
+//! itself so no PostgreSQL exporter is needed for it; and the slot as PostgreSQL reports it
+//! (confirmed LSN, `wal_status`, active pid, failover), for the console.
 //!
 //! Best effort: a failed sample is logged and tried again at the next tick; the session's own
 //! queries (and the catalog watch) decide whether the connection is broken.
@@ -12,6 +13,7 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 use super::slot::SERVER_LSN;
+use crate::metrics::seen::SlotSample;
 use crate::metrics::Metrics;
 
 /// How often the slot is sampled. The alert looks at minutes; WAL grows by checkpoints.
@@ -25,9 +27,12 @@ pub fn start(
     timeout: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        // `failover` through to_jsonb: the column exists from PostgreSQL 17 on.
         let query = format!(
             "SELECT (({SERVER_LSN}) - s.restart_lsn)::float8, \
-             (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'max_slot_wal_keep_size') \
+             (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'max_slot_wal_keep_size'), \
+             s.confirmed_flush_lsn, s.restart_lsn, s.wal_status::text, s.active_pid, \
+             (pg_catalog.to_jsonb(s) ->> 'failover')::bool \
              FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1"
         );
         loop {
@@ -39,6 +44,16 @@ pub fn start(
                         .slot_retained_wal_bytes
                         .store(retained.unwrap_or(0.0).max(0.0) as u64, Relaxed);
                     metrics.slot_wal_keep_limit_bytes.store(limit_bytes(limit_mb), Relaxed);
+                    let sample = SlotSample {
+                        sampled_micros: crate::metrics::unix_micros(),
+                        confirmed: row.get(2),
+                        restart: row.get(3),
+                        retained_bytes: retained.map(|r| r.max(0.0) as u64),
+                        wal_status: row.get(4),
+                        active_pid: row.get(5),
+                        failover: row.get(6),
+                    };
+                    *metrics.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(sample);
                 }
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => tracing::debug!(error = %e, "cannot sample the slot's retained WAL"),

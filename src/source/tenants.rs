@@ -21,6 +21,7 @@
 //! of the publication) is said once, with the fix; a dropped one is said once too. Neither
 //! stops the relay: tenant 412 of 1,000 must not stop the others.
 
+use super::catalog::OutboxTable;
 use crate::config::{OutboxConfig, TableName};
 use crate::error::{Error, Result};
 use crate::source::Control;
@@ -231,6 +232,45 @@ pub async fn check_patterns(control: &Control, outbox: &OutboxConfig) -> Result<
             ))
         }
     }
+}
+
+/// The tables `[outbox] tables` patterns match now (PostgreSQL matches them: see
+/// [`super::tenants`]), in two queries whatever their number: a thousand tenants' tables are
+/// read as fast as one.
+pub async fn matching_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
+    let Some(regex) = outbox.pattern_regex() else { return Ok(Vec::new()) };
+    check_patterns(control, outbox).await?;
+    let rows = control
+        .query(
+            "cannot list the tables the [outbox] tables patterns match",
+            &format!(
+                "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'p', \
+                 pg_catalog.pg_get_userbyid(c.relowner)::text, \
+                 pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') \
+                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE {} AND {} ~ $1 ORDER BY 2, 3",
+                CANDIDATE,
+                NAME
+            ),
+            &[&regex],
+        )
+        .await?;
+    let oids: Vec<u32> = rows.iter().map(|r| r.get(0)).collect();
+    let mut columns = super::catalog::columns_of(control, &oids).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(0);
+            OutboxTable {
+                name: TableName { schema: r.get(1), name: r.get(2) },
+                oid,
+                partitioned: r.get(3),
+                owner: r.get(4),
+                owned: r.get(5),
+                columns: columns.remove(&oid).unwrap_or_default(),
+            }
+        })
+        .collect())
 }
 
 /// Whether `table` (a name from the WAL: the table may be gone since) matches a pattern.

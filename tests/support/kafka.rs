@@ -298,6 +298,20 @@ fn metadata_client(bootstrap: &str) -> Arc<rdkafka::consumer::BaseConsumer> {
         .clone()
 }
 
+/// The topics whose names start with `prefix` (blocking; none when the broker does not answer).
+pub fn topics_with_prefix(bootstrap: &str, prefix: &str) -> Vec<String> {
+    let client = metadata_client(bootstrap);
+    match client.fetch_metadata(None, Duration::from_secs(2)) {
+        Ok(m) => m
+            .topics()
+            .iter()
+            .map(|t| t.name().to_string())
+            .filter(|t| t.starts_with(prefix))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// What the broker holds in the topics whose names start with `prefix`, per partition
 /// (`topic[partition]: low..high`), for a failure message: it tells records the relay never
 /// delivered from records a reader missed. Blocking; a line saying why when it can't tell.

@@ -12,6 +12,7 @@
 
 pub mod broker;
 pub mod cluster;
+#[cfg(test)]
 pub mod fuzz;
 pub mod kafka;
 pub mod kafka_cluster;

@@ -21,7 +21,7 @@ pub(super) async fn run(config: &Config, control: &Control, r: &mut Report) -> R
     }
     let patterns: Vec<&str> = outbox.patterns.iter().map(|p| p.text.as_str()).collect();
     let what = format!("outbox tables by pattern {}", patterns.join(", "));
-    let matched = match catalog::matching_tables(control, outbox).await {
+    let matched = match tenants::matching_tables(control, outbox).await {
         Ok(m) => m,
         Err(e) => {
             r.fail(&what, e.chain(), e.hint().unwrap_or("fix the patterns"));

@@ -1,8 +1,12 @@
 //! walrelay end to end on embedded defaults: a throwaway PostgreSQL and broker (the test
-//! harness's), an outbox table, the relay, a few sample events, and each Kafka record printed as
-//! it arrives. Run it with `bash scripts/quickstart.sh`.
+//! harness's), an outbox table, the relay with its console, a few sample events, and each Kafka
+//! record printed as it arrives; then the relay keeps running, printing what arrives, until
+//! Ctrl-C (`--no-wait`: stop once the samples arrived). Run it with `bash scripts/quickstart.sh`.
+//!
+//! A binary of its own behind the `quickstart` feature, not an example: an example builds every
+//! dev-dependency (the benchmark's and the tests'), which the demo does not need.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashSet;
@@ -20,6 +24,7 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
 
 #[tokio::main]
 async fn main() {
+    let no_wait = std::env::args().skip(1).any(|a| a == "--no-wait");
     let svc = services();
     let db = svc.pg.create_database("quickstart").await;
     db.create_outbox("outbox").await;
@@ -37,9 +42,13 @@ table = "public.outbox"
 
 [kafka]
 "bootstrap.servers" = "{bootstrap}"
+
+[http]
+listen = "127.0.0.1:{port}"
 "#,
         url = db.url,
-        bootstrap = svc.broker.bootstrap()
+        bootstrap = svc.broker.bootstrap(),
+        port = console_port(),
     );
     println!("== walrelay.toml\n{config}");
     let mut relay = RelayProcess::start(&config);
@@ -52,6 +61,12 @@ table = "public.outbox"
         std::process::exit(1);
     }
 
+    let console = config
+        .lines()
+        .find_map(|l| l.strip_prefix("listen = \""))
+        .map(|l| format!("http://{}/", l.trim_end_matches('"')))
+        .unwrap_or_default();
+    println!("== the console: {console}");
     let mut topics: Vec<String> = Vec::new();
     let mut shown = HashSet::new();
     println!(
@@ -88,13 +103,70 @@ table = "public.outbox"
             }
         }
     }
+    if !no_wait && shown.len() == SAMPLES.len() {
+        println!(
+            "== walrelay keeps running; the console is at {console}\n\
+             == write more events, and they are printed as they arrive:\n\
+             psql '{url}' -c \"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), 'Order', 'order-2', 'OrderCreated', '{{}}')\"\n\
+             == Ctrl-C stops it",
+            url = db.url
+        );
+        follow(&topics, &mut shown).await;
+    }
     let code = relay.terminate();
     println!(
         "== {} records delivered; walrelay stopped on SIGTERM with exit code {code:?}",
         shown.len()
     );
     println!("== walrelay log:\n{}", relay.log());
-    if shown.len() != SAMPLES.len() || code != Some(0) {
+    if shown.len() < SAMPLES.len() || code != Some(0) {
         std::process::exit(1);
+    }
+}
+
+/// The console's port: walrelay's usual 9187 when free, else any free one.
+fn console_port() -> u16 {
+    match std::net::TcpListener::bind("127.0.0.1:9187") {
+        Ok(_) => 9187,
+        Err(_) => support::free_port(),
+    }
+}
+
+/// Prints records of `topics` (and of topics the relay creates meanwhile, `outbox.event.*`) as
+/// they arrive, until Ctrl-C.
+async fn follow(topics: &[String], shown: &mut HashSet<(String, i32, i64)>) {
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    let bootstrap = services().broker.bootstrap();
+    let mut topics: Vec<String> = topics.to_vec();
+    loop {
+        for t in support::kafka::topics_with_prefix(bootstrap, "outbox.event.") {
+            if !topics.contains(&t) {
+                topics.push(t);
+            }
+        }
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let want = shown.len() + 1;
+        tokio::select! {
+            _ = &mut stop => {
+                println!("== Ctrl-C: stopping walrelay");
+                return;
+            }
+            records = consume_topics(bootstrap, &names, want, Duration::from_secs(2)) => {
+                for r in records {
+                    if shown.insert((r.topic.clone(), r.partition, r.offset)) {
+                        println!(
+                            "{}[{}]@{} key={} value={}",
+                            r.topic,
+                            r.partition,
+                            r.offset,
+                            r.key_str().unwrap_or("<null>"),
+                            r.value_str().unwrap_or("<null>")
+                        );
+                    }
+                }
+            }
+        }
     }
 }

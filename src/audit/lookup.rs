@@ -1,0 +1,208 @@
+//! One event looked up, with the audit's machinery: its outbox row (read by id in a snapshot, as
+//! replay reads it), where the live configuration's router and envelope put it, and where Kafka
+//! has it — read from the offset for its commit time, less a margin, to the partition's end, in
+//! the partition its key (or its placement) gives, or in each partition when it has neither.
+//! For the console's event lookup.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::compare::key_partition;
+use super::id::IdPlace;
+use crate::config::Config;
+use crate::delivery::exactly_once::progress_topic::Quiet;
+use crate::delivery::partition_read::{self, Stop};
+use crate::encoder::Encoder;
+use crate::error::{Error, Result};
+use crate::replay::{Options, Replay, Selection};
+
+/// How far before the row's commit time the read starts: the record's timestamp is when the
+/// relay sent it, after the commit, but clocks of two hosts differ.
+const MARGIN_MS: i64 = 60_000;
+
+/// What a lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    pub id: String,
+    /// `schema.table` of its row.
+    pub table: String,
+    /// When the row committed (µs since the Unix epoch): the commit timestamp when `exact`,
+    /// else the row's timestamp column.
+    pub commit_micros: i64,
+    pub exact: bool,
+    pub topic: String,
+    pub key: Option<String>,
+    /// The partition its key (or placement) gives; `None` without either.
+    pub partition: Option<i32>,
+    /// Where Kafka has it, when it does.
+    pub found: Option<Found>,
+    /// What was read, in words.
+    pub searched: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+}
+
+/// Looks `id` up; `None` when no outbox table's retained rows hold it. Gives up after `within`.
+pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Option<Lookup>> {
+    let started = Instant::now();
+    let opts = Options {
+        selection: Selection { ids: vec![id.to_string()], ..Selection::default() },
+        dry_run: true,
+        allow_empty: true,
+        places_only: true,
+        ..Options::default()
+    };
+    let mut replay = Replay::open(config, opts).await?;
+    let tables = replay.indexes();
+    let bindings = replay.bindings();
+    let mut encoder = Encoder::new(config);
+    let mut row = None;
+    while let Some(rows) = replay.next_rows().await? {
+        let table = rows.table;
+        if let Some(first) = rows.records(&mut encoder, &bindings[table])?.into_iter().next() {
+            row = Some((tables[table].0.clone(), first));
+            break;
+        }
+    }
+    replay.close().await;
+    let Some((table, (record, commit))) = row else { return Ok(None) };
+    let Some(place) = IdPlace::of(&record) else {
+        return Err(Error::definite(
+            format!("event {id}'s record carries its id in no place the lookup reads"),
+            "every walrelay envelope keeps it in a header, a JSON \"id\" or protobuf field 1",
+        ));
+    };
+    let mut lookup = Lookup {
+        id: id.to_string(),
+        table,
+        commit_micros: commit.micros,
+        exact: commit.exact,
+        topic: record.topic.to_string(),
+        key: record.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()),
+        partition: record.partition,
+        found: None,
+        searched: String::new(),
+    };
+    let (config, key) = (config.clone(), record.key.clone());
+    let left = within.saturating_sub(started.elapsed());
+    tokio::task::spawn_blocking(move || {
+        search(&config, &mut lookup, key.as_deref(), &place, left)?;
+        Ok(Some(lookup))
+    })
+    .await
+    .map_err(|e| Error::transient("the lookup's Kafka reader stopped", e))?
+}
+
+/// Reads the partitions the event may be in until it is found, filling `found` and `searched`.
+fn search(
+    config: &Config,
+    lookup: &mut Lookup,
+    key: Option<&[u8]>,
+    place: &IdPlace,
+    within: Duration,
+) -> Result<()> {
+    let started = Instant::now();
+    let isolation =
+        if config.delivery.exactly_once() { "read_committed" } else { "read_uncommitted" };
+    let mut cfg = config.kafka.consumer_config();
+    cfg.set("enable.partition.eof", "true")
+        .set("allow.auto.create.topics", "false")
+        .set("isolation.level", isolation)
+        .set("queued.max.messages.kbytes", "8192");
+    let consumer: BaseConsumer<Quiet> = cfg.create_with_context(Quiet).map_err(|e| {
+        Error::transient_msg(format!(
+            "cannot create the lookup's Kafka reader: {}",
+            config.kafka.describe_librdkafka_error(&e)
+        ))
+    })?;
+    let client = consumer.client();
+    let topic = lookup.topic.clone();
+    let metadata = client
+        .fetch_metadata(Some(&topic), within)
+        .map_err(|e| Error::transient(format!("no metadata for topic {topic}"), e))?;
+    let count = metadata.topics().first().map_or(0, |t| t.partitions().len() as i32);
+    if count == 0 {
+        lookup.searched = format!("topic {topic}, which Kafka does not have");
+        return Ok(());
+    }
+    let partitions: Vec<i32> = match (lookup.partition, key) {
+        (Some(p), _) => vec![p],
+        (None, Some(key)) => vec![key_partition(key, count)],
+        (None, None) => (0..count).collect(),
+    };
+    if lookup.partition.is_none() && key.is_some() {
+        lookup.partition = partitions.first().copied();
+    }
+    let mut by_time = TopicPartitionList::new();
+    for &p in &partitions {
+        let from_ms = (lookup.commit_micros / 1000 - MARGIN_MS).max(0);
+        by_time
+            .add_partition_offset(&topic, p, Offset::Offset(from_ms))
+            .map_err(|e| Error::transient("the lookup's partition list", e))?;
+    }
+    let starts = consumer
+        .offsets_for_times(by_time, within)
+        .map_err(|e| Error::transient("Kafka did not say where the event's time starts", e))?;
+    let mut searched = Vec::new();
+    for e in starts.elements() {
+        let p = e.partition();
+        let (_, end) = client
+            .fetch_watermarks(&topic, p, within)
+            .map_err(|e| Error::transient(format!("no watermarks for {topic} [{p}]"), e))?;
+        let Offset::Offset(from) = e.offset() else {
+            searched.push(format!("partition {p} (no record since the event's commit)"));
+            continue;
+        };
+        searched.push(format!("partition {p} of {topic} from offset {from} to {end}"));
+        let mut found = None;
+        let mut wait = |_: Duration| match started.elapsed() > within {
+            true => Err(Error::transient_msg(format!(
+                "the lookup read {topic} [{p}] for {} s without reaching offset {end}",
+                within.as_secs()
+            ))),
+            false => Ok(()),
+        };
+        let mut visit = |r: &partition_read::Raw<'_>| {
+            if place.find(r.headers(), r.value).as_deref() == Some(lookup.id.as_str()) {
+                found =
+                    Some(Found { partition: p, offset: r.offset, timestamp_ms: r.timestamp_ms });
+                // Found: the read stops here (the caller's error ends it).
+                return Err(Error::transient_msg("found"));
+            }
+            Ok(())
+        };
+        match partition_read::read(client, &topic, p, from, end, &mut wait, &mut visit) {
+            Ok(()) => {}
+            Err(Stop::Caller(_)) if found.is_some() => {}
+            Err(Stop::Caller(e)) => return Err(e),
+            Err(Stop::NotAllowed) => {
+                return Err(Error::definite_with(
+                    format!("the lookup may not read topic {topic}"),
+                    "grant the relay's principal Read on the topic (the audit needs the same ACL)",
+                    KafkaError::MessageConsumption(RDKafkaErrorCode::TopicAuthorizationFailed),
+                ))
+            }
+            Err(Stop::Failed(k)) => {
+                return Err(Error::transient(
+                    format!("the lookup's read of {topic} [{p}] failed"),
+                    k,
+                ))
+            }
+        }
+        if found.is_some() {
+            lookup.found = found;
+            break;
+        }
+    }
+    lookup.searched = searched.join("; ");
+    Ok(())
+}
