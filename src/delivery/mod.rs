@@ -349,14 +349,13 @@ impl Delivery {
             self.metrics.delivery_failing.store(false, Relaxed);
             self.metrics.under_replicated_partitions.store(0, Relaxed);
             let now = unix_micros();
-            for sent in self.acked.drain(..) {
+            let (dead_letters, per_table) = (self.dead_letter.as_ref(), self.table_metrics);
+            self.metrics.count_published(self.acked.iter().map(|sent| {
                 // A dead letter is no event of its table relayed.
-                let table = match &self.dead_letter {
-                    Some(dl) if *dl.topic == *sent.topic => None,
-                    _ if !self.table_metrics => None,
-                    _ => Some(&sent.table),
-                };
-                self.metrics.count_published(&sent.topic, table, sent.commit_micros);
+                let relayed = per_table && dead_letters.is_none_or(|dl| *dl.topic != *sent.topic);
+                (&sent.topic, relayed.then_some(&sent.table), sent.commit_micros)
+            }));
+            for sent in self.acked.drain(..) {
                 self.metrics.observe_commit_to_ack((now - sent.commit_micros).max(0) as f64 / 1e6);
             }
         }

@@ -196,21 +196,51 @@ impl Metrics {
         *self.positions.lock().unwrap_or_else(|e| e.into_inner()) = positions;
     }
 
-    /// Counts an acknowledged record of `topic`, and — when `table` is given — an event
-    /// relayed from that outbox table (or `message:<prefix>`), committed at `commit_micros`.
+    /// Counts acknowledged records — `(topic, table, commit µs)` each: the record's topic and,
+    /// when given, the outbox table (or `message:<prefix>`) whose event it relayed and its
+    /// commit time — under one lock for the whole batch. Consecutive records of one topic (or
+    /// table) are counted with one lookup: names are compared by pointer, as the router and
+    /// the assembler hand out one `Arc` per name.
     ///
     /// Past [`MAX_TOPIC_LABELS`] topics (and [`MAX_TABLE_LABELS`] tables), those not seen yet
     /// count under [`OTHER_TOPICS`]: a label is a time series, and `route.topic.replacement`
     /// can derive topics from row data without bound. The first seen keep their own series for
     /// the life of the process, so a counter never changes series halfway (which would read as
-    /// a reset to `rate()`). One lock for both, taken once per acknowledged record.
-    pub fn count_published(&self, topic: &Arc<str>, table: Option<&Arc<str>>, commit_micros: i64) {
+    /// a reset to `rate()`).
+    pub fn count_published<'a>(
+        &self,
+        acked: impl IntoIterator<Item = (&'a Arc<str>, Option<&'a Arc<str>>, i64)>,
+    ) {
         let mut p = self.published.lock().unwrap_or_else(|e| e.into_inner());
-        *bounded(&mut p.topics, topic, MAX_TOPIC_LABELS) += 1;
-        if let Some(table) = table {
-            let t = bounded(&mut p.tables, table, MAX_TABLE_LABELS);
-            t.events += 1;
-            t.last_commit_micros = t.last_commit_micros.max(commit_micros);
+        let mut topic_run: Option<(&Arc<str>, u64)> = None;
+        let mut table_run: Option<(&Arc<str>, u64, i64)> = None;
+        for (topic, table, commit) in acked {
+            match &mut topic_run {
+                Some((t, n)) if Arc::ptr_eq(t, topic) => *n += 1,
+                run => {
+                    if let Some((t, n)) = run.replace((topic, 1)) {
+                        *bounded(&mut p.topics, t, MAX_TOPIC_LABELS) += n;
+                    }
+                }
+            }
+            let Some(table) = table else { continue };
+            match &mut table_run {
+                Some((t, n, last)) if Arc::ptr_eq(t, table) => {
+                    *n += 1;
+                    *last = (*last).max(commit);
+                }
+                run => {
+                    if let Some((t, n, last)) = run.replace((table, 1, commit)) {
+                        bounded(&mut p.tables, t, MAX_TABLE_LABELS).add(n, last);
+                    }
+                }
+            }
+        }
+        if let Some((t, n)) = topic_run {
+            *bounded(&mut p.topics, t, MAX_TOPIC_LABELS) += n;
+        }
+        if let Some((t, n, last)) = table_run {
+            bounded(&mut p.tables, t, MAX_TABLE_LABELS).add(n, last);
         }
     }
 
@@ -272,16 +302,24 @@ pub struct TableEvents {
     pub last_commit_micros: i64,
 }
 
+impl TableEvents {
+    fn add(&mut self, events: u64, last_commit_micros: i64) {
+        self.events += events;
+        self.last_commit_micros = self.last_commit_micros.max(last_commit_micros);
+    }
+}
+
 /// The entry of `key`, or — once `max` keys have their own — of [`OTHER_TOPICS`].
 fn bounded<'a, V: Default>(
     map: &'a mut BTreeMap<Arc<str>, V>,
     key: &Arc<str>,
     max: usize,
 ) -> &'a mut V {
-    if !map.contains_key(key) && map.len() >= max {
-        return map.entry(Arc::from(OTHER_TOPICS)).or_default();
-    }
-    map.entry(key.clone()).or_default()
+    let key = match map.contains_key(key) || map.len() < max {
+        true => key.clone(),
+        false => Arc::from(OTHER_TOPICS),
+    };
+    map.entry(key).or_default()
 }
 
 /// Topics with a `walrelay_records_published_total` series of their own, at most.
@@ -337,9 +375,8 @@ mod tests {
     #[test]
     fn renders_counters_by_topic_and_a_cumulative_histogram() {
         let m = Metrics::new();
-        for _ in 0..3 {
-            m.count_published(&Arc::from("outbox.event.Order"), None, 0);
-        }
+        let topic: Arc<str> = Arc::from("outbox.event.Order");
+        m.count_published([(&topic, None, 0), (&topic, None, 0), (&topic, None, 0)]);
         m.observe_commit_to_ack(0.004);
         m.observe_commit_to_ack(0.2);
         m.observe_commit_to_ack(0.005);
@@ -408,13 +445,34 @@ mod tests {
     }
 
     #[test]
+    fn records_count_per_topic_and_events_per_table_across_runs() {
+        let m = Metrics::new();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("ta"), Arc::from("tb"));
+        let (t1, t2): (Arc<str>, Arc<str>) = (Arc::from("t1.outbox"), Arc::from("t2.outbox"));
+        m.count_published([
+            (&a, Some(&t1), 10),
+            (&a, Some(&t1), 30),
+            (&b, Some(&t2), 20),
+            (&a, None, 99),
+            (&a, Some(&t1), 25),
+        ]);
+        let tables = m.tables();
+        assert_eq!(tables[&t1], TableEvents { events: 3, last_commit_micros: 30 });
+        assert_eq!(tables[&t2], TableEvents { events: 1, last_commit_micros: 20 });
+        assert_eq!(m.published_total(), 5);
+        // Another Arc of the same name counts under the same series.
+        m.count_published([(&Arc::from("ta"), None, 0)]);
+        assert!(m.render().contains("walrelay_records_published_total{topic=\"ta\"} 5\n"));
+    }
+
+    #[test]
     fn topics_past_the_bound_count_under_one_other_label() {
         let m = Metrics::new();
         for i in 0..MAX_TOPIC_LABELS + 50 {
-            m.count_published(&Arc::from(format!("t{i:03}")), None, 0);
+            m.count_published([(&Arc::from(format!("t{i:03}")), None, 0)]);
         }
         // A topic seen before the bound keeps its own series.
-        m.count_published(&Arc::from("t000"), None, 0);
+        m.count_published([(&Arc::from("t000"), None, 0)]);
         let text = m.render();
         let series =
             text.lines().filter(|l| l.starts_with("walrelay_records_published_total{")).count();
