@@ -42,15 +42,7 @@ async fn request(port: u16, method: &str, path: &str, headers: &str, body: &str)
 
 /// The slot's confirmed LSN as PostgreSQL reports it.
 async fn confirmed_lsn(s: &Setup) -> String {
-    s.db.connect()
-        .await
-        .query_one(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&s.slot],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    s.db.confirmed_flush_lsn(&s.slot).await.expect("the slot exists")
 }
 
 /// Waits until the console's slot sample equals what PostgreSQL reports (the sampler reads

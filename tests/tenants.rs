@@ -145,7 +145,8 @@ async fn dropping_one_tenants_outbox_while_others_write_keeps_the_others_flowing
     w.max_events = Some(600);
     w.rate = Some(300.0);
     let writer = Writer::spawn(w);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Dropped while t2 is a quarter of the way through its events.
+    assert!(writer.wait_committed(150, Duration::from_secs(30)).await, "t2's writer stalled");
     s.db.execute("DROP SCHEMA t1 CASCADE").await;
     let report = writer.join().await;
 

@@ -116,14 +116,10 @@ pub(crate) async fn read(
     .map_err(|e| Error::transient("the audit's Kafka reader stopped", e))?
 }
 
-fn read_blocking(
-    config: &Config,
-    topics: &[Arc<str>],
-    id: &IdPlace,
-    from_ms: i64,
-    read_committed: bool,
-    copies: &mut Sorter<Held>,
-) -> Result<Shape> {
+/// A Kafka reader of partitions by offset, with no consumer group (so no group ACL): the
+/// audit's, and the console's event lookup's. `read_committed`: only what committed Kafka
+/// transactions hold.
+pub(super) fn reader(config: &Config, read_committed: bool) -> Result<BaseConsumer<Quiet>> {
     let mut cfg = config.kafka.consumer_config();
     cfg.set("enable.partition.eof", "true")
         .set("allow.auto.create.topics", "false")
@@ -132,15 +128,26 @@ fn read_blocking(
         .set("queued.max.messages.kbytes", "8192")
         .set("fetch.max.bytes", "8388608")
         .set("fetch.wait.max.ms", "10");
-    let consumer: BaseConsumer<Quiet> = cfg.create_with_context(Quiet).map_err(|e| {
+    cfg.create_with_context(Quiet).map_err(|e| {
         Error::definite(
             format!(
-                "cannot create the audit's Kafka reader: {}",
+                "cannot create a Kafka reader (the audit's, or the event lookup's): {}",
                 config.kafka.describe_librdkafka_error(&e)
             ),
             "fix [kafka] as the message says",
         )
-    })?;
+    })
+}
+
+fn read_blocking(
+    config: &Config,
+    topics: &[Arc<str>],
+    id: &IdPlace,
+    from_ms: i64,
+    read_committed: bool,
+    copies: &mut Sorter<Held>,
+) -> Result<Shape> {
+    let consumer = reader(config, read_committed)?;
     let client = consumer.client();
     let mut shape = Shape::default();
     let mut by_time = TopicPartitionList::new();

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -14,7 +14,6 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::compare::key_partition;
 use super::id::IdPlace;
 use crate::config::Config;
-use crate::delivery::exactly_once::progress_topic::Quiet;
 use crate::delivery::partition_read::{self, Stop};
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
@@ -111,19 +110,7 @@ fn search(
     within: Duration,
 ) -> Result<()> {
     let started = Instant::now();
-    let isolation =
-        if config.delivery.exactly_once() { "read_committed" } else { "read_uncommitted" };
-    let mut cfg = config.kafka.consumer_config();
-    cfg.set("enable.partition.eof", "true")
-        .set("allow.auto.create.topics", "false")
-        .set("isolation.level", isolation)
-        .set("queued.max.messages.kbytes", "8192");
-    let consumer: BaseConsumer<Quiet> = cfg.create_with_context(Quiet).map_err(|e| {
-        Error::transient_msg(format!(
-            "cannot create the lookup's Kafka reader: {}",
-            config.kafka.describe_librdkafka_error(&e)
-        ))
-    })?;
+    let consumer = super::kafka::reader(config, config.delivery.exactly_once())?;
     let client = consumer.client();
     let topic = lookup.topic.clone();
     let metadata = client

@@ -28,6 +28,7 @@ async fn main() {
     let svc = services();
     let db = svc.pg.create_database("quickstart").await;
     db.create_outbox("outbox").await;
+    let port = console_port();
     let config = format!(
         r#"[source]
 url = "{url}"
@@ -48,7 +49,6 @@ listen = "127.0.0.1:{port}"
 "#,
         url = db.url,
         bootstrap = svc.broker.bootstrap(),
-        port = console_port(),
     );
     println!("== walrelay.toml\n{config}");
     let mut relay = RelayProcess::start(&config);
@@ -61,11 +61,7 @@ listen = "127.0.0.1:{port}"
         std::process::exit(1);
     }
 
-    let console = config
-        .lines()
-        .find_map(|l| l.strip_prefix("listen = \""))
-        .map(|l| format!("http://{}/", l.trim_end_matches('"')))
-        .unwrap_or_default();
+    let console = format!("http://127.0.0.1:{port}/");
     println!("== the console: {console}");
     let mut topics: Vec<String> = Vec::new();
     let mut shown = HashSet::new();
@@ -83,24 +79,7 @@ listen = "127.0.0.1:{port}"
         for r in
             consume_topics(svc.broker.bootstrap(), &names, n + 1, Duration::from_secs(30)).await
         {
-            if shown.insert((r.topic.clone(), r.partition, r.offset)) {
-                let headers: Vec<String> = r
-                    .headers
-                    .iter()
-                    .map(|(k, v)| {
-                        format!("{k}={}", String::from_utf8_lossy(v.as_deref().unwrap_or_default()))
-                    })
-                    .collect();
-                println!(
-                    "{}[{}]@{} key={} headers=[{}] value={}",
-                    r.topic,
-                    r.partition,
-                    r.offset,
-                    r.key_str().unwrap_or("<null>"),
-                    headers.join(", "),
-                    r.value_str().unwrap_or("<null>")
-                );
-            }
+            show(&r, &mut shown);
         }
     }
     if !no_wait && shown.len() == SAMPLES.len() {
@@ -123,6 +102,27 @@ listen = "127.0.0.1:{port}"
     if shown.len() < SAMPLES.len() || code != Some(0) {
         std::process::exit(1);
     }
+}
+
+/// Prints `r` unless it was shown already.
+fn show(r: &support::kafka::Consumed, shown: &mut HashSet<(String, i32, i64)>) {
+    if !shown.insert((r.topic.clone(), r.partition, r.offset)) {
+        return;
+    }
+    let headers: Vec<String> = r
+        .headers
+        .iter()
+        .map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v.as_deref().unwrap_or_default())))
+        .collect();
+    println!(
+        "{}[{}]@{} key={} headers=[{}] value={}",
+        r.topic,
+        r.partition,
+        r.offset,
+        r.key_str().unwrap_or("<null>"),
+        headers.join(", "),
+        r.value_str().unwrap_or("<null>")
+    );
 }
 
 /// The console's port: walrelay's usual 9187 when free, else any free one.
@@ -155,16 +155,7 @@ async fn follow(topics: &[String], shown: &mut HashSet<(String, i32, i64)>) {
             }
             records = consume_topics(bootstrap, &names, want, Duration::from_secs(2)) => {
                 for r in records {
-                    if shown.insert((r.topic.clone(), r.partition, r.offset)) {
-                        println!(
-                            "{}[{}]@{} key={} value={}",
-                            r.topic,
-                            r.partition,
-                            r.offset,
-                            r.key_str().unwrap_or("<null>"),
-                            r.value_str().unwrap_or("<null>")
-                        );
-                    }
+                    show(&r, shown);
                 }
             }
         }

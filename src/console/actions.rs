@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use crate::duration::rfc3339;
 use crate::metrics::seen::cut;
 use crate::metrics::unix_micros;
+use crate::replay::{inverted_window, TimeBound};
 
 /// Lines of an action's output kept.
 pub const KEPT_LINES: usize = 200;
@@ -75,10 +76,10 @@ impl Actions {
 
     /// Starts `kind` over `since`..`until` (replay's durations and times), unless one runs.
     pub fn start(&self, kind: Kind, since: &str, until: Option<&str>) -> Result<(), String> {
-        for bound in std::iter::once(since).chain(until) {
-            if bound.is_empty() || bound.starts_with('-') || bound.len() > 64 {
-                return Err(format!("{bound:?} is not a duration (7d, 12h, 30m) or a time"));
-            }
+        // Checked as the command will read them, so the page gets the command's own error.
+        let window = (TimeBound::parse(since)?, until.map(TimeBound::parse).transpose()?);
+        if let Some(why) = inverted_window(Some(&window.0), window.1.as_ref()) {
+            return Err(why);
         }
         let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
         if job.as_ref().is_some_and(|j| j.running) {

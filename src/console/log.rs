@@ -15,7 +15,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::Layer;
 
-use crate::metrics::seen::MAX_TEXT;
+use crate::metrics::seen::{cut_to, MAX_TEXT};
 
 /// Problems kept, at most: each holds a message and a hint of at most [`MAX_MESSAGE`]
 /// characters and fields of at most [`MAX_TEXT`], so the ring stays under 250 KB.
@@ -67,14 +67,6 @@ impl<S: Subscriber> Layer<S> for Keep {
             ring.pop_front();
         }
         ring.push_back(problem);
-    }
-}
-
-/// `text` cut to `max` characters.
-fn cut_to(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
     }
 }
 

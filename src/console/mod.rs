@@ -126,7 +126,7 @@ impl Console {
         let html = PAGE
             .replace("{{TITLE}}", &escape_html(&title))
             .replace("{{SERVER_TEXT}}", &escape_html(&self.server_text()));
-        asset_owned(html, "text/html; charset=utf-8")
+        asset(html, "text/html; charset=utf-8")
     }
 
     /// The overview as lines of text: the page without JavaScript.
@@ -425,12 +425,9 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     response
 }
 
-fn asset(body: &'static str, content_type: &'static str) -> Response<Full<Bytes>> {
-    asset_owned(body.to_string(), content_type)
-}
-
-fn asset_owned(body: String, content_type: &'static str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+/// An embedded file (a `&'static str`, not copied) or the page as filled in.
+fn asset(body: impl Into<Bytes>, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     let headers = response.headers_mut();
     headers
         .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));

@@ -71,7 +71,12 @@ pub fn reason_kind(reason: &str) -> String {
 
 /// `text` cut to [`MAX_TEXT`] characters.
 pub fn cut(text: &str) -> String {
-    match text.char_indices().nth(MAX_TEXT) {
+    cut_to(text, MAX_TEXT)
+}
+
+/// `text` cut to `max` characters, an ellipsis marking the cut.
+pub fn cut_to(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     }

@@ -284,7 +284,7 @@ impl<'c> Session<'c> {
                 .filter(|t| config.outbox.tables.contains(&t.name))
                 .cloned()
                 .collect(),
-            config.outbox.clone(),
+            config.outbox.pattern_regex(),
             prepared.confirmed,
             control.timeout,
             control.server.version_num,

@@ -137,11 +137,8 @@ impl Session<'_> {
         // written): PostgreSQL matches the name the WAL gives it against the patterns.
         let name = TableName::new(&relation.namespace, &relation.name);
         if tenants::matches(&self.control, &self.config.outbox, &name).await? {
-            // Its columns now, if it still exists (a dropped table's are unknown: nullable).
-            let columns = match catalog::relation(&self.control, relation.id).await? {
-                Some(_) => catalog::columns(&self.control, relation.id).await?,
-                None => Vec::new(),
-            };
+            // Its columns now; a dropped table has none left, so its columns count as nullable.
+            let columns = catalog::columns(&self.control, relation.id).await?;
             tracing::info!(table = %name, oid = relation.id,
                 "a new tenant's outbox table (it matches an [outbox] tables pattern): relayed from its first row");
             return Ok(self.outbox_fate(relation, name, &columns, true));

@@ -34,6 +34,9 @@ pub(crate) struct TopicRouter {
     full: Regex,
     find: Regex,
     parts: Vec<Part>,
+    /// `parts` name the row's table (`${schema}`, `${table}`): the topic depends on it, not
+    /// only on the route value. Read for every row, so decided once here.
+    per_table: bool,
 }
 
 impl TopicRouter {
@@ -52,7 +55,8 @@ impl TopicRouter {
         })?;
         let parts =
             parse_replacement(replacement, &find).map_err(|e| ("route.topic.replacement", e))?;
-        Ok(TopicRouter { full, find, parts })
+        let per_table = parts.iter().any(|p| matches!(p, Part::Schema | Part::Table));
+        Ok(TopicRouter { full, find, parts, per_table })
     }
 
     /// The one topic every matching value goes to, when the replacement refers to no group
@@ -71,7 +75,7 @@ impl TopicRouter {
     /// Whether the topic depends on the row's table (`${schema}`, `${table}`), not only on the
     /// route value.
     pub(crate) fn per_table(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Schema | Part::Table))
+        self.per_table
     }
 
     /// The topic for a `route.by.field` value of a row of `table` (schema, name; empty for a

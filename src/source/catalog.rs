@@ -166,25 +166,7 @@ async fn named_tables(control: &Control, names: &[TableName]) -> Result<Vec<Outb
 
 /// The live columns of relation `oid`, in order.
 pub async fn columns(control: &Control, oid: u32) -> Result<Vec<CatalogColumn>> {
-    let rows = control
-        .query(
-            "cannot read the outbox table's columns from the catalog",
-            "SELECT attname::text, atttypid, atttypmod, pg_catalog.format_type(atttypid, atttypmod), \
-             attnotnull FROM pg_catalog.pg_attribute \
-             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            &[&oid],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| CatalogColumn {
-            name: r.get(0),
-            type_oid: r.get(1),
-            type_modifier: r.get(2),
-            type_name: r.get(3),
-            not_null: r.get(4),
-        })
-        .collect())
+    Ok(columns_of(control, &[oid]).await?.remove(&oid).unwrap_or_default())
 }
 
 /// A relation as the catalog has it now, found by OID.

@@ -26,7 +26,7 @@ use tokio_postgres::Client;
 use super::catalog::OutboxTable;
 use super::error::classify_pg;
 use super::slot::SERVER_LSN;
-use crate::config::{OutboxConfig, TableName};
+use crate::config::TableName;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 
@@ -107,7 +107,7 @@ pub fn start(
     client: Arc<Client>,
     publication: String,
     tables: Vec<OutboxTable>,
-    outbox: OutboxConfig,
+    patterns: Option<String>,
     since: Lsn,
     timeout: Duration,
     version_num: i32,
@@ -116,7 +116,7 @@ pub fn start(
     let ask = Arc::new(Notify::new());
     let asked = ask.clone();
     let task = tokio::spawn(async move {
-        let checker = Checker { client, publication, tables, outbox, timeout, version_num };
+        let checker = Checker { client, publication, tables, patterns, timeout, version_num };
         match checker.run(&tx, &asked).await {
             Err(e) => e,
             Ok(never) => match never {},
@@ -130,8 +130,9 @@ struct Checker {
     publication: String,
     /// The tables by name: the fingerprint's.
     tables: Vec<OutboxTable>,
-    /// The patterns, for the tenants' tables ([`Tenants`]).
-    outbox: OutboxConfig,
+    /// `[outbox] tables` patterns as PostgreSQL matches them
+    /// ([`crate::config::OutboxConfig::pattern_regex`]), for the tenants' tables ([`Tenants`]).
+    patterns: Option<String>,
     timeout: Duration,
     version_num: i32,
 }
@@ -173,7 +174,7 @@ impl Checker {
                         "the outbox table was renamed; its rows are still relayed (by OID) — rename it in [outbox] before walrelay restarts");
                 }
             }
-            if self.outbox.pattern_regex().is_some() && tenants.due() {
+            if self.patterns.is_some() && tenants.due() {
                 let (now, trigger) = self.tenants().await?;
                 tenants.said(now, trigger, &self.publication);
             }
@@ -261,9 +262,12 @@ impl Checker {
             super::tenants::CANDIDATE,
             super::tenants::NAME,
         );
-        let regex = self.outbox.pattern_regex().unwrap_or_default();
         let rows = self
-            .query("cannot list the tenants' outbox tables", &sql, &[&self.publication, &regex])
+            .query(
+                "cannot list the tenants' outbox tables",
+                &sql,
+                &[&self.publication, &self.patterns],
+            )
             .await?;
         let tables = rows
             .iter()
