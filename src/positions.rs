@@ -2,8 +2,8 @@
 //! (received, acknowledged, vouched for, confirmed, resumed, and the commit times that make the
 //! lag in seconds) and `/metrics` and `/readyz` read, together.
 
+use crate::clock::unix_micros;
 use crate::lsn::Lsn;
-use crate::metrics::unix_micros;
 
 /// Where the relay stands in the WAL. The relay loop's `Progress` (relay/progress.rs) owns these
 /// facts and publishes them together once per turn of the loop; `/metrics` and `/readyz` read

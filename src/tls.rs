@@ -1,5 +1,6 @@
 //! TLS to PostgreSQL with libpq's `sslmode` semantics, for both connections: the control
-//! connection (tokio-postgres + rustls) and the replication stream (pgwire-replication).
+//! connection (tokio-postgres + rustls) and the replication stream (pgwire-replication); and
+//! [`https_client`], the rustls configuration of an HTTPS client (the schema registry's).
 //!
 //! tokio-postgres only knows `disable`, `prefer` and `require`, so `sslmode` and `sslrootcert`
 //! are taken out of the URL here and applied by walrelay itself.
@@ -118,19 +119,55 @@ impl Tls {
     }
 
     fn roots(&self) -> Result<RootCertStore, String> {
-        let path = self.root_cert.as_ref().ok_or("no sslrootcert")?;
-        let mut roots = RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("cannot read sslrootcert {}: {e}", path.display()))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
-            roots.add(cert).map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
-        }
-        if roots.is_empty() {
-            return Err(format!("sslrootcert {} holds no certificate", path.display()));
-        }
-        Ok(roots)
+        pem_roots(self.root_cert.as_ref().ok_or("no sslrootcert")?, "sslrootcert")
     }
+}
+
+/// An HTTPS client's rustls configuration: the server's certificate verified against `ca` (a
+/// PEM file) or, without one, the Mozilla roots every browser trusts, and its name checked; with
+/// `identity` (a PEM certificate chain and its key), a client certificate for servers that ask.
+pub fn https_client(
+    ca: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, String> {
+    let roots = match ca {
+        Some(path) => pem_roots(path, "ca")?,
+        None => RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() },
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    match identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .and_then(|certs| certs.collect::<Result<_, _>>())
+                .map_err(|e| format!("certificate {}: {e}", cert.display()))?;
+            if chain.is_empty() {
+                return Err(format!("certificate {} holds no certificate", cert.display()));
+            }
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("key {}: {e}", key.display()))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The certificates of a PEM file as trust roots; `what` names the file's setting.
+fn pem_roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("{what} {}: {e}", path.display()))?;
+        roots.add(cert).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{what} {} holds no certificate", path.display()));
+    }
+    Ok(roots)
 }
 
 /// Removes `names` from the URL's query string or the key=value string; returns what is left

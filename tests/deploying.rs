@@ -39,8 +39,12 @@ async fn a_publication_created_as_operations_md_recommends_draws_no_warning_but_
     assert!(publication.iter().all(|l| l.starts_with("ok ")), "{check}");
 
     let mut relay = RelayProcess::start(&s.config());
+    // The slot reads as active while the relay's replication connection creates it, before the
+    // relay says what it created: wait for the saying.
+    let said = relay.wait_for_log("created ahead of it", Duration::from_secs(30)).await;
     s.wait_streaming(&mut relay).await;
     let first = relay.log();
+    assert!(said, "{first}");
     assert_eq!(relay.terminate(), Some(0), "{first}");
     let warned: Vec<&str> = first.lines().filter(|l| l.contains(" WARN ")).collect();
     println!(

@@ -63,17 +63,7 @@ async fn run(format: &str, name: &str) -> Run {
 
 /// The Python of the virtualenv `scripts/install-test-deps.sh` makes.
 fn python() -> PathBuf {
-    let env = std::env::var_os("WALRELAY_TEST_PYENV").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".local/walrelay-pyenv")
-    });
-    let python = env.join("bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-test-deps.sh (it installs the Python consumers \
-         cloudevents, protobuf and grpcio-tools)",
-        python.display()
-    );
-    python
+    crate::support::pyenv_python()
 }
 
 /// Runs `tests/consumers/decode.py mode args…` over `records`; one decoded JSON per record.

@@ -245,3 +245,64 @@ async fn sigterm_during_large_transactions_exactly_once_exits_within_the_grace_p
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     crate::common::release_slot(&s).await;
 }
+
+/// Exactly-once, a record refused inside the open Kafka transaction fails that transaction, so
+/// the stop that follows aborts it at once: it never tries to commit it, which waited out the
+/// stop's whole drain window for an acknowledgement that never comes. Both kinds of refusal:
+/// the broker's (a record over the topic's `max.message.bytes`) and librdkafka's own (a topic
+/// that does not exist, with `allow.auto.create.topics = false`). Each time the relay exits 1
+/// naming the row, its stop takes under 2 s, and the slot keeps the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_stop_after_a_refusal_inside_a_kafka_transaction_aborts_it_at_once() {
+    let big = format!("{{\"blob\": \"{}\"}}", "y".repeat(4096));
+    for (case, aggregate, payload) in
+        [("too large", "Order", big.as_str()), ("no such topic", "Missing", "{}")]
+    {
+        let s = Setup::new("eo_refused").await;
+        let bootstrap = crate::support::services().broker.bootstrap();
+        let small = [("max.message.bytes", "2048")];
+        crate::support::kafka::create_topic_with(bootstrap, &s.topic("Order"), 1, 1, &small).await;
+        // The broker refuses a whole batch over max.message.bytes: one record a batch. The
+        // missing topic is reported missing after topic.metadata.propagation.max.ms.
+        let kafka = "\"batch.size\" = 2048\n\"allow.auto.create.topics\" = false\n\
+                     \"topic.metadata.propagation.max.ms\" = 500";
+        // Transactions commit after 3 s: the refusal comes while the one it is in is open.
+        let delivery = format!(
+            "[delivery]\nguarantee = \"exactly-once\"\ntransactional_id = \"{}\"\n\
+             progress_topic = \"{}\"\ntransaction_max_ms = 3000\n",
+            unique("txid"),
+            unique("progress")
+        );
+        let config = s.config_with("", kafka, &delivery);
+        let mut relay = s.start_streaming(&config).await;
+        let first = s.db.insert_outbox("outbox", "Order", "o-1", "E", Some("{}")).await;
+        let read = s.read("Order", 1).await;
+        assert_eq!(crate::common::ids(&read), vec![first], "{case}: {}", relay.log());
+        let inserted = Instant::now();
+        let refused = s.db.insert_outbox("outbox", aggregate, "o-2", "E", Some(payload)).await;
+        let line = tokio::task::block_in_place(|| {
+            crate::support::process::assert_stops_with_hint(&mut relay, case)
+        });
+        let (took, log) = (inserted.elapsed(), relay.log());
+        // The stop's own measure, from the refusal to the position held on the server.
+        let stop = log
+            .lines()
+            .find(|l| l.contains("stop: confirmed on the server"))
+            .and_then(|l| l.split("took_ms=").nth(1))
+            .and_then(|ms| ms.trim().parse::<u64>().ok())
+            .map(Duration::from_millis);
+        println!(
+            "exactly-once, refused ({case}): stop {stop:.1?}, exit 1 {took:.1?} after the insert"
+        );
+        assert!(stop.is_some_and(|d| d < Duration::from_secs(2)), "{case}: stop {stop:?}:\n{log}");
+        assert!(!log.contains("could not commit the open Kafka transaction"), "{case}:\n{log}");
+        // librdkafka refuses a record too large for the topic from the broker's answer, inside
+        // the open transaction; a topic it already knows missing it may refuse at the send,
+        // before the record is in one. Either way the stop is at once (above).
+        if case == "too large" {
+            assert!(line.contains("inside a Kafka transaction"), "{case}: {line}");
+        }
+        assert!(line.contains(&refused), "{case}: the message does not name the row: {line}");
+        assert!(s.slot_holds(&refused).await, "{case}: the slot was confirmed past the row");
+    }
+}

@@ -342,3 +342,185 @@ async fn translated_instance_reports_errors_in_german() {
         pg.pg.server().describe()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// the schema registry (tests/support/registry.rs)
+
+const ORDER_AVRO: &str = r#"{"type":"record","name":"Order","namespace":"io.example","fields":[{"name":"id","type":"string"},{"name":"n","type":["null","long"],"default":null}]}"#;
+
+/// Avro's zigzag varint (int and long).
+fn avro_long(n: i64, out: &mut Vec<u8>) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    loop {
+        let byte = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Magic byte 0 and the schema id big-endian: the frame every Confluent deserializer expects.
+fn framed(id: i32) -> Vec<u8> {
+    let mut v = vec![0u8];
+    v.extend_from_slice(&id.to_be_bytes());
+    v
+}
+
+/// An `io.example.Order` in Avro's binary encoding, framed: the string's length then its bytes,
+/// the union's branch (0 null, 1 long) then the long.
+fn avro_order(id: i32, order_id: &str, n: Option<i64>) -> Vec<u8> {
+    let mut v = framed(id);
+    avro_long(order_id.len() as i64, &mut v);
+    v.extend_from_slice(order_id.as_bytes());
+    match n {
+        None => avro_long(0, &mut v),
+        Some(n) => {
+            avro_long(1, &mut v);
+            avro_long(n, &mut v);
+        }
+    }
+    v
+}
+
+#[test]
+fn registry_registers_an_avro_schema_and_confluents_deserializer_decodes_a_framed_record() {
+    let registry = support::registry();
+    println!("{}", registry.describe());
+    let topic = unique("smoke");
+    let subject = format!("{topic}-value");
+    let id = registry.register(&subject, "AVRO", ORDER_AVRO);
+    // Registering the same schema again is idempotent: the same id.
+    assert_eq!(registry.register(&subject, "AVRO", ORDER_AVRO), id);
+    let (latest_id, schema) = registry.latest(&subject).expect("the subject exists");
+    assert_eq!(latest_id, id);
+    let as_json = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+    assert_eq!(as_json(&schema), as_json(ORDER_AVRO));
+    assert_eq!(registry.schema_by_id(id).map(|s| as_json(&s)), Some(as_json(ORDER_AVRO)));
+    assert!(registry.subjects().contains(&subject), "{:?}", registry.subjects());
+    assert_eq!(registry.latest(&format!("{topic}-none")), None);
+
+    let records = vec![
+        avro_order(id, "o-1", Some(7)),
+        avro_order(id, "o-2", None),
+        avro_order(id, "ö-3", Some(-1_234_567_890_123)),
+    ];
+    assert_eq!(records[0], [&[0u8][..], &id.to_be_bytes(), b"\x06o-1\x02\x0e"].concat());
+    let decoded = support::decode_with_confluent("avro", &registry.ccompat_url(), &topic, &records);
+    println!("decoded by confluent-kafka's AvroDeserializer: {decoded:?}");
+    assert_eq!(decoded[0], serde_json::json!({"id": "o-1", "n": 7}));
+    assert_eq!(decoded[1], serde_json::json!({"id": "o-2", "n": null}));
+    assert_eq!(decoded[2], serde_json::json!({"id": "ö-3", "n": -1_234_567_890_123i64}));
+
+    // A frame naming an id the registry never gave is the deserializer's error, not a hang.
+    let unknown = support::registry_decode::try_decode_with_confluent(
+        "avro",
+        &registry.ccompat_url(),
+        &topic,
+        &[avro_order(id + 1000, "o-4", None)],
+    );
+    println!("an unknown schema id: {unknown:?}");
+    assert!(unknown[0].is_err(), "{unknown:?}");
+}
+
+#[test]
+fn registry_refuses_an_incompatible_schema_with_409_under_backward() {
+    let registry = support::registry();
+    let subject = format!("{}-value", unique("smoke_compat"));
+    let first = registry.register(&subject, "AVRO", ORDER_AVRO);
+    registry.set_compatibility(&subject, "BACKWARD");
+    // A new field without a default: a reader of the new schema cannot read the old records.
+    let required = ORDER_AVRO.replace(
+        r#"{"name":"n","type":["null","long"],"default":null}"#,
+        r#"{"name":"n","type":["null","long"],"default":null},{"name":"total","type":"long"}"#,
+    );
+    let refused = registry.try_register(&subject, "AVRO", &required);
+    println!("incompatible schema under BACKWARD: {refused:?}");
+    let (status, message) = refused.expect_err("the incompatible schema was accepted");
+    assert_eq!(status, 409, "{message}");
+    assert!(
+        message.contains("409") || message.to_lowercase().contains("incompatible"),
+        "{message}"
+    );
+    assert_eq!(registry.latest(&subject).map(|(id, _)| id), Some(first));
+    // With a default it is compatible: a new version and id.
+    let optional = required.replace(r#""type":"long"}"#, r#""type":"long","default":0}"#);
+    let second = registry.register(&subject, "AVRO", &optional);
+    assert_ne!(second, first);
+    assert_eq!(registry.latest(&subject).map(|(id, _)| id), Some(second));
+}
+
+#[test]
+fn registry_json_and_protobuf_records_decode_with_confluents_deserializers() {
+    let registry = support::registry();
+    let url = registry.ccompat_url();
+
+    let topic = unique("smoke_json");
+    let schema = r#"{"type":"object","properties":{"id":{"type":"string"},"n":{"type":"integer"}},"required":["id"]}"#;
+    let id = registry.register(&format!("{topic}-value"), "JSON", schema);
+    let record = |value: &str| [framed(id), value.as_bytes().to_vec()].concat();
+    let decoded = support::registry_decode::try_decode_with_confluent(
+        "json",
+        &url,
+        &topic,
+        &[record(r#"{"id":"o-1","n":7}"#), record(r#"{"n":7}"#)],
+    );
+    println!("decoded by confluent-kafka's JSONDeserializer: {decoded:?}");
+    assert_eq!(decoded[0], Ok(serde_json::json!({"id": "o-1", "n": 7})));
+    // The deserializer validates against the registered schema.
+    assert!(decoded[1].as_ref().is_err_and(|e| e.contains("'id' is a required property")));
+
+    let topic = unique("smoke_proto");
+    let proto = "syntax = \"proto3\";\npackage io.example;\n\
+                 import \"google/protobuf/timestamp.proto\";\n\
+                 message Other { string x = 1; }\n\
+                 message Order {\n  string id = 1;\n  int64 n = 2;\n  bytes b = 3;\n  \
+                 google.protobuf.Timestamp at = 4;\n  message Line { int32 k = 1; }\n  \
+                 Line line = 5;\n}\n";
+    let id = registry.register(&format!("{topic}-value"), "PROTOBUF", proto);
+    // Message indexes: a zigzag-varint count, then the path ([1] is Order, [1, 0] Order.Line).
+    let order = [
+        framed(id),
+        vec![2, 2],
+        b"\x0a\x03o-1\x10\x07\x1a\x02\x00\xff\x22\x06\x08\x80\xf2\xd6\xca\x06\x2a\x02\x08\x03"
+            .to_vec(),
+    ]
+    .concat();
+    let line = [framed(id), vec![4, 2, 0], b"\x08\x05".to_vec()].concat();
+    let decoded = support::decode_with_confluent("protobuf", &url, &topic, &[order, line]);
+    println!("decoded by confluent-kafka's ProtobufDeserializer: {decoded:?}");
+    assert_eq!(
+        decoded[0],
+        serde_json::json!({"id": "o-1", "n": "7", "b": "AP8=", "at": "2026-01-01T00:00:00Z", "line": {"k": 3}})
+    );
+    assert_eq!(decoded[1], serde_json::json!({"k": 5}));
+}
+
+#[test]
+fn registry_paused_then_resumed_answers_again_and_a_restarted_one_is_empty() {
+    let registry = support::private_registry();
+    println!("private: {}", registry.describe());
+    let subject = format!("{}-value", unique("smoke_pause"));
+    let id = registry.register(&subject, "AVRO", ORDER_AVRO);
+
+    registry.pause();
+    let asked = std::time::Instant::now();
+    let answer =
+        registry.request_within("GET", "/apis/ccompat/v7/subjects", None, Duration::from_secs(3));
+    println!("GET while paused: {answer:?} after {:.1?}", asked.elapsed());
+    assert!(answer.is_err(), "a paused registry answered: {answer:?}");
+    assert!(!registry.answers(Duration::from_secs(2)));
+
+    let resumed = std::time::Instant::now();
+    registry.resume();
+    println!("answering again {:.1?} after SIGCONT", resumed.elapsed());
+    assert_eq!(registry.latest(&subject).map(|(i, _)| i), Some(id), "SIGSTOP kept the schema");
+
+    registry.kill();
+    assert!(!registry.answers(Duration::from_secs(2)));
+    registry.restart().unwrap_or_else(|e| panic!("restart: {e}"));
+    println!("restarted on the same port in {:.1?}", registry.started_in());
+    assert!(registry.subjects().is_empty(), "in-memory storage kept {:?}", registry.subjects());
+}

@@ -40,6 +40,7 @@ mod replay;
 mod reporting;
 mod restarts;
 mod retention;
+mod schema_registry;
 mod secure_counts;
 mod security;
 mod slot_creation;

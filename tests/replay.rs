@@ -441,3 +441,23 @@ async fn replay_on_a_terminal_asks_above_ten_thousand_events_and_draws_a_progres
     assert!(out.contains("[##############################] 100% 10,001/10,001 events"), "{out}");
     assert!(out.contains("sent 10,001 events"), "{out}");
 }
+
+/// A window holding a row the router refuses (its aggregate type makes an illegal topic name;
+/// the live relay dead-lettered it): `replay --dry-run` and `replay` list it as unroutable and
+/// go on with the rest, exit 0 (they stopped at it with exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_over_a_dead_lettered_row_lists_it_as_unroutable_and_sends_the_rest() {
+    let s = Setup::new("replaypoison").await;
+    let good = s.insert_events("Order", "o-1", 3).await;
+    let poison = s.db.insert_outbox("outbox", "Bad Topic", "o-2", "E", Some("{}")).await;
+    let config = s.config();
+    let dry = replay(&config, &["--since", "1h", "--dry-run"]).await;
+    assert_eq!(dry.code, Some(0), "{dry}");
+    assert!(dry.stdout.contains("would send 3 events"), "{dry}");
+    assert!(dry.stdout.contains(&format!("unroutable {poison}")), "{dry}");
+    let sent = replay(&config, &["--since", "1h", "--yes"]).await;
+    assert_eq!(sent.code, Some(0), "{sent}");
+    assert!(sent.stdout.contains(&format!("unroutable {poison}")), "{sent}");
+    let got = read_topic(&s.topic("Order"), 3, Duration::from_secs(30)).await;
+    assert_eq!(ids(&got), good, "{sent}");
+}

@@ -363,3 +363,45 @@ async fn a_second_purge_for_the_same_slot_skips_its_turn() {
     assert_eq!(count(&s.db, "outbox").await, 3);
     println!("second purge: {}", run.stderr.trim());
 }
+
+/// SIGTERM while `[retention]`'s purge waits for the slot: the broker is out of reach, so an
+/// old row the relay read is never acknowledged and the slot stays short of where the purge
+/// began. The purge stops with the relay, inside `[limits] shutdown_grace_ms`: exit 0 within the
+/// grace period, and nothing was deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_purge_waits_for_the_slot_exits_0_within_the_grace_period() {
+    const GRACE: Duration = Duration::from_secs(4);
+    let s = Setup::new("purgestop").await;
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let extra = format!(
+        "[limits]\nshutdown_grace_ms = {}\n[retention]\nkeep = \"7d\"\ninterval = \"1s\"\n",
+        GRACE.as_millis()
+    );
+    let mut relay = RelayProcess::start(&s.config_for_bootstrap(&nowhere, "", "", &extra));
+    s.wait_streaming(&mut relay).await;
+    insert(&s.db, "outbox", 5, "10 days").await;
+    // A purge that began after the insert holds the purge lock for as long as it waits for the
+    // slot (30 s); one second into it, it waits there.
+    let (db, key) = (&s.db, format!("walrelay purge {}", s.slot));
+    let key = key.as_str();
+    let waiting =
+        wait_until("a purge waits for the slot", Duration::from_secs(30), || async move {
+            let client = db.connect().await;
+            let sql =
+                "SELECT count(*) FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a \
+                   USING (pid) WHERE l.locktype = 'advisory' AND l.granted \
+                   AND l.objid = pg_catalog.hashtext($1)::oid \
+                   AND a.backend_start < now() - interval '1 second' \
+                   AND a.backend_start > (SELECT max(created_at) FROM outbox) + interval '10 days'";
+            client.query_one(sql, &[&key]).await.map(|r| r.get::<_, i64>(0) == 1).unwrap_or(false)
+        })
+        .await;
+    assert!(waiting, "no purge waited for the slot:\n{}", relay.log());
+    let asked = Instant::now();
+    let code = tokio::task::block_in_place(|| relay.terminate());
+    let took = asked.elapsed();
+    println!("SIGTERM while a purge waits for the slot: exit {code:?} after {took:.1?}");
+    assert_eq!(code, Some(0), "exit after {took:.1?}:\n{}", relay.log());
+    assert!(took <= GRACE, "the stop took {took:.1?}, past the grace period:\n{}", relay.log());
+    assert_eq!(count(&s.db, "outbox").await, 5, "a purge deleted unacknowledged rows");
+}

@@ -306,7 +306,7 @@ async fn without_the_event_trigger_check_and_the_relay_say_that_new_tenants_join
     let mut relay = RelayProcess::start(&config);
     s.wait_streaming(&mut relay).await;
     assert!(
-        relay.wait_for_log("joins the publication late", Duration::from_secs(10)).await,
+        relay.wait_for_log("late or holding rows", Duration::from_secs(10)).await,
         "{}",
         relay.log()
     );
@@ -368,6 +368,282 @@ async fn a_debezium_include_list_regex_imports_to_a_pattern_that_relays_a_new_te
     let got = s.read("Tenant", 2).await;
     println!("imported config, new tenant t9: {} of 2 events", got.len());
     assert_eq!(ids(&got), sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+/// What PostgreSQL answered a refused command: its SQLSTATE, message and hint.
+async fn refused(s: &Setup, sql: &str) -> (String, String, String) {
+    let e = s.db.connect().await.batch_execute(sql).await.expect_err(sql);
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+    (db.code().code().to_string(), db.message().to_string(), db.hint().unwrap_or("").to_string())
+}
+
+/// `CREATE TABLE … AS` and `SELECT … INTO` write their rows before the event trigger adds the
+/// table to the publication, so those rows would never be decoded as published: the trigger
+/// refuses both, naming the table and the fix, and the table is not created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_table_as_and_select_into_holding_rows_under_a_pattern_are_refused_with_the_fix() {
+    let s = Setup::new("tenant_ctas").await;
+    let config = tenant_config(&s, "", "");
+    setup(&config).await;
+    s.db.insert_outbox("public.outbox", "Tenant", "t1", "Created", Some("{}")).await;
+    s.db.execute("CREATE SCHEMA t1; CREATE SCHEMA t2").await;
+
+    let ctas = refused(&s, "CREATE TABLE t1.outbox AS SELECT * FROM public.outbox").await;
+    let into = refused(&s, "SELECT * INTO t2.outbox FROM public.outbox").await;
+    println!("CREATE TABLE AS refused: {ctas:?}\nSELECT INTO refused: {into:?}");
+    for ((code, message, hint), (tag, table)) in
+        [(&ctas, ("CREATE TABLE AS", "t1.outbox")), (&into, ("SELECT INTO", "t2.outbox"))]
+    {
+        assert_eq!(code, "55000", "{message}");
+        assert!(
+            message.starts_with(&format!(
+                "{tag} would create {table} holding rows that walrelay never relays"
+            )),
+            "{message}"
+        );
+        assert!(message.contains(&format!("publication {}", s.publication)), "{message}");
+        assert!(hint.contains("create the table empty with CREATE TABLE"), "{hint}");
+        assert!(hint.contains(&format!("INSERT INTO {table} SELECT")), "{hint}");
+    }
+    let created: i64 =
+        s.db.connect()
+            .await
+            .query_one("SELECT count(*) FROM pg_class WHERE relname = 'outbox'", &[])
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(created, 1, "only public.outbox exists");
+    // A table no pattern matches is none of walrelay's business.
+    s.db.execute("CREATE TABLE t1.archive AS SELECT * FROM public.outbox").await;
+    release_slot(&s).await;
+}
+
+/// The fix the refusal names: the table created empty (`WITH NO DATA`), then filled by
+/// `INSERT … SELECT`, in one transaction — every row relayed, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_created_with_no_data_then_filled_by_insert_select_is_relayed_in_full() {
+    let s = Setup::new("tenant_nodata").await;
+    let config = tenant_config(&s, "", "");
+    setup(&config).await;
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    s.db.execute(
+        "CREATE TABLE public.staging AS SELECT gen_random_uuid() AS id, 'Tenant'::varchar AS aggregatetype, \
+         't3'::varchar AS aggregateid, 'Created'::varchar AS type, '{}'::jsonb AS payload, g AS n \
+         FROM generate_series(1, 20) g",
+    )
+    .await;
+    let mut client = s.db.connect().await;
+    let tx = client.transaction().await.unwrap();
+    tx.batch_execute(
+        "CREATE SCHEMA t3; \
+         CREATE TABLE t3.outbox AS SELECT id, aggregatetype, aggregateid, type, payload FROM public.staging WITH NO DATA; \
+         INSERT INTO t3.outbox SELECT id, aggregatetype, aggregateid, type, payload FROM public.staging ORDER BY n",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let sent: Vec<String> = client
+        .query("SELECT id::text FROM public.staging ORDER BY n", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let got = s.read("Tenant", sent.len()).await;
+    println!(
+        "CREATE TABLE AS WITH NO DATA, then INSERT SELECT: {} of {} relayed",
+        got.len(),
+        sent.len()
+    );
+    assert_eq!(ids(&got), sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+/// A table renamed (or moved) into a matching name keeps the rows it held, which were written
+/// before it joined the publication: refused, whether the rows came earlier or in the same
+/// transaction. An empty table renamed into a match joins, and its rows are relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renaming_a_table_that_holds_rows_into_a_pattern_is_refused_and_an_empty_one_is_relayed() {
+    let s = Setup::new("tenant_rename").await;
+    let config = tenant_config(&s, "", "");
+    setup(&config).await;
+    s.db.create_outbox("t4.draft").await;
+    s.db.insert_outbox("t4.draft", "Tenant", "t4", "Created", Some("{}")).await;
+
+    let earlier = refused(&s, "ALTER TABLE t4.draft RENAME TO outbox").await;
+    s.db.execute("DELETE FROM t4.draft").await;
+    let same_transaction = refused(
+        &s,
+        "BEGIN; INSERT INTO t4.draft (id, aggregatetype, aggregateid, type, payload) \
+         VALUES (gen_random_uuid(), 'Tenant', 't4', 'Created', '{}'); \
+         ALTER TABLE t4.draft RENAME TO outbox; COMMIT",
+    )
+    .await;
+    s.db.create_outbox("staging.outbox").await;
+    s.db.insert_outbox("staging.outbox", "Tenant", "t6", "Created", Some("{}")).await;
+    s.db.execute("CREATE SCHEMA t6").await;
+    let moved = refused(&s, "ALTER TABLE staging.outbox SET SCHEMA t6").await;
+    println!("rename with rows: {earlier:?}\nrows in the same transaction: {same_transaction:?}\nSET SCHEMA with rows: {moved:?}");
+    for (code, message, hint) in [&earlier, &same_transaction, &moved] {
+        assert_eq!(code, "55000", "{message}");
+        assert!(message.starts_with("ALTER TABLE would add t"), "{message}");
+        let publication = format!("which holds rows, to publication {}", s.publication);
+        assert!(message.contains(&publication), "{message}");
+        assert!(message.contains("walrelay would never relay them"), "{message}");
+        assert!(hint.contains("while it is empty"), "{hint}");
+    }
+    assert!(
+        earlier.1.contains("t4.outbox") && moved.1.contains("t6.outbox"),
+        "{earlier:?} {moved:?}"
+    );
+
+    // Empty, it may: the rename joins it to the publication, and its rows are relayed.
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    s.db.execute("ALTER TABLE t4.draft RENAME TO outbox").await;
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        sent.push(s.db.insert_outbox("t4.outbox", "Tenant", "t4", "Created", Some("{}")).await);
+    }
+    let got = s.read("Tenant", 3).await;
+    println!("an empty table renamed into a match: {} of 3 relayed", got.len());
+    assert_eq!(ids(&got), sent, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+/// An older walrelay's trigger function (one that lets a table join holding rows) is stale:
+/// `check` and the running relay's watch say so in the same words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_event_trigger_is_reported_in_the_same_words_by_check_and_by_the_running_relay() {
+    let s = Setup::new("tenant_stale").await;
+    let config = tenant_config(&s, "", "");
+    setup(&config).await;
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    // The watch has checked the trigger once the slot confirms a first event: a check vouches
+    // for every confirmed position.
+    let confirmed = s.db.confirmed_flush_lsn(&s.slot).await;
+    s.db.insert_outbox("public.outbox", "Tenant", "t0", "Created", Some("{}")).await;
+    assert_eq!(s.read("Tenant", 1).await.len(), 1, "{}", relay.log());
+    let (db, slot, before) = (&s.db, &s.slot, &confirmed);
+    let moved =
+        wait_until("the slot confirms the first event", Duration::from_secs(20), || async move {
+            db.confirmed_flush_lsn(slot).await != *before
+        })
+        .await;
+    assert!(moved, "{}", relay.log());
+
+    let trigger = format!("walrelay_tenants_{}", s.publication);
+    s.db.execute(&format!(
+        "CREATE OR REPLACE FUNCTION public.\"{trigger}\"() RETURNS event_trigger LANGUAGE plpgsql \
+         AS $$ BEGIN RAISE NOTICE 'an older body'; END $$"
+    ))
+    .await;
+    let said = format!("event trigger {trigger} is stale: its function is not the one this walrelay installs (an older walrelay installed it, or [outbox] tables changed since): a table an [outbox] tables pattern matches that is created (or renamed into a match) from now on may join publication {} late or holding rows, and the rows written before it joins are never relayed", s.publication);
+    let logged = relay.wait_for_log("is stale", Duration::from_secs(20)).await;
+    let log = relay.log();
+    let check = check_lines(&config).await;
+    println!(
+        "check:\n{check}\nrelay: {}",
+        log.lines().find(|l| l.contains("is stale")).unwrap_or_default()
+    );
+    assert!(logged && log.contains(&said), "{log}");
+    assert!(check.contains(&format!("warn new tenants' tables: {said}")), "{check}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    // `setup` replaces it, and check says so.
+    setup(&config).await;
+    let check = check_lines(&config).await;
+    assert!(check.contains("ok   new tenants' tables: event trigger"), "{check}");
+    release_slot(&s).await;
+}
+
+/// Inserts `n` rows into `table` written `age` ago (an SQL interval), in one transaction;
+/// returns their ids.
+async fn insert_aged(s: &Setup, table: &str, n: i64, age: &str) -> Vec<String> {
+    let sql = format!(
+        "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload, created_at) \
+         SELECT gen_random_uuid(), 'Aged', 'a-' || g, 'Aged', '{{}}'::jsonb, now() - $2::text::interval \
+         FROM generate_series(1, $1::bigint) g RETURNING id::text"
+    );
+    let rows = s.db.connect().await.query(&sql, &[&n, &age]).await.unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// `walrelay purge --older-than 7d` (and `extra`) until its output says `expect`: another test
+/// on the shared server may hold a transaction open for a moment, which makes a purge keep rows
+/// for a later run. Returns the last output.
+async fn purge_until(config: &str, extra: &[&str], expect: &str) -> String {
+    let mut args = vec!["purge", "--older-than", "7d"];
+    args.extend_from_slice(extra);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = walrelay_async(&args, Some(config)).await;
+        if run.stdout.contains(expect) || std::time::Instant::now() >= deadline {
+            assert_eq!(run.code, Some(0), "{run}");
+            return run.stdout;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn ids_in(s: &Setup, table: &str) -> Vec<String> {
+    let sql = format!("SELECT id::text FROM {table} ORDER BY id");
+    s.db.connect().await.query(&sql, &[]).await.unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+/// A tenant's table made while the event trigger was off holds rows that were never relayed:
+/// the purge keeps them while the publication lacks the table, and after `walrelay setup` adds
+/// it, deletes only the rows written since (relayed), keeping those from before until a repair
+/// re-published them and `purge --force` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_never_deletes_the_rows_a_tenants_table_held_before_it_joined_the_publication() {
+    let s = Setup::new("tenant_purge").await;
+    let config = tenant_config(&s, "", "");
+    setup(&config).await;
+    let trigger = format!("walrelay_tenants_{}", s.publication);
+    s.db.execute(&format!("ALTER EVENT TRIGGER {trigger} DISABLE")).await;
+    s.db.create_outbox("t7.outbox").await;
+    let mut before = insert_aged(&s, "t7.outbox", 3, "10 days").await;
+    before.sort();
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+
+    let uncarried = format!("t7.outbox: kept: publication {} does not carry it", s.publication);
+    let out = purge_until(&config, &[], &uncarried).await;
+    println!("purge, t7.outbox outside the publication:\n{out}");
+    assert_eq!(ids_in(&s, "t7.outbox").await, before, "{out}");
+    assert!(out.contains(&uncarried), "{out}");
+
+    // setup adds it: the rows written from then on are relayed, and may go.
+    s.db.execute(&format!("ALTER EVENT TRIGGER {trigger} ENABLE")).await;
+    let added = setup(&config).await;
+    assert!(added.contains("added t7.outbox to publication"), "{added}");
+    let after = insert_aged(&s, "t7.outbox", 2, "10 days").await;
+    let got = s.read("Aged", 2).await;
+    assert_eq!(ids(&got), after, "{}", relay.log());
+
+    let dry = purge_until(&config, &["--dry-run"], "t7.outbox: would delete 2 rows").await;
+    let run = purge_until(&config, &[], "t7.outbox: deleted 2 rows").await;
+    println!("purge --dry-run after setup added t7.outbox:\n{dry}\npurge:\n{run}");
+    assert!(dry.contains("t7.outbox: kept 3 rows older than the cut-off: written before the table joined the publication, so never relayed"), "{dry}");
+    assert!(run.contains("t7.outbox: deleted 2 rows"), "{run}");
+    assert_eq!(ids_in(&s, "t7.outbox").await, before, "the rows from before it joined stay");
+
+    // The documented way out: the audit re-publishes them (they are missing), then
+    // `purge --force` may delete them.
+    let audit = ["audit", "--since", "11d", "--settle", "0s", "--repair", "--yes", "--json"];
+    let repaired = walrelay_async(&audit, Some(&config)).await;
+    let json: serde_json::Value = serde_json::from_str(repaired.stdout.trim()).unwrap_or_default();
+    assert_eq!(json["repair"]["sent"], 3, "{repaired}");
+    let forced = purge_until(&config, &["--force"], "t7.outbox: deleted 3 rows").await;
+    println!("purge --force after the repair:\n{forced}");
+    assert!(ids_in(&s, "t7.outbox").await.is_empty(), "{forced}");
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }

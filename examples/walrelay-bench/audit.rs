@@ -1,7 +1,8 @@
 //! What `walrelay audit` costs, beside the live drain of the same rows: the binary audits the
 //! window the replay phase just re-published to topics of its own (so every event is there
 //! once), and its rate and peak resident memory (the child's VmHWM, polled) are
-//! printed beside walrelay's drain of the same backlog.
+//! printed beside walrelay's drain of the same backlog. With `--baseline-bin` the baseline
+//! audits the same window right after, and the table adds the current / baseline ratio.
 
 use std::fmt::Write;
 use std::io::Read;
@@ -17,6 +18,8 @@ use crate::Rep;
 /// One audit of the replayed window.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Audited {
+    /// Which binary audited: "walrelay", or the baseline's label.
+    pub system: String,
     pub events: u64,
     pub seconds: f64,
     pub events_per_s: f64,
@@ -27,19 +30,24 @@ pub struct Audited {
     pub clean: bool,
 }
 
-/// Audits what `replayed` sent, with the `walrelay` binary the bench runs.
+/// Audits what `replayed` sent with `bin` (the `walrelay` binary the bench runs when `None`),
+/// named `system` in the table.
 pub async fn replayed(
     db: &TestDb,
     slot: &str,
     publication: &str,
     replayed: &Replayed,
     live: Option<(f64, Option<f64>)>,
+    (system, bin): (&str, Option<&std::path::Path>),
 ) -> Audited {
     let text = walrelay_config(db, slot, publication, &replayed.prefix, free_port(), PLAIN_OUTBOX);
     let path =
         std::env::temp_dir().join(format!("walrelay-bench-audit-{}.toml", std::process::id()));
     std::fs::write(&path, text).expect("write the audit's config");
-    let bin = std::env::var_os("WALRELAY_BIN").expect("the bench sets WALRELAY_BIN");
+    let bin = match bin {
+        Some(b) => b.as_os_str().to_owned(),
+        None => std::env::var_os("WALRELAY_BIN").expect("the bench sets WALRELAY_BIN"),
+    };
     let mut args: Vec<String> = ["audit", "--config"].map(String::from).to_vec();
     args.push(path.display().to_string());
     args.extend(["--since", "7d", "--settle", "0s", "--json", "--details", "0"].map(String::from));
@@ -85,8 +93,10 @@ pub async fn replayed(
     let _ = std::fs::remove_file(&path);
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_default();
     let events = report["total"]["expected"].as_u64().unwrap_or(0);
-    let clean =
-        report["clean"] == true && report["total"]["delivered_once"].as_u64() == Some(events);
+    // The window holds only the replay's copies: each event there once, as a re-published
+    // copy ("repaired" since the audit tells them apart; "delivered once" before).
+    let once = |key: &str| report["total"][key].as_u64().unwrap_or(0);
+    let clean = report["clean"] == true && once("delivered_once") + once("repaired") == events;
     if !clean {
         eprintln!("[bench] audit not clean: {}\n{stderr}", report["total"]);
     }
@@ -95,6 +105,7 @@ pub async fn replayed(
         eprintln!("[bench] walrelay said: {line}");
     }
     let a = Audited {
+        system: system.to_string(),
         events,
         seconds,
         events_per_s: events as f64 / seconds,
@@ -104,34 +115,63 @@ pub async fn replayed(
         clean,
     };
     eprintln!(
-        "[bench] audit: {} events in {:.2} s ({:.0} events/s, peak RSS {:.1} MB; live drain {:?} events/s); clean {}",
+        "[bench] audit ({system}): {} events in {:.2} s ({:.0} events/s, peak RSS {:.1} MB; live drain {:?} events/s); clean {}",
         a.events, a.seconds, a.events_per_s, a.peak_rss_mb, a.live_drain_events_per_s.map(f64::round), a.clean
     );
     a
 }
 
-/// The audit table (medians over the repetitions), or nothing when no audit ran.
+/// The audit table (medians over the repetitions, one row per binary, and with a baseline the
+/// current / baseline ratio of each repetition's rate), or nothing when no audit ran.
 pub fn render(reps: &[Rep]) -> String {
     let runs: Vec<&Audited> = reps.iter().flat_map(|r| r.audits.iter()).collect();
     if runs.is_empty() {
         return String::new();
     }
-    let stat = |f: fn(&Audited) -> Option<f64>| Stat::of(runs.iter().filter_map(|r| f(r)));
+    let mut systems: Vec<&str> = Vec::new();
+    for r in &runs {
+        if !systems.contains(&r.system.as_str()) {
+            systems.push(&r.system);
+        }
+    }
     let mut o = String::new();
     let _ = writeln!(o, "\n### Audit: `walrelay audit` of the replayed window, beside walrelay's live drain of the same rows\n");
-    let _ = writeln!(o, "| events | audit events/s | live drain events/s | audit × live drain | audit seconds | audit peak RSS MB | drain relay peak RSS MB | clean |");
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
-    let _ = writeln!(
-        o,
-        "| {} | {} | {} | {} | {} | {} | {} | {} |",
-        stat(|r| Some(r.events as f64)).show(thousands),
-        stat(|r| Some(r.events_per_s)).show(thousands),
-        stat(|r| r.live_drain_events_per_s).show(thousands),
-        stat(|r| Some(r.events_per_s / r.live_drain_events_per_s?)).show(|x| format!("{x:.2}")),
-        stat(|r| Some(r.seconds)).show(|x| format!("{x:.2}")),
-        stat(|r| Some(r.peak_rss_mb)).show(|x| format!("{x:.1}")),
-        stat(|r| r.live_drain_peak_rss_mb).show(|x| format!("{x:.1}")),
-        if runs.iter().all(|r| r.clean) { "yes" } else { "**NO**" },
-    );
+    let _ = writeln!(o, "| system | events | audit events/s | live drain events/s | audit × live drain | audit seconds | audit peak RSS MB | drain relay peak RSS MB | clean |");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+    for system in &systems {
+        let mine: Vec<&&Audited> = runs.iter().filter(|r| r.system == *system).collect();
+        let stat = |f: fn(&Audited) -> Option<f64>| Stat::of(mine.iter().filter_map(|r| f(r)));
+        let _ = writeln!(
+            o,
+            "| {system} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            stat(|r| Some(r.events as f64)).show(thousands),
+            stat(|r| Some(r.events_per_s)).show(thousands),
+            stat(|r| r.live_drain_events_per_s).show(thousands),
+            stat(|r| Some(r.events_per_s / r.live_drain_events_per_s?)).show(|x| format!("{x:.2}")),
+            stat(|r| Some(r.seconds)).show(|x| format!("{x:.2}")),
+            stat(|r| Some(r.peak_rss_mb)).show(|x| format!("{x:.1}")),
+            stat(|r| r.live_drain_peak_rss_mb).show(|x| format!("{x:.1}")),
+            if mine.iter().all(|r| r.clean) { "yes" } else { "**NO**" },
+        );
+    }
+    // Within each repetition: the current binary's rate and memory over the baseline's.
+    let ratios: Vec<(f64, f64)> = reps
+        .iter()
+        .filter_map(|rep| {
+            let current = rep.audits.iter().find(|a| a.system == "walrelay")?;
+            let base = rep.audits.iter().find(|a| a.system != "walrelay")?;
+            Some((current.events_per_s / base.events_per_s, current.peak_rss_mb / base.peak_rss_mb))
+        })
+        .collect();
+    if !ratios.is_empty() {
+        let rate = Stat::of(ratios.iter().map(|r| r.0));
+        let rss = Stat::of(ratios.iter().map(|r| r.1));
+        let _ = writeln!(
+            o,
+            "\ncurrent / baseline, same window, same invocation: audit events/s × {}, peak RSS × {}",
+            rate.show(|x| format!("{x:.3}")),
+            rss.show(|x| format!("{x:.3}"))
+        );
+    }
     o
 }

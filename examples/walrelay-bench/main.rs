@@ -18,6 +18,7 @@ mod support;
 mod ackhist;
 mod audit;
 mod baseline;
+mod converters;
 mod fresh;
 mod kafka;
 mod latency;
@@ -117,7 +118,10 @@ struct Opts {
     /// with `[delivery] guarantee = "exactly-once"`, drained and at the steady rates;
     /// tracing-off, tracing, tracing-export: a span context column, ignored, propagated, and
     /// propagated with OTLP span export; tenants-1, tenants-1000: outbox tables by pattern, one
-    /// and a thousand tenants' tables; "none" skips).
+    /// and a thousand tenants' tables; json-expanded, avro: the payload expanded, the value as
+    /// JSON without schemas and as Avro against a schema registry (started only for avro), with
+    /// Avro's drain and RSS against JSON's; avro-latest: Avro rewritten under contracts
+    /// registered before the drain (use_latest_version); "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages,exactly-once")]
     shapes: String,
     /// Another walrelay binary (e.g. the build before a change) measured beside the current one
@@ -326,6 +330,9 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
         relays.push((Ctx { walrelay_bin: &b.copy, steady_group, ..ctx }, b.system.clone()));
     }
     eprintln!("[bench] settings: {s:?}");
+    if s.runs("walrelay") {
+        converters::start_registry_if_asked(&s.shapes).await;
+    }
     let mut reps: Vec<Rep> = Vec::new();
     for index in 0..s.repeat {
         eprintln!("[bench] === repetition {}/{}", index + 1, s.repeat);
@@ -466,8 +473,20 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                 if replayed.ok {
                     eprintln!("[bench] audit: the replayed window against its topics");
                     let live = live.map(|d| (d.events_per_s, d.peak_rss_mb));
-                    let a = audit::replayed(&db, relay_slot, &publication, replayed, live).await;
-                    rep.audits.push(a);
+                    // With a baseline, the order flips every repetition: the first audit after
+                    // the replay reads what the broker just wrote, and none should always be it.
+                    let mut bins = vec![("walrelay", None)];
+                    if let Some(b) = &s.baseline {
+                        bins.push((b.system.as_str(), Some(b.copy.as_path())));
+                        if index % 2 == 1 {
+                            bins.reverse();
+                        }
+                    }
+                    for bin in bins {
+                        let a = audit::replayed(&db, relay_slot, &publication, replayed, live, bin)
+                            .await;
+                        rep.audits.push(a);
+                    }
                 }
             }
             if s.runs("walrelay") {
@@ -480,13 +499,13 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
             }
         }
         if s.runs("walrelay") {
-            for name in &s.shapes {
+            for name in &converters::order(&s.shapes, index) {
                 let Some(shape) = shapes::Shape::parse(name) else {
                     eprintln!(
                         "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
                          cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
                          protobuf, exactly-once, tracing-off, tracing, tracing-export, tenants-1, \
-                         tenants-1000)"
+                         tenants-1000, json-expanded, avro, avro-latest)"
                     );
                     continue;
                 };
@@ -530,6 +549,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
     println!("{}", report::render(&s, &summary));
     print!("{}", replay::render(&reps));
     print!("{}", audit::render(&reps));
+    print!("{}", converters::render(&reps));
     report::write_json(&json_path, &s, &reps);
     println!("JSON: {}", json_path.display());
     summary.all_delivered

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use walrelay::config::Config;
 use walrelay::metrics::Metrics;
-use walrelay::replay::{Options, Replay, Selection, TimeBound};
+use walrelay::replay::{Options, Replay};
+use walrelay::snapshot::{Selection, TimeBound};
 
 use crate::fresh::bootstrap;
 use crate::kafka::create_topics;

@@ -123,6 +123,7 @@ async fn with_walrelay(
         column: "created_at".into(),
         dry_run: false,
         confirm_wait: Duration::from_secs(120),
+        before_join: false,
     };
     let (_keep, stop) = watch::channel(false);
     let outcome = retention::purge(&config, &opts, &stop).await;

@@ -27,7 +27,20 @@
 //!   Debezium's writers store it), so the WAL is the same in all three: `tracing-off` names the
 //!   column `tracing_unused` (walrelay reads no context), `tracing` names it
 //!   `tracingspancontext` (parsed, `traceparent`/`tracestate` headers), `tracing-export` adds
-//!   `[tracing] otlp_endpoint` to an OTLP/HTTP receiver in the bench (a relay span per event).
+//!   `[tracing] otlp_endpoint` to an OTLP/HTTP receiver in the bench (a relay span per event);
+//! * `json-expanded`, `avro` — the value converters (converters.rs, issue 49): the plain table
+//!   with `[router] table.expand.json.payload`, its value written by the JsonConverter without
+//!   schemas (`value.converter = "json"`, `value.converter.schemas.enable = false`: what a
+//!   Debezium team on JSON runs) and by the AvroConverter (`value.converter = "avro"`) against
+//!   the harness's Apicurio registry with `auto_register`, each record framed with its schema id.
+//!   `avro-latest` is `avro` with `auto_register = false` and `use_latest_version = true`: before
+//!   the drain a contract (its own record name, a subset of the payload's fields, one field the
+//!   payload lacks with a default) is registered under each topic's subject, so every value is
+//!   rewritten under it — the contract-first path's cost.
+//!   The registry starts before the first repetition, only when `avro` is asked for, and the two
+//!   swap places every other repetition. The read-back checks topic, key and `id` header, which
+//!   neither converter touches; after each drain one record's value is described (JSON's first
+//!   bytes; Avro's framing and whether its registered schema holds the expanded payload).
 
 use crate::support::{services, unique, TestDb};
 use crate::systems::{walrelay_drain, Ctx, Drain};
@@ -49,6 +62,10 @@ pub enum Shape {
     TracingExport,
     /// Outbox tables by pattern: this many tenants' tables.
     Tenants(u32),
+    JsonExpanded,
+    /// `avro` written under contracts registered before the drain (`use_latest_version`).
+    AvroLatest,
+    Avro,
 }
 
 impl Shape {
@@ -68,6 +85,9 @@ impl Shape {
             "tracing-export" => Some(Shape::TracingExport),
             "tenants-1" => Some(Shape::Tenants(1)),
             "tenants-1000" => Some(Shape::Tenants(1000)),
+            crate::converters::JSON_EXPANDED => Some(Shape::JsonExpanded),
+            crate::converters::AVRO => Some(Shape::Avro),
+            crate::converters::AVRO_LATEST => Some(Shape::AvroLatest),
             _ => None,
         }
     }
@@ -89,6 +109,9 @@ impl Shape {
             Shape::TracingOff => "walrelay, context column, tracing off",
             Shape::Tracing => "walrelay, tracing (propagation)",
             Shape::TracingExport => "walrelay, tracing + OTLP span export",
+            Shape::JsonExpanded => "walrelay, JSON values, payload expanded, schemas off",
+            Shape::Avro => "walrelay, Avro values, payload expanded, registry auto-register",
+            Shape::AvroLatest => "walrelay, Avro values rewritten under registered contracts",
         }
     }
 
@@ -108,7 +131,10 @@ impl Shape {
             | Shape::ExactlyOnce
             | Shape::TracingOff
             | Shape::Tracing
-            | Shape::TracingExport => vec!["outbox".into()],
+            | Shape::TracingExport
+            | Shape::JsonExpanded
+            | Shape::Avro
+            | Shape::AvroLatest => vec!["outbox".into()],
             Shape::TwoTables => vec!["outbox".into(), "billing.outbox".into()],
             Shape::Messages => Vec::new(),
             Shape::Tenants(n) => (1..=n).map(|t| format!("t{t}.outbox")).collect(),
@@ -142,6 +168,9 @@ impl Shape {
                 "[outbox]\ntable = \"public.outbox\"\n"
             }
             Shape::Tenants(_) => "[outbox]\ntables = [\"t[0-9]+\\\\.outbox\"]\n",
+            Shape::JsonExpanded => crate::converters::JSON_EXPANDED_OUTBOX,
+            // Its [schema_registry] section is added in `drain`, with the registry's URL.
+            Shape::Avro | Shape::AvroLatest => crate::converters::AVRO_OUTBOX,
         }
     }
 }
@@ -182,7 +211,10 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::CloudEventsStructured
         | Shape::CloudEventsProtobuf
         | Shape::Protobuf
-        | Shape::ExactlyOnce => db.create_outbox("outbox").await,
+        | Shape::ExactlyOnce
+        | Shape::JsonExpanded
+        | Shape::Avro
+        | Shape::AvroLatest => db.create_outbox("outbox").await,
         Shape::Tenants(_) => {
             let mut sql = String::new();
             for table in shape.tables() {
@@ -243,7 +275,17 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         outbox += &format!("\n[tracing]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n");
         sink = Some(received);
     }
+    let subjects_before = match shape {
+        Shape::Avro | Shape::AvroLatest => {
+            outbox += &crate::converters::registry_section(shape == Shape::AvroLatest).await;
+            Some(crate::converters::subjects().await)
+        }
+        _ => None,
+    };
     let d = walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), &outbox).await;
+    if matches!(shape, Shape::JsonExpanded | Shape::Avro | Shape::AvroLatest) {
+        crate::converters::describe_value(shape.system(), subjects_before).await;
+    }
     if let Some(received) = sink {
         let bytes = received.load(std::sync::atomic::Ordering::Relaxed);
         eprintln!("[bench] {}: the OTLP receiver got {bytes} bytes of spans", shape.system());

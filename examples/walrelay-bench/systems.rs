@@ -163,7 +163,8 @@ pub const EXACTLY_ONCE_STEADY: SteadyPath =
     SteadyPath { system: "walrelay, exactly-once", toml: EXACTLY_ONCE_OUTBOX, tail: true };
 
 /// `http_port`: where walrelay serves /metrics (the steady phase reads commit→ack there);
-/// `outbox`: the `[outbox]` section (and any section a table shape needs).
+/// `outbox`: the `[outbox]` section (and any section a table shape needs; a `[router]` section
+/// there is merged into the bench's own, as TOML takes a table once).
 pub fn walrelay_config(
     db: &TestDb,
     slot: &str,
@@ -172,6 +173,7 @@ pub fn walrelay_config(
     http_port: u16,
     outbox: &str,
 ) -> String {
+    let (outbox, router) = take_section(outbox, "[router]");
     format!(
         r#"[source]
 url = "{url}"
@@ -183,6 +185,7 @@ status_interval_ms = 100
 
 [router]
 "route.topic.replacement" = "{prefix}.outbox.event.${{routedByValue}}"
+{router}
 
 [http]
 listen = "127.0.0.1:{http_port}"
@@ -198,6 +201,24 @@ listen = "127.0.0.1:{http_port}"
         // Otherwise walrelay runs on its defaults (linger.ms 2).
         extra = std::env::var("WALRELAY_BENCH_EXTRA_TOML").unwrap_or_default(),
     )
+}
+
+/// `toml` without its section `header` (from that line to the next `[…]` line), and the
+/// section's lines.
+fn take_section(toml: &str, header: &str) -> (String, String) {
+    let (mut rest, mut section, mut inside) = (String::new(), String::new(), false);
+    for line in toml.lines() {
+        if line.trim_start().starts_with('[') {
+            inside = line.trim() == header;
+            if inside {
+                continue;
+            }
+        }
+        let out = if inside { &mut section } else { &mut rest };
+        out.push_str(line);
+        out.push('\n');
+    }
+    (rest, section)
 }
 
 pub fn start_walrelay(config: &str) -> RelayProcess {
@@ -243,6 +264,9 @@ pub async fn walrelay_drain(
         walrelay_config(db, slot, publication, &prefix, crate::support::free_port(), outbox);
     if outbox.contains("exactly-once") {
         prime_exactly_once(&config).await;
+    }
+    if outbox.contains("use_latest_version = true") {
+        crate::converters::register_contracts(&prefix).await;
     }
     let before = workload::try_table_stats(db).await;
     let watch = workload::connect(&db.url).await;

@@ -3,10 +3,15 @@
 //! missing events the way `walrelay replay --ids` does (same ids, keys and partitions), then
 //! audits again and shows both.
 //!
-//! Exit code 0 when clean; 1 when anything is missing, duplicated beyond replays, out of order,
-//! misplaced or unexpected, or the audit could not finish (run it again); 2 when it cannot run
-//! as given (bad options, a window with no rows, a topic it may not read: the message says the
-//! fix).
+//! Exit code 0 when clean (an empty window too: nothing was lost); 1 when anything is missing,
+//! unverifiable, duplicated beyond replays, out of order, misplaced or unexpected, or the audit
+//! could not finish (run it again); 2 when it cannot run as given (bad options, a topic it may
+//! not read, a repair it refuses: the message says the fix).
+//!
+//! A repair never does harm it was not asked for: it sends only events the relay's slot has
+//! confirmed past (others are pending: the relay sends them itself), refuses compacted topics
+//! unless `--allow-compacted-rollback`, and under exactly-once asks before sending records
+//! outside Kafka transactions (`--yes` in scripts).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -15,7 +20,8 @@ use std::time::Duration;
 
 use crate::audit::{self, Options, Report, TopicReport};
 use crate::config::Config;
-use crate::replay::{self, Selection, TimeBound};
+use crate::replay;
+use crate::snapshot::{self, Selection, TimeBound};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -55,10 +61,18 @@ pub struct Args {
     /// With --repair: say what would be re-published; send nothing.
     #[arg(long, requires = "repair")]
     dry_run: bool,
-    /// With --repair: do not ask for confirmation on a terminal.
+    /// With --repair: do not ask for confirmation (required in scripts under exactly-once).
     #[arg(long, requires = "repair")]
     yes: bool,
+    /// With --repair: re-publish events of compacted topics too. A compacted reader then
+    /// takes the re-published (older) event as its key's latest state, rolling it back, until
+    /// the key's next event.
+    #[arg(long, requires = "repair")]
+    allow_compacted_rollback: bool,
 }
+
+/// How long a repair waits for the relay's slot to confirm past the audit's snapshot.
+const SLOT_CATCH_UP: Duration = Duration::from_secs(30);
 
 impl Args {
     pub fn config(&self) -> &std::path::Path {
@@ -71,7 +85,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         eprintln!("error: nothing to audit: this relay's events are logical decoding messages (the table-less outbox), which are in no table — fix: audit a relay of an outbox table kept by [retention] keep");
         return ExitCode::FAILURE;
     }
-    if let Some(why) = replay::inverted_window(Some(&args.since), args.until.as_ref()) {
+    if let Some(why) = snapshot::inverted_window(Some(&args.since), args.until.as_ref()) {
         eprintln!("error: {why}");
         return ExitCode::from(2);
     }
@@ -82,13 +96,14 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         aggregate_type: args.aggregate_type.clone(),
         aggregate_id: args.aggregate_id.clone(),
     };
-    let described = replay::describe(&selection);
+    let described = snapshot::describe(&selection);
     let opts = Options {
         selection,
         column: args.column.clone(),
         settle: args.settle,
         read_uncommitted: args.read_uncommitted,
-        allow_empty: false,
+        // A quiet window is clean, not bad input: the hourly CronJob must not alert on it.
+        allow_empty: true,
     };
     let before = match audit::run(config, opts.clone()).await {
         Ok(r) => r,
@@ -100,26 +115,32 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
     }
     let mut repair = Repair::default();
     let mut after = before.clone();
+    if let Err(refusal) = may_repair(config, &before, &args).await {
+        eprintln!("error: {refusal}");
+        show(&before, &described, &args, None);
+        return ExitCode::from(2);
+    }
     // Each round re-publishes the missing events the report lists (at most PROBLEMS_KEPT), then
     // audits again: a window with more missing than that takes more rounds.
     loop {
-        let missing = missing_ids(&after);
+        let missing = repairable(&after, args.allow_compacted_rollback);
+        let left = to_repair(&after, args.allow_compacted_rollback);
         if missing.is_empty() || args.dry_run {
-            repair.would_send = after.total.missing;
+            repair.would_send = left;
             break;
         }
-        if repair.rounds > 0 && after.total.missing >= repair.left_last {
+        if repair.rounds > 0 && left >= repair.left_last {
             eprintln!("error: the repair sent {} events and as many are still missing — fix: check that the relay's topics accept records (walrelay check) and run the audit again", repair.sent);
             break;
         }
         // Asked once, for every missing event, not once per round.
         let ask = repair.rounds == 0 && !args.yes && std::io::stdin().is_terminal();
-        if ask && !confirmed(after.total.missing) {
+        if ask && !confirmed(left, config.delivery.exactly_once()) {
             eprintln!("repair cancelled: nothing was sent");
             show(&before, &described, &args, None);
             return ExitCode::FAILURE;
         }
-        repair.left_last = after.total.missing;
+        repair.left_last = left;
         match republish(config, missing, args.column.clone()).await {
             Ok(summary) => {
                 repair.sent += summary.events;
@@ -173,13 +194,83 @@ fn failed(e: &crate::error::Error) -> ExitCode {
     }
 }
 
-/// The missing events the report lists.
-fn missing_ids(r: &Report) -> Vec<String> {
+/// The events a repair re-publishes: the missing ones the report lists, and with
+/// `--allow-compacted-rollback` the unverifiable ones of compacted topics.
+fn repairable(r: &Report, compacted_too: bool) -> Vec<String> {
     r.problems
         .iter()
-        .filter(|p| p.kind == audit::ProblemKind::Missing)
+        .filter(|p| match p.kind {
+            audit::ProblemKind::Missing => true,
+            audit::ProblemKind::Unverifiable => {
+                compacted_too && r.compacted_topics.contains(&p.topic)
+            }
+            _ => false,
+        })
         .map(|p| p.event_id.clone())
         .collect()
+}
+
+/// How many events a repair would re-publish in all, listed or only counted.
+fn to_repair(r: &Report, compacted_too: bool) -> u64 {
+    let compacted = match compacted_too {
+        true => {
+            r.compacted_topics.iter().filter_map(|t| r.topics.get(t)).map(|t| t.unverifiable).sum()
+        }
+        false => 0,
+    };
+    r.total.missing + compacted
+}
+
+/// Why a repair must not run as asked, if it must not: events of a compacted topic without
+/// `--allow-compacted-rollback`, exactly-once in a script without `--yes`, or a slot that has
+/// not confirmed past the audit's snapshot (its events may be pending, not lost).
+async fn may_repair(config: &Config, r: &Report, args: &Args) -> Result<(), String> {
+    let compacted: Vec<&str> = r
+        .problems
+        .iter()
+        .filter(|p| {
+            matches!(p.kind, audit::ProblemKind::Missing | audit::ProblemKind::Unverifiable)
+                && r.compacted_topics.contains(&p.topic)
+        })
+        .map(|p| p.topic.as_str())
+        .collect();
+    if let (Some(topic), false) = (compacted.first(), args.allow_compacted_rollback) {
+        return Err(format!("the repair refuses compacted topic {topic} (cleanup.policy compact; {} event(s) of the window there): re-publishing an event after the newest of its key makes every compacted reader take the older event as the key's state — fix: pass --allow-compacted-rollback if the key's next event will correct it, or re-publish the key's latest event after the repair", compacted.len()));
+    }
+    if repairable(r, args.allow_compacted_rollback).is_empty() || args.dry_run {
+        return Ok(());
+    }
+    if config.delivery.exactly_once() && !args.yes && !std::io::stdin().is_terminal() {
+        return Err("under exactly-once the repair sends its records outside Kafka transactions (read_committed consumers see them at once, beside the relay's transactions) — fix: pass --yes to say so in a script".to_string());
+    }
+    let Some(snapshot) = r.snapshot_lsn else { return Ok(()) };
+    slot_past(config, snapshot).await
+}
+
+/// Waits (up to [`SLOT_CATCH_UP`]) until the relay's slot has confirmed past `lsn`; without a
+/// slot there is no relay to send anything, and a repair is the only way.
+async fn slot_past(config: &Config, lsn: crate::lsn::Lsn) -> Result<(), String> {
+    let control = crate::source::connect(&config.source)
+        .await
+        .map_err(|e| format!("the repair cannot check the relay's slot: {}", e.chain()))?;
+    let deadline = std::time::Instant::now() + SLOT_CATCH_UP;
+    loop {
+        let slot = crate::source::slot::slot(&control, &config.source.slot)
+            .await
+            .map_err(|e| format!("the repair cannot read the relay's slot: {}", e.chain()))?;
+        let confirmed = match slot {
+            None => return Ok(()),
+            Some(s) => s.confirmed,
+        };
+        if confirmed.is_some_and(|c| c >= lsn) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            let at = confirmed.map_or("nothing".to_string(), |c| c.to_string());
+            return Err(format!("the relay's slot {} has confirmed {at}, not yet past the audit's snapshot ({lsn}): the events it has not confirmed are pending, not lost, and the relay sends them itself; a repair now would send them twice — fix: let the relay catch up (walrelay status), or start it if it is down, then run the repair again", config.source.slot));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Sends `ids` through `walrelay replay`'s path: the router's topic, key and partition.
@@ -196,13 +287,17 @@ async fn republish(
     let replay = replay::Replay::open(config, opts).await?;
     eprintln!(
         "repair: re-publishing {} missing event(s) as replay {}",
-        replay.total, replay.replay_id
+        replay.total(),
+        replay.replay_id
     );
     replay.run(crate::metrics::Metrics::new(), &mut |_| {}).await
 }
 
 /// Asks on the terminal; anything but y/yes is no.
-fn confirmed(n: u64) -> bool {
+fn confirmed(n: u64, exactly_once: bool) -> bool {
+    if exactly_once {
+        eprintln!("note: under exactly-once the repair's records go outside Kafka transactions: read_committed consumers see them at once");
+    }
     eprint!("re-publish {n} missing events to Kafka? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
@@ -241,7 +336,9 @@ fn show(before: &Report, window: &str, args: &Args, repaired: Option<(&Repair, &
                     "repair (dry run): would re-publish {} missing event(s); nothing was sent",
                     repair.would_send
                 );
-                for id in missing_ids(before).iter().take(args.details) {
+                for id in
+                    repairable(before, args.allow_compacted_rollback).iter().take(args.details)
+                {
                     println!("  would re-publish {id}");
                 }
                 return;
@@ -252,6 +349,9 @@ fn show(before: &Report, window: &str, args: &Args, repaired: Option<(&Repair, &
                 repair.rounds,
                 repair.replay_ids.join(", ")
             );
+            if repair.sent > 0 {
+                println!("note: each re-published event sits after the events of its key the relay sent meanwhile: a consumer that keeps per-key order sees it late (later audits count it as repaired, not out of order)");
+            }
             println!("after the repair:");
             print!("{}", render(after, window, args.details));
         }
@@ -260,6 +360,9 @@ fn show(before: &Report, window: &str, args: &Args, repaired: Option<(&Repair, &
 
 /// The report as a table, then its verdict and the first `details` problem events.
 pub fn render(r: &Report, window: &str, details: usize) -> String {
+    if r.empty() {
+        return format!("audit of 0 events ({window}): the window holds no outbox row, so nothing could be lost; clean\n");
+    }
     let mut out = format!(
         "audit of {} events ({window}) in {} topic(s), event ids from {}; Kafka read {}; {}\n",
         r.total.expected,
@@ -284,13 +387,16 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
         "pending",
         "missing",
         "expired",
+        "unverifiable",
         "duplicated",
         "replay",
+        "repaired",
         "out of order",
         "misplaced",
         "unexpected",
+        "foreign",
     ];
-    let widths = [8, 8, 7, 7, 7, 10, 6, 12, 9, 10];
+    let widths = [8, 8, 7, 7, 7, 12, 10, 6, 8, 12, 9, 10, 7];
     let header: Vec<String> = names.iter().zip(widths).map(|(n, w)| format!("{n:>w$}")).collect();
     out += &format!("{:<width$}  {}\n", "topic", header.join("  "));
     let row = |name: &str, t: &TopicReport| {
@@ -309,7 +415,13 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
                 crate::duration::format(Duration::from_millis(ms.max(0) as u64))
             )
         });
-        out += &format!("{topic}: {} event(s) expired: Kafka deleted the partition's records from before they committed ({retention}), so whether they were delivered cannot be checked; audit a window younger than the topic's retention\n", t.expired);
+        out += &format!("{topic}: {} event(s) expired: time retention deleted the partition's records from before they committed, and they are older than the topic's retention ({retention}): deleted as configured, so whether they were delivered cannot be checked; audit a window younger than the topic's retention\n", t.expired);
+    }
+    for (topic, t) in r.topics.iter().filter(|(_, t)| t.unverifiable > 0) {
+        out += &format!("{topic}: {} event(s) unverifiable: not in Kafka, where records that could have held them were deleted for a reason time retention does not explain (retention.bytes, a delete-records request, compaction): deleted or never written cannot be told, so the window is not clean; each line below says why\n", t.unverifiable);
+    }
+    for note in &r.notes {
+        out += &format!("note: {note}\n");
     }
     if r.unroutable > 0 {
         out += &format!("{} row(s) of the window the router refuses are in no routed topic: the relay dead-letters them (or, without [dead_letter], stops at the first); listed as unroutable\n", r.unroutable);
@@ -321,11 +433,15 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     out += &if r.clean() {
         let replays = r.total.duplicated_by_replay;
         format!(
-            "clean: every settled event{} is in Kafka once{}\n",
+            "clean: every settled event{} is in Kafka once{}{}\n",
             if r.total.expired > 0 { " Kafka still keeps" } else { "" },
             match replays {
                 0 => String::new(),
                 n => format!(" (and {n} again from walrelay replay, on purpose)"),
+            },
+            match r.total.repaired {
+                0 => String::new(),
+                n => format!("; {n} of them only as re-published copies (repaired)"),
             }
         )
     } else {

@@ -93,6 +93,11 @@ pub enum AdminCommand {
         /// How long to wait for the slot to confirm the WAL position the purge starts from.
         #[arg(long, value_parser = crate::duration::parse, default_value = "30s")]
         wait: Duration,
+        /// Delete too the old rows a tenant's table held before it joined the publication,
+        /// which were never relayed: only once `walrelay audit --repair` (or a replay)
+        /// re-published them, or they are not wanted.
+        #[arg(long)]
+        force: bool,
     },
     /// Re-publishes retained outbox rows, selected by time or event id, through the same router
     /// and envelope as the live relay (same event id, key and partition, plus a header
@@ -146,8 +151,9 @@ pub fn run(command: AdminCommand) -> ExitCode {
                 Ok(c) => status::run(&c, json, tables).await,
                 Err(code) => code,
             },
-            AdminCommand::Purge { config, older_than, dry_run, wait } => match load(&config) {
-                Ok(c) => purge::run(&c, older_than, dry_run, wait).await,
+            AdminCommand::Purge { config, older_than, dry_run, wait, force } => match load(&config)
+            {
+                Ok(c) => purge::run(&c, older_than, dry_run, wait, force).await,
                 Err(code) => code,
             },
             AdminCommand::Replay(args) => match load(args.config()) {

@@ -16,6 +16,7 @@ pub(super) async fn run(
     older_than: Option<Duration>,
     dry_run: bool,
     wait: Duration,
+    force: bool,
 ) -> ExitCode {
     let Some(older_than) = older_than.or(config.retention.as_ref().map(|r| r.keep)) else {
         eprintln!("error: purge needs an age — fix: pass --older-than 7d, or set [retention] keep in the configuration");
@@ -25,7 +26,7 @@ pub(super) async fn run(
         .retention
         .as_ref()
         .map_or(RetentionConfig::DEFAULT_COLUMN.to_string(), |r| r.column.clone());
-    let opts = Options { older_than, column, dry_run, confirm_wait: wait };
+    let opts = Options { older_than, column, dry_run, confirm_wait: wait, before_join: force };
     // Nothing stops a command-line purge but the process ending.
     let (_never, stop) = watch::channel(false);
     match retention::purge(config, &opts, &stop).await {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, HttpConfig};
 use crate::metrics::Metrics;
-use crate::replay::{self, Options, Progress, Replay, Selection, Summary, TimeBound};
+use crate::replay::{Options, Progress, Replay, Summary};
+use crate::snapshot::{self, Selection, TimeBound};
 
 /// Above this many events, a replay on a terminal asks before sending (unless `--yes`).
 pub const CONFIRM_ABOVE: u64 = 10_000;
@@ -73,7 +74,7 @@ impl Args {
     }
 
     fn options(&self) -> Result<Options, String> {
-        if let Some(why) = replay::inverted_window(self.since.as_ref(), self.until.as_ref()) {
+        if let Some(why) = snapshot::inverted_window(self.since.as_ref(), self.until.as_ref()) {
             return Err(why);
         }
         let mut ids = self.id.clone();
@@ -102,7 +103,6 @@ impl Args {
             to_topic: self.to_topic.clone(),
             rate: self.rate,
             dry_run: self.dry_run,
-            ..Options::default()
         })
     }
 }
@@ -122,20 +122,13 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
     }
     let metrics = Metrics::new();
     if let Some(listen) = args.metrics_listen {
-        let http = HttpConfig {
-            listen,
-            ready_max_lag_bytes: u64::MAX,
-            ready_max_unacked: std::time::Duration::MAX,
-            table_metrics: false,
-            console_actions: false,
-            console_token: None,
-        };
+        let http = HttpConfig::metrics_only(listen);
         if let Err(e) = crate::http::serve(&http, metrics.clone(), None) {
             eprintln!("error: {}", e.chain());
             return ExitCode::FAILURE;
         }
     }
-    let selection = replay::describe(&opts.selection);
+    let selection = snapshot::describe(&opts.selection);
     let replay = match Replay::open(config, opts).await {
         Ok(r) => r,
         Err(e) => return failed(&e, "nothing was sent"),
@@ -143,7 +136,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
     println!(
         "replay {}: {} events ({selection}), {}",
         replay.replay_id,
-        thousands(replay.total),
+        thousands(replay.total()),
         replay.order_text()
     );
     for (table, index) in replay.indexes() {
@@ -153,7 +146,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         }
     }
     let ask = !args.dry_run && !args.yes && std::io::stdin().is_terminal();
-    if ask && replay.total > CONFIRM_ABOVE && !confirmed(replay.total) {
+    if ask && replay.total() > CONFIRM_ABOVE && !confirmed(replay.total()) {
         eprintln!("replay cancelled: nothing was sent");
         return ExitCode::FAILURE;
     }
@@ -217,6 +210,20 @@ pub fn render(s: &Summary) -> String {
     };
     for (topic, n) in &s.topics {
         out += &format!("  {topic}: {}\n", thousands(*n));
+    }
+    if s.unroutable_count > 0 {
+        out += &format!("{} row(s) the router refuses were not sent (the live relay dead-lettered them, or stops at them; fix the rows and replay them by --id):\n", thousands(s.unroutable_count));
+        for r in &s.unroutable {
+            out += &format!(
+                "  unroutable {}: {}\n",
+                r.event_id.as_deref().unwrap_or("(no id)"),
+                r.reason
+            );
+        }
+        let unlisted = s.unroutable_count - s.unroutable.len() as u64;
+        if unlisted > 0 {
+            out += &format!("  … {} more\n", thousands(unlisted));
+        }
     }
     out
 }

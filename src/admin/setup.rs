@@ -117,12 +117,20 @@ async fn tenant_tables(
     for table in &t.uncovered {
         let sql =
             format!("ALTER PUBLICATION {} ADD TABLE {}", quote_ident(publication), table.quoted());
-        if let Err(e) = batch(control, &sql).await {
+        // Under a SHARE lock (no INSERT runs meanwhile) every row written before the table
+        // joined belongs to a transaction older than the one adding it: the purge keeps those
+        // rows, which were never relayed, by that test (retention's `Joined`).
+        let locked = format!(
+            "BEGIN; SET LOCAL lock_timeout = '5s'; LOCK TABLE {} IN SHARE MODE; {sql}; COMMIT",
+            table.quoted()
+        );
+        if let Err(e) = batch(control, &locked).await {
+            let _ = batch(control, "ROLLBACK").await;
             eprintln!("error: cannot add {table} to publication {publication}: {e}");
-            eprintln!("fix: run it as the table's owner or a superuser: {sql}");
+            eprintln!("fix: run it as the table's owner or a superuser, when no long transaction writes to the table: {locked}");
             return Err(ExitCode::FAILURE);
         }
-        println!("added {table} to publication {publication}: its rows from now on are relayed; `walrelay audit --since <when it was created> --repair` sends those written before");
+        println!("added {table} to publication {publication}: its rows from now on are relayed; the rows written before were not, and the purge keeps them: `walrelay audit --since <when it was created> --repair` sends them");
     }
     let patterns: Vec<&str> = config.outbox.patterns.iter().map(|p| p.text.as_str()).collect();
     let name = tenants::trigger_name(publication);

@@ -24,7 +24,7 @@ pub(super) async fn tables(config: &Config, control: &Control) -> Result<(Vec<Va
         None => {
             (Value::Null, "events: - (no [http] listen: the relay serves no counts)".to_string())
         }
-        Some(http) => match ask_relay(http.listen).await {
+        Some(http) => match ask_relay(http.listen, http.console_token.as_deref()).await {
             Ok(v) => (v, format!("events: from the relay at {}", http.listen)),
             Err(e) => (
                 Value::Null,
@@ -98,8 +98,9 @@ pub(super) fn render(rows: &[Value], note: &str) -> String {
 }
 
 /// `GET /api/v1/tables` of the relay listening on `listen` (an unspecified address is asked
-/// on the loopback).
-async fn ask_relay(listen: SocketAddr) -> std::result::Result<Value, String> {
+/// on the loopback), with the console's token when there is one (a non-loopback console needs
+/// it).
+async fn ask_relay(listen: SocketAddr, token: Option<&str>) -> std::result::Result<Value, String> {
     let mut addr = listen;
     if addr.ip().is_unspecified() {
         addr.set_ip(match addr {
@@ -113,10 +114,12 @@ async fn ask_relay(listen: SocketAddr) -> std::result::Result<Value, String> {
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
         tokio::spawn(conn);
-        let request = hyper::Request::get("/api/v1/tables")
-            .header(hyper::header::HOST, addr.to_string())
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
+        let mut request =
+            hyper::Request::get("/api/v1/tables").header(hyper::header::HOST, addr.to_string());
+        if let Some(token) = token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
         let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
         if !response.status().is_success() {
             return Err(format!("HTTP {}", response.status()));

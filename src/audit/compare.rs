@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::kafka::{Held, Shape};
 use super::report::{Problem, ProblemKind, Report};
 use super::spill::{failed, heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
+use crate::delivery::partitioner::key_partition;
 use crate::error::Result;
 
 /// One expected record: where the live relay puts the event; sorted by event id.
@@ -134,6 +135,8 @@ pub(crate) struct Judge<'a> {
     pub read_committed: bool,
     /// Bytes each sorter holds before it spills.
     pub budget: usize,
+    /// When the audit began (Unix ms): an event's age, against its topic's `retention.ms`.
+    pub now_ms: i64,
 }
 
 /// Walks `wants` and `copies` by event id. Returns the report (totals not yet added: see
@@ -198,7 +201,8 @@ pub(crate) fn compare(
     Ok((r, strangers))
 }
 
-/// Counts one expected event against its copies; returns its first copy in its topic.
+/// Counts one expected event against its copies; returns its first copy the relay wrote, for
+/// the order check (a re-published copy comes after later events of its key by design).
 fn judge<'c>(w: &Want, group: &'c [Held], j: &Judge<'_>, r: &mut Report) -> Option<&'c Held> {
     let topic = &j.topics[w.topic as usize];
     let copies: Vec<&Held> = group.iter().filter(|c| c.topic == w.topic).collect();
@@ -211,34 +215,37 @@ fn judge<'c>(w: &Want, group: &'c [Held], j: &Judge<'_>, r: &mut Report) -> Opti
     };
     let t = r.topics.entry(topic.to_string()).or_default();
     t.expected += 1;
+    let replayed = copies.iter().filter(|c| c.replayed).count();
     let problem = match copies.len() {
         0 if w.commit_micros > j.settled_before => {
             t.pending += 1;
             None
         }
-        0 => match expired(w, want_partition, j) {
-            Some(trimmed) => {
-                t.expired += 1;
-                Some((ProblemKind::Expired, format!(
-                    "not in Kafka, which deleted this partition's records before offset {} (retention); the event committed before the first record left",
-                    trimmed.log_start
-                )))
+        0 => {
+            let (kind, detail) = absent(w, want_partition, j);
+            match kind {
+                ProblemKind::Expired => t.expired += 1,
+                ProblemKind::Unverifiable => t.unverifiable += 1,
+                _ => t.missing += 1,
             }
-            None => {
-                t.missing += 1;
-                Some((
-                    ProblemKind::Missing,
-                    "committed and in the outbox table, in no partition of its topic".into(),
-                ))
+            Some((kind, detail))
+        }
+        n if replayed == n => {
+            // Only re-published copies: the relay's never came (an advanced slot), and a
+            // repair or a replay sent it after later events of its key.
+            t.repaired += 1;
+            if n > 1 {
+                t.duplicated += 1;
+                t.duplicated_by_replay += 1;
             }
-        },
+            Some((ProblemKind::Repaired, format!("in Kafka only as {n} re-published copy(ies) (walrelay replay or audit --repair), after the events of its key that the relay sent meanwhile")))
+        }
         1 => {
             t.delivered_once += 1;
             None
         }
         n => {
             t.duplicated += 1;
-            let replayed = copies.iter().filter(|c| c.replayed).count();
             // The first copy is the relay's; every other one from a replay is on purpose.
             if replayed > 0 && n - replayed <= 1 {
                 t.duplicated_by_replay += 1;
@@ -264,11 +271,60 @@ fn judge<'c>(w: &Want, group: &'c [Held], j: &Judge<'_>, r: &mut Report) -> Opti
             detail,
         });
     }
-    first
+    copies.iter().find(|c| !c.replayed).copied()
 }
 
-/// Where a missing event's partition lost records from before its commit to retention.
-fn expired(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<super::kafka::Trimmed> {
+/// What an event that is in no partition of its topic is: missing, unless records were
+/// deleted where it would be. Then time retention explains its absence only when it is older
+/// than the topic's `retention.ms` (expired); any other deletion (`retention.bytes`, a
+/// delete-records request, compaction, or a reason Kafka would not say) leaves it unverifiable.
+fn absent(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> (ProblemKind, String) {
+    let commit_ms = w.commit_micros / 1000;
+    let config = j.shape.configs.get(w.topic as usize).cloned().unwrap_or_default();
+    if config.compacted {
+        return (ProblemKind::Unverifiable, "not in Kafka, in a compacted topic (cleanup.policy compact): Kafka keeps only the latest record of a key, so an earlier one cannot be told from one never written".into());
+    }
+    let Some(trimmed) = deleted_where(w, partition, j) else {
+        return (
+            ProblemKind::Missing,
+            "committed and in the outbox table, in no partition of its topic".into(),
+        );
+    };
+    let age = crate::duration::format(std::time::Duration::from_millis(
+        (j.now_ms - commit_ms).max(0) as u64,
+    ));
+    let gone = match trimmed.first_left_ms {
+        i64::MAX => {
+            format!("Kafka deleted every record of its partition (log start {})", trimmed.log_start)
+        }
+        _ => format!(
+            "Kafka deleted its partition's records before offset {}, from before it committed",
+            trimmed.log_start
+        ),
+    };
+    match config.retention_ms {
+        Some(ms) if ms >= 0 && j.now_ms - commit_ms > ms => (
+            ProblemKind::Expired,
+            format!("not in Kafka: {gone}, and it committed {age} ago, past retention.ms={ms}"),
+        ),
+        Some(ms) => {
+            let bytes = match config.retention_bytes {
+                Some(b) if b >= 0 => format!("retention.bytes={b} or "),
+                _ => String::new(),
+            };
+            let within = match ms {
+                -1 => "the topic keeps records forever (retention.ms=-1)".to_string(),
+                ms => format!("it committed {age} ago, within retention.ms={ms}"),
+            };
+            (ProblemKind::Unverifiable, format!("not in Kafka: {gone}, but {within}, so time retention does not explain it; {bytes}a delete-records request may have removed it, or it was never written: the audit cannot tell"))
+        }
+        None => (ProblemKind::Unverifiable, format!("not in Kafka: {gone}, and Kafka would not describe the topic's retention (DescribeConfigs), so whether retention explains it cannot be told")),
+    }
+}
+
+/// Where records that may have held a missing event were deleted: its partition (any, for an
+/// event without a key) lost records from before its commit.
+fn deleted_where(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<super::kafka::Trimmed> {
     let commit_ms = w.commit_micros / 1000;
     let left_after = |t: &&super::kafka::Trimmed| commit_ms <= t.first_left_ms;
     match partition {
@@ -321,237 +377,41 @@ fn next<T: Item>(items: &mut super::spill::Sorted<T>) -> Result<Option<T>> {
     items.next().transpose().map_err(failed)
 }
 
-/// Records of `batch` whose event id is in `present` are of rows outside the window; the
-/// others are unexpected.
+/// Who may have written records of the audited topics that no row explains: the audit says
+/// them "foreign" rather than "unexpected" when the relay itself writes such records.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Strangers {
+    /// The relay selects logical messages, whose events are in no table.
+    pub messages: bool,
+    /// The outbox tables are patterns: a dropped tenant's rows are gone with its table.
+    pub tenants: bool,
+}
+
+/// Records of `batch` whose event id is in `present` are of rows outside the window; of the
+/// others, those whose id no outbox table can hold (`could_be_id`), or that the relay may have
+/// written from no row (`who`), are foreign, and the rest unexpected.
 pub(crate) fn strangers(
     r: &mut Report,
     batch: &[Held],
     present: &std::collections::HashSet<String>,
+    could_be_id: &dyn Fn(&str) -> bool,
+    who: Strangers,
     topics: &[Arc<str>],
 ) {
     for c in batch.iter().filter(|c| !present.contains(&c.id)) {
-        r.unexpected(c, &topics[c.topic as usize]);
+        let topic = &topics[c.topic as usize];
+        let at = format!("{}@{}", c.partition, c.offset);
+        if !could_be_id(&c.id) {
+            r.foreign(&c.id, topic, at, "its id is no value an outbox table's id column can hold: another producer's record");
+        } else if who.messages {
+            r.foreign(&c.id, topic, at, "no row has this event id: a logical message's event (the relay selects messages, which no table keeps), or unexpected; not judged");
+        } else if who.tenants {
+            r.foreign(&c.id, topic, at, "no row has this event id: a dropped tenant's event (its table and rows are gone), or unexpected; not judged");
+        } else {
+            r.unexpected(c, topic);
+        }
     }
-}
-
-/// The partition the Java client's default partitioner (and librdkafka's `murmur2_random`, which
-/// walrelay always uses) gives a keyed record: murmur2 of the key, made positive, modulo the
-/// partitions.
-pub(crate) fn key_partition(key: &[u8], partitions: i32) -> i32 {
-    ((murmur2(key) & 0x7fff_ffff) as i32) % partitions
-}
-
-/// Kafka's murmur2 (seed 0x9747b28c), as `org.apache.kafka.common.utils.Utils.murmur2`.
-fn murmur2(data: &[u8]) -> u32 {
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let mut h: u32 = 0x9747_b28c ^ data.len() as u32;
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    let tail = chunks.remainder();
-    if tail.len() >= 3 {
-        h ^= (tail[2] as u32) << 16;
-    }
-    if tail.len() >= 2 {
-        h ^= (tail[1] as u32) << 8;
-    }
-    if !tail.is_empty() {
-        h ^= tail[0] as u32;
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashSet;
-
-    use super::*;
-    use crate::audit::PROBLEMS_KEPT;
-
-    #[test]
-    fn murmur2_is_kafkas() {
-        // Kafka's own test vectors (UtilsTest.testMurmur2).
-        for (key, want) in [
-            ("21", -973_932_308),
-            ("foobar", -790_332_482),
-            ("a-little-bit-long-string", -985_981_536),
-            ("a-little-bit-longer-string", -1_486_304_829),
-            ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
-            ("abc", 479_470_107),
-        ] {
-            assert_eq!(murmur2(key.as_bytes()) as i32, want, "{key}");
-        }
-    }
-
-    /// The window, what the topic "t" (4 partitions) holds, and the ids of rows outside it.
-    struct Case {
-        wants: Vec<Want>,
-        copies: Vec<Held>,
-        shape: Shape,
-        present: HashSet<String>,
-    }
-
-    impl Case {
-        fn new() -> Case {
-            let shape = Shape { partitions: vec![4], ..Shape::default() };
-            Case { wants: Vec::new(), copies: Vec::new(), shape, present: HashSet::new() }
-        }
-
-        fn want(&mut self, id: &str, key: &str, commit_micros: i64) {
-            let key = Some(key.as_bytes().to_vec());
-            let commit_order = commit_micros;
-            let w =
-                Want { id: id.into(), commit_order, topic: 0, partition: -1, key, commit_micros };
-            self.wants.push(w);
-        }
-
-        fn held(&mut self, id: &str, key: &str, offset: i64, replayed: bool) {
-            let partition = key_partition(key.as_bytes(), 4);
-            let c =
-                Held { id: id.into(), topic: 0, partition, offset, replayed, timestamp_ms: offset };
-            self.copies.push(c);
-        }
-
-        /// Compared with sorters of `budget` bytes (small: they spill).
-        fn compare(self, budget: usize, commit_ordered: bool) -> Report {
-            let topics: Vec<Arc<str>> = vec![Arc::from("t")];
-            let (mut wants, mut copies) = (Sorter::new(budget), Sorter::new(budget));
-            for w in self.wants {
-                wants.push(w).unwrap();
-            }
-            for c in self.copies {
-                copies.push(c).unwrap();
-            }
-            let j = Judge {
-                topics: &topics,
-                shape: &self.shape,
-                settled_before: 1_000_000,
-                commit_ordered,
-                read_committed: false,
-                budget,
-            };
-            let (mut r, strange) = compare(wants, copies, &j).unwrap();
-            let batch: Vec<Held> = strange.sorted().unwrap().map(Result::unwrap).collect();
-            strangers(&mut r, &batch, &self.present, &topics);
-            r.finish();
-            r
-        }
-    }
-
-    fn every_kind() -> Case {
-        let mut c = Case::new();
-        for (i, id) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
-            c.want(id, "k1", 100 + i as i64);
-        }
-        c.want("young", "k1", 2_000_000);
-        c.held("a", "k1", 0, false);
-        c.held("c", "k1", 1, false); // b missing
-        c.held("d", "k1", 2, false);
-        c.held("d", "k1", 3, true); // a replay's copy
-        c.held("f", "k1", 4, false);
-        c.held("e", "k1", 5, false); // after f, committed before it
-        c.held("ghost", "k1", 6, false);
-        c.held("old", "k1", 7, false); // a row outside the window
-        c.present.insert("old".into());
-        c
-    }
-
-    #[test]
-    fn each_kind_of_problem_is_counted_and_named_and_young_rows_are_pending() {
-        for budget in [1 << 20, 64] {
-            let r = every_kind().compare(budget, true);
-            let t = &r.total;
-            assert_eq!((t.expected, t.delivered_once, t.pending), (7, 4, 1), "{budget}");
-            assert_eq!((t.missing, t.duplicated, t.duplicated_by_replay), (1, 1, 1));
-            assert_eq!((t.out_of_order, t.misplaced, t.unexpected, t.expired), (1, 0, 1, 0));
-            let named: Vec<(ProblemKind, &str)> =
-                r.problems.iter().map(|p| (p.kind, p.event_id.as_str())).collect();
-            assert_eq!(
-                named,
-                [
-                    (ProblemKind::Missing, "b"),
-                    (ProblemKind::Duplicated, "d"),
-                    (ProblemKind::OutOfOrder, "e"),
-                    (ProblemKind::Unexpected, "ghost")
-                ]
-            );
-            assert!(!r.clean(), "missing, out of order and unexpected");
-            assert_eq!(r.records_read, 0, "the shape says how many were read");
-        }
-    }
-
-    #[test]
-    fn rows_of_one_transaction_in_any_order_are_not_out_of_order_but_an_older_commit_is() {
-        // One transaction's rows share their commit timestamp; the relay sends them in WAL
-        // order, which no row records (here "z" was inserted before "a").
-        let mut c = Case::new();
-        c.want("z", "k", 100);
-        c.want("a", "k", 100);
-        c.want("old", "k", 50);
-        c.held("z", "k", 0, false);
-        c.held("a", "k", 1, false);
-        c.held("old", "k", 2, false);
-        let r = c.compare(1 << 20, true);
-        assert_eq!(r.total.out_of_order, 1);
-        let named: Vec<&str> = r.problems.iter().map(|p| p.event_id.as_str()).collect();
-        assert_eq!(named, ["old"]);
-    }
-
-    #[test]
-    fn a_duplicate_the_relay_made_is_not_a_replays_and_a_wrong_partition_is_misplaced() {
-        let mut c = Case::new();
-        c.want("a", "k1", 1);
-        c.want("b", "k2", 2);
-        c.held("a", "k1", 0, false);
-        c.held("a", "k1", 1, false);
-        c.held("b", "k2", 0, false);
-        c.copies[2].partition = (key_partition(b"k2", 4) + 1) % 4;
-        let r = c.compare(1 << 20, false);
-        assert_eq!((r.total.duplicated, r.total.duplicated_by_replay), (1, 0));
-        assert_eq!(r.total.misplaced, 1);
-        assert!(!r.clean());
-        assert!(!r.order_checked);
-    }
-
-    #[test]
-    fn a_missing_event_where_retention_deleted_records_is_expired_and_the_window_clean() {
-        let mut c = Case::new();
-        c.want("gone", "k1", 5_000);
-        c.want("late", "k1", 900_000);
-        c.want("kept", "k1", 10_000);
-        c.held("kept", "k1", 12, false);
-        let p = key_partition(b"k1", 4);
-        // The first record left was written at 8 ms: "gone" (5 ms) may have been before it.
-        c.shape
-            .trimmed
-            .insert((0, p), super::super::kafka::Trimmed { log_start: 12, first_left_ms: 8 });
-        let r = c.compare(1 << 20, false);
-        let t = &r.total;
-        assert_eq!((t.expired, t.missing, t.delivered_once), (1, 1, 1));
-        let kinds: Vec<(ProblemKind, &str)> =
-            r.problems.iter().map(|p| (p.kind, p.event_id.as_str())).collect();
-        assert_eq!(kinds, [(ProblemKind::Missing, "late"), (ProblemKind::Expired, "gone")]);
-    }
-
-    #[test]
-    fn problems_past_the_list_are_counted_not_kept() {
-        let mut c = Case::new();
-        for i in 0..PROBLEMS_KEPT + 5 {
-            c.want(&format!("m{i:06}"), "k", 1);
-        }
-        let r = c.compare(1 << 16, false);
-        assert_eq!(r.total.missing, PROBLEMS_KEPT as u64 + 5);
-        assert_eq!((r.problems.len(), r.problems_not_listed), (PROBLEMS_KEPT, 5));
-    }
-}
+mod tests;

@@ -15,8 +15,8 @@ use super::MEMORY_PER_SORT;
 use crate::config::Config;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
-use crate::replay::{Refused, Replay, Rows};
 use crate::router::Binding;
+use crate::snapshot::{Refused, Rows, Snapshot};
 
 /// Batches read ahead of the routing: enough to keep both sides busy, each 1,000 rows.
 const READ_AHEAD: usize = 2;
@@ -28,7 +28,8 @@ pub(super) struct Expected {
     pub topics: Vec<Arc<str>>,
     /// Where the records carry their event id; `None`: the window has no rows.
     pub id_place: Option<IdPlace>,
-    /// The earliest commit of the window's rows (µs); `i64::MAX` without rows.
+    /// The earliest commit of the window's rows, or record timestamp the router sets, if
+    /// earlier (µs); `i64::MAX` without rows.
     pub since_micros: i64,
     /// Rows the router refuses (the live relay dead-letters them, or stops at them): the
     /// first [`super::PROBLEMS_KEPT`], and how many.
@@ -36,13 +37,13 @@ pub(super) struct Expected {
     pub refused_count: u64,
 }
 
-/// Reads the rest of `replay`'s selection and routes every row.
-pub(super) async fn read(replay: &mut Replay<'_>, config: &Config) -> Result<Expected> {
+/// Reads the rest of `snapshot`'s selection and routes every row.
+pub(super) async fn read(snapshot: &mut Snapshot, config: &Config) -> Result<Expected> {
     let (rows_tx, rows_rx) = mpsc::channel::<Rows>(READ_AHEAD);
     let (done_tx, done_rx) = oneshot::channel();
     let router = Routing {
         encoder: Encoder::new(config),
-        bindings: replay.bindings(),
+        bindings: snapshot.bindings(),
         envelope: config.envelope.format.name().to_string(),
     };
     std::thread::Builder::new()
@@ -53,7 +54,7 @@ pub(super) async fn read(replay: &mut Replay<'_>, config: &Config) -> Result<Exp
         .map_err(|e| Error::transient("cannot start the audit's routing thread", e))?;
     let mut read = Ok(());
     loop {
-        match replay.next_rows().await {
+        match snapshot.next_rows().await {
             Ok(Some(rows)) => {
                 // A closed channel: the routing stopped, and says why below.
                 if rows_tx.send(rows).await.is_err() {
@@ -122,7 +123,10 @@ impl Routing {
                     ));
                 }
                 x.id_place = Some(place);
-                x.since_micros = x.since_micros.min(commit.micros);
+                // The record's own timestamp (`table.field.event.timestamp`) may be older than
+                // its commit: the read starts early enough for it too.
+                let stamped = record.timestamp_ms.map_or(i64::MAX, |ms| ms.saturating_mul(1000));
+                x.since_micros = x.since_micros.min(commit.micros).min(stamped);
                 let topic = *topic_index.entry(record.topic.clone()).or_insert_with(|| {
                     x.topics.push(record.topic.clone());
                     x.topics.len() as u32 - 1

@@ -2,6 +2,12 @@
 //! partition had when the audit began, read with librdkafka's simple consumer (no consumer
 //! group, so no group ACL) one partition at a time, each record's event id and place handed to
 //! a [`Sorter`] instead of held.
+//!
+//! The broker's answers are checked, not trusted: the records just before the offset it gives
+//! for the window's start must be older than that start (else the partition is read from its
+//! log start), and each read goes on past the end offset it gave, to the first EOF, so an end
+//! that lags the records hides none of them. Either way a wrong answer costs reading, never a
+//! false "missing".
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -77,27 +83,54 @@ impl Item for Held {
 /// What a topic's partition held when the audit read it.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Trimmed {
-    /// Kafka's log start offset: records before it were deleted (by retention).
+    /// Kafka's log start offset: records before it were deleted.
     pub log_start: i64,
     /// The timestamp of the first record left (Unix ms); `i64::MAX` when none is left.
     pub first_left_ms: i64,
 }
+
+/// What a topic's configuration says about records that are gone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TopicConfig {
+    /// `retention.ms`; -1: kept forever; `None`: Kafka would not say.
+    pub retention_ms: Option<i64>,
+    /// `retention.bytes`; -1: no limit.
+    pub retention_bytes: Option<i64>,
+    /// `cleanup.policy` holds `compact`: an earlier record of a key may be gone at any age.
+    pub compacted: bool,
+}
+
+/// Records in an audited topic with no event id where the envelope puts it; the first
+/// [`FOREIGN_KEPT`] are named.
+pub(crate) const FOREIGN_KEPT: usize = 100;
 
 /// Per topic, what the read found besides the records.
 #[derive(Debug, Default)]
 pub(crate) struct Shape {
     /// Partitions per topic (by index).
     pub partitions: Vec<i32>,
-    /// Partitions whose records from the window's start on were partly deleted, by Kafka's
-    /// retention: events expected there that committed before the first record left cannot
-    /// be told from missing.
+    /// Partitions whose records from the window's start on were partly or wholly deleted:
+    /// events expected there that committed before the first record left may have been
+    /// among them.
     pub trimmed: HashMap<(u32, i32), Trimmed>,
+    /// Each topic's configuration (by index), for what deleted records can be told from.
+    pub configs: Vec<TopicConfig>,
     /// Records read.
     pub records: u64,
+    /// Records of the window's time with no event id: (topic index, partition, offset) of the
+    /// first [`FOREIGN_KEPT`], and how many per topic (by index).
+    pub foreign: Vec<(u32, i32, i64)>,
+    pub foreign_counts: Vec<u64>,
+    /// Answers of the broker that did not hold together, and what the audit did instead.
+    pub notes: Vec<String>,
 }
 
+/// Records checked before an offset the broker gave for a time: each must be older than it.
+const PROBE: i64 = 8;
+
 /// Reads `topics` from the offsets for `from_ms` (Unix ms) to the end each partition has now
-/// into `copies`; `id` says where a record's event id is.
+/// into `copies`, and their configurations; `id` says where a record's event id is. Records
+/// older than `from_ms` are no event of the window and are left out.
 pub(crate) async fn read(
     config: &Config,
     topics: &[Arc<str>],
@@ -106,14 +139,17 @@ pub(crate) async fn read(
     read_committed: bool,
     copies: Sorter<Held>,
 ) -> Result<(Shape, Sorter<Held>)> {
+    let configs = configs(config, topics).await;
     let (config, topics, id) = (config.clone(), topics.to_vec(), id.clone());
-    tokio::task::spawn_blocking(move || {
+    let (mut shape, copies) = tokio::task::spawn_blocking(move || {
         let mut copies = copies;
         let shape = read_blocking(&config, &topics, &id, from_ms, read_committed, &mut copies)?;
-        Ok((shape, copies))
+        Ok::<_, Error>((shape, copies))
     })
     .await
-    .map_err(|e| Error::transient("the audit's Kafka reader stopped", e))?
+    .map_err(|e| Error::transient("the audit's Kafka reader stopped", e))??;
+    shape.configs = configs;
+    Ok((shape, copies))
 }
 
 /// A Kafka reader of partitions by offset, with no consumer group (so no group ACL): the
@@ -151,8 +187,9 @@ fn read_blocking(
     let client = consumer.client();
     let mut shape = Shape::default();
     let mut by_time = TopicPartitionList::new();
-    // (topic index, partition) → (log start, end).
-    let mut marks: HashMap<(u32, i32), (i64, i64)> = HashMap::new();
+    // (topic index, partition) → (log start, end), as Kafka said when asked (at `asked_ms`).
+    let mut marks: Vec<((u32, i32), (i64, i64))> = Vec::new();
+    let asked_ms = crate::clock::unix_micros() / 1000;
     for (index, topic) in topics.iter().enumerate() {
         let index = index as u32;
         let metadata = client
@@ -164,55 +201,66 @@ fn read_blocking(
         }
         let n = t.partitions().len() as i32;
         shape.partitions.push(n);
+        shape.foreign_counts.push(0);
         for p in 0..n {
             let (low, high) = client
                 .fetch_watermarks(topic, p, REQUEST)
                 .map_err(|e| Error::transient(format!("no watermarks for {topic} [{p}]"), e))?;
-            marks.insert((index, p), (low, high));
-            if low > 0 && low == high {
-                // Everything the partition ever held is deleted.
-                shape
-                    .trimmed
-                    .insert((index, p), Trimmed { log_start: low, first_left_ms: i64::MAX });
-            }
-            if high > low {
-                by_time
-                    .add_partition_offset(topic, p, Offset::Offset(from_ms.max(0)))
-                    .map_err(|e| Error::transient("the audit's partition list", e))?;
-            }
+            marks.push(((index, p), (low, high)));
+            by_time
+                .add_partition_offset(topic, p, Offset::Offset(from_ms.max(0)))
+                .map_err(|e| Error::transient("the audit's partition list", e))?;
         }
     }
-    if by_time.count() == 0 {
+    if marks.is_empty() {
         return Ok(shape);
     }
-    let starts = consumer
+    let answers = consumer
         .offsets_for_times(by_time, REQUEST)
         .map_err(|e| Error::transient("Kafka did not say which offsets the window starts at", e))?;
-    let index_of: HashMap<&str, u32> =
-        topics.iter().enumerate().map(|(i, t)| (t.as_ref(), i as u32)).collect();
-    for e in starts.elements() {
-        let Some(&index) = index_of.get(e.topic()) else { continue };
-        let p = e.partition();
-        let (low, end) = marks.get(&(index, p)).copied().unwrap_or_default();
-        // No record at or after the time: nothing of the window there.
-        let Offset::Offset(from) = e.offset() else { continue };
-        // The first record left is of the window: deleted records may have been too.
-        let trimmed = low > 0 && from <= low;
-        let mut first = true;
-        let mut wait = |idle: Duration| {
-            if idle > IDLE {
-                let open = match read_committed {
-                    true => ": read_committed stops at a Kafka transaction left open (a relay killed in one) until the broker aborts it (transaction.timeout.ms)",
-                    false => "",
-                };
-                return Err(Error::transient_msg(format!(
-                    "the audit read nothing of {} [{p}] for {} s before its end offset {end}{open}",
-                    e.topic(),
-                    IDLE.as_secs()
-                )));
-            }
-            Ok(())
+    let mut for_time: HashMap<(String, i32), Option<i64>> = HashMap::new();
+    for e in answers.elements() {
+        let at = match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
         };
+        for_time.insert((e.topic().to_string(), e.partition()), at);
+    }
+    for ((index, p), (low, end)) in marks {
+        let topic = &topics[index as usize];
+        let told = for_time.get(&(topic.to_string(), p)).copied().flatten();
+        // Where the window starts, as far as the broker's answers hold together.
+        let start = match told {
+            Some(from) if from > low => {
+                match older_than(client, config, topic, p, (from - PROBE).max(low), from, from_ms)?
+                {
+                    true => from,
+                    false => {
+                        shape.notes.push(format!("{topic} [{p}]: the broker gave offset {from} for the window's start, but a record before it is not older; read from the partition's start ({low})"));
+                        low
+                    }
+                }
+            }
+            Some(from) => from.max(low),
+            // No record at or after the time, the broker says: the last ones must be older.
+            None if end > low => {
+                match older_than(client, config, topic, p, (end - PROBE).max(low), end, from_ms)? {
+                    true => end,
+                    false => {
+                        shape.notes.push(format!("{topic} [{p}]: the broker said no record is as young as the window's start, but its last records are; read from the partition's start ({low})"));
+                        low
+                    }
+                }
+            }
+            None => low,
+        };
+        // The first record left is of the window: deleted records may have been too.
+        let trimmed = low > 0 && start <= low;
+        if trimmed {
+            shape.trimmed.insert((index, p), Trimmed { log_start: low, first_left_ms: i64::MAX });
+        }
+        let mut first = true;
+        let mut wait = |idle: Duration| idle_too_long(idle, topic, p, end, read_committed);
         let mut visit = |r: &partition_read::Raw<'_>| {
             if first && trimmed {
                 let first_left_ms = r.timestamp_ms.unwrap_or(i64::MAX);
@@ -220,52 +268,114 @@ fn read_blocking(
             }
             first = false;
             shape.records += 1;
-            let replayed = r.headers().any(|(name, _)| name == REPLAY_HEADER);
-            let Some(id) = id.find(r.headers(), r.value) else { return Ok(()) };
             let timestamp_ms = r.timestamp_ms.unwrap_or(-1);
+            // Older than the window (a read that started early): no event of it, and no
+            // record the audit judges.
+            if timestamp_ms >= 0 && timestamp_ms < from_ms {
+                return Ok(());
+            }
+            let replayed = r.headers().any(|(name, _)| name == REPLAY_HEADER);
+            let Some(id) = id.find(r.headers(), r.value) else {
+                shape.foreign_counts[index as usize] += 1;
+                if shape.foreign.len() < FOREIGN_KEPT {
+                    shape.foreign.push((index, p, r.offset));
+                }
+                return Ok(());
+            };
             let copy =
                 Held { id, topic: index, partition: p, offset: r.offset, replayed, timestamp_ms };
             copies.push(copy).map_err(super::spill::failed)
         };
-        partition_read::read(client, e.topic(), p, from, end, &mut wait, &mut visit).map_err(
-            |stop| match stop {
-                Stop::NotAllowed => unreadable(
-                    config,
-                    e.topic(),
-                    KafkaError::MessageConsumption(RDKafkaErrorCode::TopicAuthorizationFailed),
-                ),
-                Stop::Failed(k) => {
-                    Error::transient(format!("the audit's read of {} [{p}] failed", e.topic()), k)
-                }
-                Stop::Caller(e) => e,
-            },
-        )?;
+        // Past the end the broker gave: a broker whose end offsets lag its records hides none.
+        partition_read::read_past_end(
+            client, topic, p, start, end, asked_ms, &mut wait, &mut visit,
+        )
+        .map_err(|stop| stopped(config, topic, p, stop))?;
     }
     Ok(shape)
 }
 
-/// Each topic's `retention.ms` as Kafka describes it; `None` where it would not say.
-pub(crate) async fn retention(config: &Config, topics: &[String]) -> Vec<(String, Option<i64>)> {
+/// Whether every record of `topic` [`p`] in `[from, to)` is older than `ms`: what an offset the
+/// broker gave for the time `ms` promises of the records before it.
+fn older_than(
+    client: &rdkafka::client::Client<Quiet>,
+    config: &Config,
+    topic: &str,
+    p: i32,
+    from: i64,
+    to: i64,
+    ms: i64,
+) -> Result<bool> {
+    let mut older = true;
+    let mut wait = |idle: Duration| idle_too_long(idle, topic, p, to, false);
+    let mut visit = |r: &partition_read::Raw<'_>| {
+        if r.offset < to && r.timestamp_ms.is_some_and(|t| t >= ms) {
+            older = false;
+        }
+        Ok(())
+    };
+    partition_read::read(client, topic, p, from, to, &mut wait, &mut visit)
+        .map_err(|stop| stopped(config, topic, p, stop))?;
+    Ok(older)
+}
+
+/// A read of `topic` [`p`] that brought nothing for [`IDLE`] gives up.
+fn idle_too_long(
+    idle: Duration,
+    topic: &str,
+    p: i32,
+    end: i64,
+    read_committed: bool,
+) -> Result<()> {
+    if idle <= IDLE {
+        return Ok(());
+    }
+    let open = match read_committed {
+        true => ": read_committed stops at a Kafka transaction left open (a relay killed in one) until the broker aborts it (transaction.timeout.ms)",
+        false => "",
+    };
+    Err(Error::transient_msg(format!(
+        "the audit read nothing of {topic} [{p}] for {} s before its end offset {end}{open}",
+        IDLE.as_secs()
+    )))
+}
+
+/// Why a partition's read stopped, as the audit's error.
+fn stopped(config: &Config, topic: &str, p: i32, stop: Stop) -> Error {
+    match stop {
+        Stop::NotAllowed => unreadable(
+            config,
+            topic,
+            KafkaError::MessageConsumption(RDKafkaErrorCode::TopicAuthorizationFailed),
+        ),
+        Stop::Failed(k) => Error::transient(format!("the audit's read of {topic} [{p}] failed"), k),
+        Stop::Caller(e) => e,
+    }
+}
+
+/// Each topic's retention and cleanup policy as Kafka describes them; unknown where it would
+/// not say (no DescribeConfigs ACL).
+pub(crate) async fn configs(config: &Config, topics: &[Arc<str>]) -> Vec<TopicConfig> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: Option<AdminClient<Quiet>> =
         config.kafka.consumer_config().create_with_context(Quiet).ok();
-    let mut out = Vec::with_capacity(topics.len());
-    for topic in topics {
-        let ms = match &admin {
-            Some(admin) => {
-                let options = AdminOptions::new().request_timeout(Some(REQUEST));
-                let described =
-                    admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options).await;
-                described
-                    .ok()
-                    .and_then(|mut v| v.pop())
-                    .and_then(|r| r.ok())
-                    .and_then(|c| c.get("retention.ms").and_then(|e| e.value.clone()))
-                    .and_then(|v| v.parse().ok())
-            }
-            None => None,
+    let Some(admin) = admin else { return vec![TopicConfig::default(); topics.len()] };
+    let options = AdminOptions::new().request_timeout(Some(REQUEST));
+    let resources: Vec<ResourceSpecifier> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t.as_ref())).collect();
+    let described = admin.describe_configs(&resources, &options).await.unwrap_or_default();
+    let mut out = vec![TopicConfig::default(); topics.len()];
+    for (slot, described) in out.iter_mut().zip(described) {
+        let Ok(c) = described else { continue };
+        let number = |key: &str| c.get(key).and_then(|e| e.value.as_deref()?.parse().ok());
+        *slot = TopicConfig {
+            retention_ms: number("retention.ms"),
+            retention_bytes: number("retention.bytes"),
+            compacted: c
+                .get("cleanup.policy")
+                .and_then(|e| e.value.as_deref())
+                .is_some_and(|v| v.contains("compact")),
         };
-        out.push((topic.clone(), ms));
     }
     out
 }

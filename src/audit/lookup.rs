@@ -1,8 +1,11 @@
-//! One event looked up, with the audit's machinery: its outbox row (read by id in a snapshot, as
-//! replay reads it), where the live configuration's router and envelope put it, and where Kafka
-//! has it — read from the offset for its commit time, less a margin, to the partition's end, in
-//! the partition its key (or its placement) gives, or in each partition when it has neither.
-//! For the console's event lookup.
+//! One event looked up, with the audit's machinery: its outbox row (read by id in a
+//! [`crate::snapshot`]), where the live configuration's router and envelope put it, and where
+//! Kafka has it — read from the offset for its commit time, less a margin, to the partition's
+//! end, in the partition its key (or its placement) gives, or in each partition when it has
+//! neither.
+//! For the console's event lookup, which answers what it knows in every case: an id that cannot
+//! be an event id of these tables, an event no table holds, a row the router refuses (which the
+//! live relay dead-lettered), a routed event found in Kafka or not.
 
 use std::time::{Duration, Instant};
 
@@ -11,19 +14,37 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::compare::key_partition;
 use super::id::IdPlace;
 use crate::config::Config;
 use crate::delivery::partition_read::{self, Stop};
+use crate::delivery::partitioner::key_partition;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
-use crate::replay::{Options, Replay, Selection};
+use crate::snapshot::{Options, Selection, Snapshot};
+use crate::source::{self, catalog};
 
 /// How far before the row's commit time the read starts: the record's timestamp is when the
 /// relay sent it, after the commit, but clocks of two hosts differ.
 const MARGIN_MS: i64 = 60_000;
 
-/// What a lookup found.
+/// PostgreSQL's `uuid` type.
+const UUID_OID: u32 = 2950;
+
+/// What a lookup answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its row, routed as the live relay routes it, and where Kafka has it (or not).
+    Routed(Lookup),
+    /// Its row, which the router refuses, and why: the live relay dead-lettered it (or, without
+    /// `[dead_letter]`, stopped at it), so no routed topic holds it.
+    Unroutable { id: String, table: String, reason: String },
+    /// No outbox table's retained rows hold it.
+    Absent,
+    /// It cannot be an event id of these tables: why, and the fix.
+    NotAnId(String),
+}
+
+/// What a lookup found of a routed event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lookup {
     pub id: String,
@@ -50,30 +71,41 @@ pub struct Found {
     pub timestamp_ms: Option<i64>,
 }
 
-/// Looks `id` up; `None` when no outbox table's retained rows hold it. Gives up after `within`.
-pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Option<Lookup>> {
+/// Looks `id` up. Gives up after `within`.
+pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outcome> {
     let started = Instant::now();
+    if uuid::Uuid::parse_str(id).is_err() {
+        if let Some(table) = uuid_id_table(config).await? {
+            return Ok(Outcome::NotAnId(format!(
+                "{id:?} is not a UUID, which event ids of {table} are: give the id as the record's `id` header shows it, e.g. 0190a3c4-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+            )));
+        }
+    }
     let opts = Options {
         selection: Selection { ids: vec![id.to_string()], ..Selection::default() },
-        dry_run: true,
         allow_empty: true,
         places_only: true,
         ..Options::default()
     };
-    let mut replay = Replay::open(config, opts).await?;
-    let tables = replay.indexes();
-    let bindings = replay.bindings();
+    let mut snapshot = Snapshot::open(config, &opts).await?;
+    let tables = snapshot.indexes();
     let mut encoder = Encoder::new(config);
     let mut row = None;
-    while let Some(rows) = replay.next_rows().await? {
+    while let Some(rows) = snapshot.next_rows().await? {
         let table = rows.table;
-        if let Some(first) = rows.records(&mut encoder, &bindings[table])?.into_iter().next() {
+        if let Some(first) = rows.routed(&mut encoder, snapshot.binding(table)).into_iter().next() {
             row = Some((tables[table].0.clone(), first));
             break;
         }
     }
-    replay.close().await;
-    let Some((table, (record, commit))) = row else { return Ok(None) };
+    snapshot.close().await;
+    let Some((table, routed)) = row else { return Ok(Outcome::Absent) };
+    let (record, commit) = match routed {
+        Ok(routed) => routed,
+        Err(refused) => {
+            return Ok(Outcome::Unroutable { id: id.to_string(), table, reason: refused.reason })
+        }
+    };
     let Some(place) = IdPlace::of(&record) else {
         return Err(Error::definite(
             format!("event {id}'s record carries its id in no place the lookup reads"),
@@ -95,10 +127,22 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Optio
     let left = within.saturating_sub(started.elapsed());
     tokio::task::spawn_blocking(move || {
         search(&config, &mut lookup, key.as_deref(), &place, left)?;
-        Ok(Some(lookup))
+        Ok(Outcome::Routed(lookup))
     })
     .await
     .map_err(|e| Error::transient("the lookup's Kafka reader stopped", e))?
+}
+
+/// An outbox table whose event id column is a `uuid`, which no other text can match: the
+/// snapshot read refuses a selection holding such text for it.
+async fn uuid_id_table(config: &Config) -> Result<Option<String>> {
+    let control = source::connect(&config.source).await?;
+    let tables = catalog::outbox_tables(&control, &config.outbox).await?;
+    let id = &config.router.field_event_id;
+    Ok(tables
+        .iter()
+        .find(|t| t.columns.iter().any(|c| &c.name == id && c.type_oid == UUID_OID))
+        .map(|t| t.name.to_string()))
 }
 
 /// Reads the partitions the event may be in until it is found, filling `found` and `searched`.

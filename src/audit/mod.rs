@@ -2,10 +2,10 @@
 //! puts it (`walrelay audit`)?
 //!
 //! The outbox table is the source of truth for as long as `[retention] keep` keeps its rows. The
-//! audit reads the window's rows in one snapshot and turns each into the record the live relay
-//! sends (the replay's reading and routing: same router, same envelope, so the same topic, key,
-//! partition and event id), then reads those topics from the offsets for the window's start (a
-//! margin before it) to their end, with no consumer group, and compares:
+//! audit reads the window's rows in one [`crate::snapshot`] and turns each into the record the
+//! live relay sends (same router, same envelope, so the same topic, key, partition and event id),
+//! then reads those topics from the offsets for the window's start (a margin before it) to their
+//! end, with no consumer group, and compares:
 //!
 //! * **delivered**: in Kafka once;
 //! * **missing**: not in Kafka, committed before `--settle` ago (younger ones are **pending**);
@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::replay::{Options as ReplayOptions, Replay, Selection, BATCH_ROWS};
+use crate::snapshot::{self, Selection, Snapshot, BATCH_ROWS};
 
 use self::compare::Judge;
 pub use self::report::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
@@ -68,26 +68,26 @@ pub struct Options {
 
 /// Runs the audit of the window `opts` selects.
 pub async fn run(config: &Config, opts: Options) -> Result<Report> {
-    let replay_opts = ReplayOptions {
+    let read = snapshot::Options {
         selection: opts.selection.clone(),
         column: opts.column.clone(),
-        dry_run: true,
         allow_empty: opts.allow_empty,
         places_only: true,
-        ..ReplayOptions::default()
     };
-    // Every row committed before this is in the snapshot Replay::open takes.
-    let before_snapshot = crate::metrics::unix_micros();
+    // Every row committed before this is in the snapshot Snapshot::open takes.
+    let before_snapshot = crate::clock::unix_micros();
     let started = std::time::Instant::now();
-    let mut replay = Replay::open(config, replay_opts).await?;
-    tracing::debug!(rows = replay.total, peak_rss_mb = peak_rss_mb(), "audit: snapshot open");
+    let mut snapshot = Snapshot::open(config, &read).await?;
+    tracing::debug!(rows = snapshot.total, peak_rss_mb = peak_rss_mb(), "audit: snapshot open");
     // How far behind the relay is: what it has not confirmed may not be in Kafka yet (the slot
     // view reads shared memory, not the snapshot, so it is the present).
-    let slot = crate::source::slot::slot(replay.control(), &config.source.slot).await;
+    let slot = crate::source::slot::slot(snapshot.control(), &config.source.slot).await;
     let slot_behind_bytes = slot.ok().flatten().and_then(|s| s.lag_bytes());
+    // Every row of the snapshot committed before this position.
+    let snapshot_lsn = snapshot_lsn(snapshot.control()).await;
     let expect::Expected { wants, topics, id_place, since_micros, refused, refused_count } =
-        expect::read(&mut replay, config).await?;
-    let commit_ordered = replay.commit_ordered();
+        expect::read(&mut snapshot, config).await?;
+    let commit_ordered = snapshot.commit_ordered();
     tracing::debug!(
         events = wants.len(),
         topics = topics.len(),
@@ -98,7 +98,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     let read_committed = config.delivery.exactly_once() && !opts.read_uncommitted;
     let Some(id_place) = id_place else {
         // No rows (allowed by `allow_empty`), or none the router takes: nothing to compare.
-        replay.close().await;
+        snapshot.close().await;
         let mut report =
             Report { order_checked: commit_ordered, read_committed, ..Report::default() };
         report.refused(config, refused, refused_count);
@@ -124,11 +124,42 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         commit_ordered,
         read_committed,
         budget: MEMORY_PER_SORT,
+        now_ms: before_snapshot / 1000,
     };
     let (mut report, strangers) = compare::compare(wants, copies, &judge)?;
     report.refused(config, refused, refused_count);
     report.event_id_in = id_place.describe();
     report.slot_behind_bytes = slot_behind_bytes;
+    report.snapshot_lsn = snapshot_lsn;
+    report.notes = shape.notes.clone();
+    report.compacted_topics = (topics.iter().zip(&shape.configs))
+        .filter(|(_, c)| c.compacted)
+        .map(|(t, _)| t.to_string())
+        .collect();
+    for &(topic, partition, offset) in &shape.foreign {
+        let why = format!("no event id in {}: another producer's record", id_place.describe());
+        report.foreign("(none)", &topics[topic as usize], format!("{partition}@{offset}"), &why);
+    }
+    for (index, count) in shape.foreign_counts.iter().enumerate() {
+        let listed = shape.foreign.iter().filter(|f| f.0 == index as u32).count() as u64;
+        if *count > listed {
+            // Counted, not listed one by one.
+            let t = report.topics.entry(topics[index].to_string()).or_default();
+            t.foreign += count - listed;
+            report.problems_not_listed += count - listed;
+        }
+    }
+    for (index, topic) in topics.iter().enumerate() {
+        if let Some(t) = report.topics.get_mut(topic.as_ref()) {
+            if t.expired > 0 || t.unverifiable > 0 {
+                t.retention_ms = shape.configs.get(index).and_then(|c| c.retention_ms);
+            }
+        }
+    }
+    let who = compare::Strangers {
+        messages: config.messages.is_some(),
+        tenants: !config.outbox.patterns.is_empty(),
+    };
     // Records of no row of the window: of a row outside it, or of none (unexpected).
     let mut batch: Vec<kafka::Held> = Vec::new();
     let mut distinct = 0;
@@ -139,22 +170,13 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
             distinct += 1;
         }
         if distinct > BATCH_ROWS {
-            look_up(&replay, &mut report, &mut batch, &topics).await?;
+            look_up(&snapshot, &mut report, &mut batch, &topics, who).await?;
             distinct = 1;
         }
         batch.push(c);
     }
-    look_up(&replay, &mut report, &mut batch, &topics).await?;
-    replay.close().await;
-    if report.topics.values().any(|t| t.expired > 0) {
-        let expired: Vec<String> =
-            report.topics.iter().filter(|(_, t)| t.expired > 0).map(|(n, _)| n.clone()).collect();
-        for (topic, ms) in kafka::retention(config, &expired).await {
-            if let Some(t) = report.topics.get_mut(&topic) {
-                t.retention_ms = ms;
-            }
-        }
-    }
+    look_up(&snapshot, &mut report, &mut batch, &topics, who).await?;
+    snapshot.close().await;
     report.finish();
     tracing::debug!(
         seconds = started.elapsed().as_secs_f64(),
@@ -178,18 +200,30 @@ fn peak_rss_mb() -> u64 {
 
 /// Which of `batch`'s event ids are rows outside the window; the others are unexpected.
 async fn look_up(
-    replay: &Replay<'_>,
+    snapshot: &Snapshot,
     report: &mut Report,
     batch: &mut Vec<kafka::Held>,
     topics: &[Arc<str>],
+    who: compare::Strangers,
 ) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
     let mut ids: Vec<String> = batch.iter().map(|c| c.id.clone()).collect();
     ids.dedup();
-    let present = replay.present_ids(&ids).await?;
-    compare::strangers(report, batch, &present, topics);
+    let present = snapshot.present_ids(&ids).await?;
+    let could_be_id = |id: &str| snapshot.could_be_id(id);
+    compare::strangers(report, batch, &present, &could_be_id, who, topics);
     batch.clear();
     Ok(())
+}
+
+/// The server's WAL insert position, read inside the snapshot; `None` where it cannot say (a
+/// standby).
+async fn snapshot_lsn(control: &crate::source::Control) -> Option<crate::lsn::Lsn> {
+    let row = control
+        .query_one("cannot read the WAL position", "SELECT pg_current_wal_insert_lsn()", &[])
+        .await
+        .ok()?;
+    row.try_get(0).ok()
 }

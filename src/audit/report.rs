@@ -15,12 +15,23 @@ pub const PROBLEMS_KEPT: usize = 10_000;
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     Missing,
+    /// Not in Kafka, where records were deleted for a reason other than time retention (or
+    /// one the audit cannot tell): whether it was ever written cannot be known. Not clean.
+    Unverifiable,
     Duplicated,
     OutOfOrder,
     Misplaced,
     Unexpected,
-    /// Not in Kafka, where Kafka's retention deleted records: not known to be missing.
+    /// Not in Kafka, where time retention deleted records and the event is older than the
+    /// topic's `retention.ms`: deleted as configured.
     Expired,
+    /// In Kafka only as copies `walrelay replay` or `audit --repair` re-published: after
+    /// later events of its key, by design. Said, not judged.
+    Repaired,
+    /// A record of an audited topic that carries no outbox event id (none where the envelope
+    /// puts it, or one no outbox table's id column can hold), or one the audit cannot
+    /// attribute: another producer's, a logical message's, a dropped tenant's. Said, not judged.
+    Foreign,
     /// A row the router refuses: the live relay sent it to the dead-letter topic, or stops at
     /// it. Said, not judged: it is in no routed topic by design.
     Unroutable,
@@ -30,11 +41,14 @@ impl ProblemKind {
     pub fn name(self) -> &'static str {
         match self {
             ProblemKind::Missing => "missing",
+            ProblemKind::Unverifiable => "unverifiable",
             ProblemKind::Duplicated => "duplicated",
             ProblemKind::OutOfOrder => "out of order",
             ProblemKind::Misplaced => "misplaced",
             ProblemKind::Unexpected => "unexpected",
             ProblemKind::Expired => "expired",
+            ProblemKind::Repaired => "repaired",
+            ProblemKind::Foreign => "foreign",
             ProblemKind::Unroutable => "unroutable",
         }
     }
@@ -58,16 +72,24 @@ pub struct TopicReport {
     pub delivered_once: u64,
     pub pending: u64,
     pub missing: u64,
-    /// Not in Kafka, in a partition whose records Kafka's retention deleted from before the
-    /// event's commit: whether it was delivered cannot be known.
+    /// Not in Kafka, older than the topic's `retention.ms`, in a partition whose records time
+    /// retention deleted from before the event's commit: deleted as configured.
     pub expired: u64,
+    /// Not in Kafka, in a partition whose records were deleted for another reason (or one
+    /// the audit cannot tell): whether it was ever written cannot be known.
+    pub unverifiable: u64,
     pub duplicated: u64,
     /// Of the duplicated, those with copies from `walrelay replay` only beyond the first.
     pub duplicated_by_replay: u64,
+    /// In Kafka only as re-published copies (`walrelay replay`, `audit --repair`).
+    pub repaired: u64,
     pub out_of_order: u64,
     pub misplaced: u64,
     pub unexpected: u64,
-    /// The topic's `retention.ms`, when events expired from it (and Kafka said).
+    /// Records with no outbox event id, or none the audit can attribute.
+    pub foreign: u64,
+    /// The topic's `retention.ms`, when events expired from it or are unverifiable (and Kafka
+    /// said).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_ms: Option<i64>,
 }
@@ -88,6 +110,15 @@ pub struct Report {
     pub slot_behind_bytes: Option<u64>,
     /// How long the audit took.
     pub seconds: f64,
+    /// The server's WAL insert position inside the audit's snapshot: every row the audit read
+    /// committed before it. A repair waits for the slot to have confirmed past it.
+    #[serde(serialize_with = "lsn_text")]
+    pub snapshot_lsn: Option<crate::lsn::Lsn>,
+    /// Answers of the broker that did not hold together, and what the audit did instead.
+    pub notes: Vec<String>,
+    /// Audited topics whose `cleanup.policy` compacts: a repair there would put an old event
+    /// after the newest of its key.
+    pub compacted_topics: Vec<String>,
     /// The first [`PROBLEMS_KEPT`] problem events, by kind, topic and event id.
     pub problems: Vec<Problem>,
     /// Problem events past [`PROBLEMS_KEPT`], counted only.
@@ -100,17 +131,20 @@ pub struct Report {
 impl TopicReport {
     /// The counts after `expected`, in the order of `walrelay_audit_events`' results
     /// ([`crate::metrics::AUDIT_RESULTS`]).
-    pub fn counts(&self) -> [u64; 9] {
+    pub fn counts(&self) -> [u64; 12] {
         [
             self.delivered_once,
             self.pending,
             self.missing,
             self.expired,
+            self.unverifiable,
             self.duplicated,
             self.duplicated_by_replay,
+            self.repaired,
             self.out_of_order,
             self.misplaced,
             self.unexpected,
+            self.foreign,
         ]
     }
 
@@ -122,11 +156,14 @@ impl TopicReport {
             &mut self.pending,
             &mut self.missing,
             &mut self.expired,
+            &mut self.unverifiable,
             &mut self.duplicated,
             &mut self.duplicated_by_replay,
+            &mut self.repaired,
             &mut self.out_of_order,
             &mut self.misplaced,
             &mut self.unexpected,
+            &mut self.foreign,
         ];
         for (mine, theirs) in mine.into_iter().zip(std::iter::once(t.expected).chain(t.counts())) {
             *mine += theirs;
@@ -135,11 +172,13 @@ impl TopicReport {
 }
 
 impl Report {
-    /// Nothing missing, duplicated beyond replays, out of order, misplaced or unexpected.
-    /// Expired events are said, not judged: Kafka deleted what would tell.
+    /// Nothing missing, unverifiable, duplicated beyond replays, out of order, misplaced or
+    /// unexpected. Expired events (time retention, as configured), repaired ones and foreign
+    /// records are said, not judged. An empty window is clean: there was nothing to lose.
     pub fn clean(&self) -> bool {
         let t = &self.total;
         t.missing == 0
+            && t.unverifiable == 0
             && t.duplicated == t.duplicated_by_replay
             && t.out_of_order == 0
             && t.misplaced == 0
@@ -158,7 +197,7 @@ impl Report {
     pub(crate) fn refused(
         &mut self,
         config: &crate::config::Config,
-        refused: Vec<crate::replay::Refused>,
+        refused: Vec<crate::snapshot::Refused>,
         count: u64,
     ) {
         self.unroutable = count;
@@ -177,6 +216,11 @@ impl Report {
         }
     }
 
+    /// Whether the window held no event at all (nothing to lose, so clean).
+    pub fn empty(&self) -> bool {
+        self.total.expected == 0 && self.unroutable == 0
+    }
+
     /// A record whose event id is no row of the outbox tables.
     pub(crate) fn unexpected(&mut self, copy: &Held, topic: &str) {
         self.topics.entry(topic.to_string()).or_default().unexpected += 1;
@@ -190,6 +234,18 @@ impl Report {
         });
     }
 
+    /// A record of `topic` that is no outbox event the audit can attribute, and why.
+    pub(crate) fn foreign(&mut self, id: &str, topic: &str, at: String, why: &str) {
+        self.topics.entry(topic.to_string()).or_default().foreign += 1;
+        self.problem(Problem {
+            kind: ProblemKind::Foreign,
+            event_id: id.to_string(),
+            topic: topic.to_string(),
+            held_at: vec![at],
+            detail: why.to_string(),
+        });
+    }
+
     /// The totals, and the problems in their order; once every count is in.
     pub(crate) fn finish(&mut self) {
         let mut total = TopicReport::default();
@@ -199,5 +255,13 @@ impl Report {
         self.total = total;
         self.problems
             .sort_by(|a, b| (a.kind, &a.topic, &a.event_id).cmp(&(b.kind, &b.topic, &b.event_id)));
+    }
+}
+
+/// An LSN as PostgreSQL writes it (`0/16B3748`), for `--json`.
+fn lsn_text<S: serde::Serializer>(lsn: &Option<crate::lsn::Lsn>, s: S) -> Result<S::Ok, S::Error> {
+    match lsn {
+        Some(l) => s.serialize_str(&l.to_string()),
+        None => s.serialize_none(),
     }
 }

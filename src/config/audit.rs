@@ -46,15 +46,17 @@ pub(super) fn parse_audit(opts: &Options) -> Result<AuditConfig, ConfigError> {
     let settle = duration("settle", raw.settle, AuditConfig::DEFAULT_SETTLE)?;
     // By default each audit overlaps the last by ten minutes, so no event falls between two.
     let window = duration("window", raw.window, interval + settle + Duration::from_secs(600))?;
-    if window <= settle {
+    if window <= interval + settle {
         let text = crate::duration::format(window);
         return Err(invalid(
             S,
             "window",
             &text,
             &format!(
-                "must be longer than settle ({}): the audit looks at events committed from window ago to settle ago",
-                crate::duration::format(settle)
+                "must be longer than interval + settle ({} + {}): consecutive audits must overlap by more than settle, or the events between two windows are never judged; e.g. window = \"{}\"",
+                crate::duration::format(interval),
+                crate::duration::format(settle),
+                crate::duration::format(interval + settle + Duration::from_secs(600)),
             ),
         ));
     }

@@ -127,12 +127,13 @@ fn flatten(
     Ok(())
 }
 
-/// Whether a key may be written as a list: `[outbox] tables`, and the sections that take
+/// Whether a key may be written as a list: `[outbox] tables`, `[http] hosts`, and the sections that take
 /// other projects' options (Debezium's and librdkafka's list options are comma-separated
 /// text). Every other key of walrelay's own takes one value.
 fn takes_list(section: &str, key: &str) -> bool {
     match section {
         "outbox" => key == "tables",
+        "http" => key == "hosts",
         "router" | "debezium" | "kafka" | "envelope" => true,
         _ => false,
     }

@@ -19,10 +19,12 @@ mod debezium_offsets;
 mod delivery;
 mod document;
 mod env;
+mod http;
 mod kafka;
 mod limits;
 mod outbox;
 mod retention;
+mod schema_registry;
 mod section;
 mod source;
 #[cfg(test)]
@@ -34,10 +36,12 @@ pub use audit::AuditConfig;
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
 pub use env::ENV_PREFIX;
+pub use http::{ConsoleMode, HttpConfig};
 pub use kafka::{KafkaConfig, FILL_IN, RELAY_OWNED_KAFKA};
-pub use limits::{HttpConfig, Limits};
+pub use limits::Limits;
 pub use outbox::{OutboxConfig, TableName, TablePattern};
 pub use retention::{DeadLetterConfig, RetentionConfig};
+pub use schema_registry::{SchemaRegistryConfig, SubjectNameStrategy};
 pub use secret::redact_url;
 pub use source::SourceConfig;
 pub use tracing::TracingConfig;
@@ -65,6 +69,8 @@ pub struct Config {
     pub debezium_offsets: Option<DebeziumOffsetsConfig>,
     /// `[tracing]`: where the relay's spans go; `None`: no spans (context still propagates).
     pub tracing: Option<TracingConfig>,
+    /// `[schema_registry]`: where a registry converter's schemas go; `None`: no registry.
+    pub schema_registry: Option<SchemaRegistryConfig>,
 }
 
 /// The sections of the file, in the order they are documented.
@@ -75,6 +81,7 @@ const SECTIONS: &[&str] = &[
     "debezium",
     "envelope",
     "kafka",
+    "schema_registry",
     "delivery",
     "limits",
     "http",
@@ -153,7 +160,7 @@ impl Config {
         let (kafka, limits, http, dead_letter) =
             (take("kafka"), take("limits"), take("http"), take("dead_letter"));
         let (retention, debezium_offsets) = (take("retention"), take("debezium_offsets"));
-        let audit = take("audit");
+        let (audit, schema_registry) = (take("audit"), take("schema_registry"));
         let (envelope, delivery, tracing) = (take("envelope"), take("delivery"), take("tracing"));
         let tracing = tracing.map(|t| tracing::parse(&t)).transpose()?.flatten();
         let kafka = kafka::parse(kafka.unwrap_or_default())?;
@@ -170,6 +177,16 @@ impl Config {
         router.relay_spans = tracing.is_some();
         router.tenant_header = outbox.tenant_header.as_deref().map(std::sync::Arc::from);
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
+        let schema_registry = schema_registry.map(|r| schema_registry::parse(&r)).transpose()?;
+        if let (Some(converter), None) = (router.registry_converter(), &schema_registry) {
+            return Err(ConfigError::Missing {
+                section: "schema_registry",
+                key: "url".into(),
+                hint: format!(
+                    "[debezium] value.converter = {converter:?} writes schema ids: set [schema_registry] url to the registry's Confluent-compatible API"
+                ),
+            });
+        }
         if outbox.is_message_only() && messages.is_none() {
             return Err(invalid(
                 "outbox",
@@ -209,11 +226,12 @@ impl Config {
             kafka,
             delivery,
             limits: limits::parse_limits(&limits.unwrap_or_default())?,
-            http: http.map(|h| limits::parse_http(&h)).transpose()?,
+            http: http.map(|h| http::parse(&h)).transpose()?,
             retention: retention.map(|r| retention::parse_retention(&r)).transpose()?,
             audit: audit.map(|a| audit::parse_audit(&a)).transpose()?,
             debezium_offsets,
             tracing,
+            schema_registry,
         })
     }
 }
@@ -226,12 +244,13 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("outbox", section::keys_of::<outbox::Raw>()),
         ("delivery", section::keys_of::<delivery::Raw>()),
         ("limits", section::keys_of::<limits::RawLimits>()),
-        ("http", section::keys_of::<limits::RawHttp>()),
+        ("http", section::keys_of::<http::Raw>()),
         ("dead_letter", section::keys_of::<retention::RawDeadLetter>()),
         ("retention", section::keys_of::<retention::RawRetention>()),
         ("audit", section::keys_of::<audit::RawAudit>()),
         ("debezium_offsets", section::keys_of::<debezium_offsets::Raw>()),
         ("tracing", section::keys_of::<tracing::Raw>()),
+        ("schema_registry", section::keys_of::<schema_registry::Raw>()),
     ]
 }
 

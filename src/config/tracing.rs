@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::{invalid, section, ConfigError, Options};
+use super::{invalid, secret, section, ConfigError, Options};
 
 /// `[tracing]`: export one span per relayed event over OTLP/HTTP (protobuf).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,20 @@ pub(super) fn parse(opts: &Options) -> Result<Option<TracingConfig>, ConfigError
     if rest.is_empty() || rest.starts_with('/') {
         return Err(invalid(S, "otlp_endpoint", &endpoint, "has no host"));
     }
+    if let Some(why) = carries_secret(rest) {
+        // The value is not shown: it is the secret.
+        return Err(invalid(
+            S,
+            "otlp_endpoint",
+            "",
+            &format!(
+                "carries {why}, which would be logged, shown by the console and sent in the clear: \
+                 remove it from the URL. walrelay sends no credentials to the receiver: point it \
+                 at a collector beside the relay (http://127.0.0.1:4318) that adds them, from its \
+                 own secret, on the way out"
+            ),
+        ));
+    }
     let otlp_endpoint = match rest.find('/') {
         Some(i) if rest.len() > i + 1 => endpoint,
         Some(_) => format!("{endpoint}v1/traces"),
@@ -55,4 +69,56 @@ pub(super) fn parse(opts: &Options) -> Result<Option<TracingConfig>, ConfigError
         queue_spans: queue_spans as usize,
         service_name: raw.service_name.unwrap_or_else(|| "walrelay".to_owned()),
     }))
+}
+
+/// What secret the part of an `http://` URL after the scheme holds, if any: user-info
+/// (`user:token@`, or a token alone as the user), or a query parameter named like a secret
+/// (`?api_key=…`, `?token=…`, `?key=…`).
+fn carries_secret(rest: &str) -> Option<&'static str> {
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    if authority.contains('@') {
+        return Some("credentials in its user-info (the part before `@`)");
+    }
+    let query = rest.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split('#').next().unwrap_or("");
+    query
+        .split('&')
+        .filter_map(|pair| pair.split('=').next())
+        .any(|name| {
+            let lower = name.to_ascii_lowercase();
+            secret::is_secret_key(&lower) || matches!(lower.as_str(), "key" | "auth" | "sig")
+        })
+        .then_some("a secret in its query")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const MINIMAL: &str = "[source]\nurl = \"postgres://u@h/d\"\n[outbox]\ntable = \"public.outbox\"\n[kafka]\n\"bootstrap.servers\" = \"k:9092\"\n";
+
+    fn endpoint(url: &str) -> Result<String, String> {
+        Config::parse(&format!("{MINIMAL}[tracing]\notlp_endpoint = \"{url}\"\n"))
+            .map(|c| c.tracing.expect("[tracing]").otlp_endpoint)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_otlp_endpoint_with_credentials_is_refused_without_showing_them() {
+        for url in [
+            "http://walrelay:S3cr3t-tok@collector:4318",
+            "http://S3cr3t-tok@collector:4318/v1/traces",
+            "http://collector:4318/v1/traces?api_key=S3cr3t-tok",
+            "http://collector:4318?token=S3cr3t-tok",
+            "http://collector:4318/v1/traces?x=1&key=S3cr3t-tok",
+        ] {
+            let e = endpoint(url).unwrap_err();
+            assert!(e.contains("[tracing] `otlp_endpoint`"), "{url}: {e}");
+            assert!(e.contains("remove it from the URL") && e.contains("collector"), "{e}");
+            assert!(!e.contains("S3cr3t-tok"), "the message shows the secret: {e}");
+        }
+        // An `@` in the path is no user-info, and a plain query is no secret.
+        assert!(endpoint("http://collector:4318/v1/traces/@x").is_ok());
+        assert!(endpoint("http://collector:4318/v1/traces?tenant=a").is_ok());
+    }
 }

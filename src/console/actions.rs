@@ -1,5 +1,6 @@
-//! The console's actions, off unless `[http] console_actions = true` with a `console_token`: a
-//! dry-run replay or an audit of a window, started from the page. Each runs as a `walrelay
+//! The console's actions, off unless `[http] console = "actions"` (which needs `console_token`,
+//! the bearer token each start carries: see [`super::access`]): a dry-run replay or an audit of
+//! a window, started from the page. Each runs as a `walrelay
 //! replay --dry-run` or `walrelay audit` child process on the relay's own configuration file, so
 //! it reads with connections, memory and a Kafka reader of its own and can never hold the relay
 //! up; one at a time, its last lines of output kept for the page.
@@ -10,10 +11,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::clock::unix_micros;
 use crate::duration::rfc3339;
 use crate::metrics::seen::cut;
-use crate::metrics::unix_micros;
-use crate::replay::{inverted_window, TimeBound};
+use crate::snapshot::{inverted_window, TimeBound};
 
 /// Lines of an action's output kept.
 pub const KEPT_LINES: usize = 200;
@@ -55,23 +56,12 @@ struct Job {
 pub struct Actions {
     /// The relay's configuration file, which the child reads too.
     config_path: PathBuf,
-    token: String,
     job: Arc<Mutex<Option<Job>>>,
 }
 
 impl Actions {
-    pub fn new(config_path: PathBuf, token: String) -> Actions {
-        Actions { config_path, token, job: Arc::new(Mutex::new(None)) }
-    }
-
-    /// Whether `authorization` (the request's header) carries the token.
-    pub fn authorized(&self, authorization: Option<&str>) -> bool {
-        let Some(given) = authorization.and_then(|a| a.strip_prefix("Bearer ")) else {
-            return false;
-        };
-        // The same time whatever the first difference: no guessing the token byte by byte.
-        let (a, b) = (given.as_bytes(), self.token.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+    pub fn new(config_path: PathBuf) -> Actions {
+        Actions { config_path, job: Arc::new(Mutex::new(None)) }
     }
 
     /// Starts `kind` over `since`..`until` (replay's durations and times), unless one runs.
@@ -168,17 +158,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_exact_token_authorizes() {
-        let a = Actions::new("w.toml".into(), "s3cret-token".into());
-        assert!(a.authorized(Some("Bearer s3cret-token")));
-        for wrong in [None, Some("s3cret-token"), Some("Bearer s3cret-toke"), Some("Bearer ")] {
-            assert!(!a.authorized(wrong), "{wrong:?}");
-        }
-    }
-
-    #[test]
     fn a_bound_that_could_be_an_option_is_refused() {
-        let a = Actions::new("w.toml".into(), "t".into());
+        let a = Actions::new("w.toml".into());
         let e = a.start(Kind::Audit, "--yes", None).unwrap_err();
         assert!(e.contains("not a duration"), "{e}");
     }

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::metrics::{unix_micros, Metrics};
+use crate::clock::unix_micros;
+use crate::metrics::Metrics;
 
 /// How often a sample is taken.
 pub const EVERY: Duration = Duration::from_secs(5);

@@ -55,7 +55,7 @@ impl<S: Subscriber> Layer<S> for Keep {
         let mut fields = Fields::default();
         event.record(&mut fields);
         let problem = Problem {
-            micros: crate::metrics::unix_micros(),
+            micros: crate::clock::unix_micros(),
             level,
             target: event.metadata().target().to_string(),
             message: cut_to(&fields.message, MAX_MESSAGE),

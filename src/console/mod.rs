@@ -1,9 +1,9 @@
 //! The console: a page at `/` and the JSON API it reads (`/api/v1/...`), served by the HTTP
 //! endpoint on its own thread, for an operator who wants to look rather than read metrics.
 //!
-//! * `/` — the page (`src/http/console/`: HTML, CSS and JavaScript embedded in the binary, no
-//!   external asset), with the overview rendered as text by the server, so it reads without
-//!   JavaScript too;
+//! * `/` — the page (`assets/`: HTML, CSS and JavaScript embedded in the binary, no external
+//!   asset), with the overview rendered as text by the server, so it reads without JavaScript
+//!   too;
 //! * `/api/v1/overview` — the guarantee, the slot as PostgreSQL reports it, the relay's positions
 //!   and lag, the broker as the relay sees it, in-flight records, counts;
 //! * `/api/v1/history` — the last hour of lag, throughput and in-flight records ([`history`]);
@@ -11,23 +11,31 @@
 //!   reason and the latest ones;
 //! * `/api/v1/tables` — events relayed per outbox table;
 //! * `/api/v1/events/<id>` — where one event is: its row, where the router puts it, where Kafka
-//!   has it ([`crate::audit::lookup`]);
-//! * `/api/v1/actions` — a dry-run replay or an audit, only with `[http] console_actions` and
-//!   its bearer token ([`actions`]).
+//!   has it (`events.rs`, [`crate::audit::lookup`]); rate-limited ([`rate`]);
+//! * `/api/v1/actions` — a dry-run replay or an audit, only with `[http] console = "actions"`
+//!   and its bearer token ([`actions`]).
+//!
+//! It is mounted on the HTTP endpoint ([`crate::http::Routes`]) unless `[http] console` resolved
+//! to off. Every request passes the Host check first, and on a non-loopback listen every
+//! request for data needs the token ([`access`]).
 //!
 //! Nothing here touches the relay's thread: values are read from [`Metrics`] (atomics and
 //! snapshots the relay publishes), and what needs PostgreSQL or Kafka (a lookup, an action)
 //! uses connections of its own. No secret reaches a response: the source URL is shown as
 //! `check` shows it, and log lines never hold secrets.
 
+pub mod access;
 pub mod actions;
+mod events;
 pub mod history;
 pub mod log;
+pub mod rate;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -36,60 +44,119 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
+use self::access::Access;
 use self::actions::{Actions, Kind};
 use self::history::History;
-use crate::config::{redact_url, Config};
+use self::rate::Bucket;
+use crate::clock::unix_micros;
+use crate::config::{redact_url, Config, ConsoleMode};
 use crate::duration::rfc3339;
-use crate::metrics::{unix_micros, Metrics};
+use crate::http::{Reply, Routes};
+use crate::metrics::Metrics;
 
-const PAGE: &str = include_str!("../http/console/index.html");
-const SCRIPT: &str = include_str!("../http/console/console.js");
-const STYLE: &str = include_str!("../http/console/console.css");
+const PAGE: &str = include_str!("assets/index.html");
+const SCRIPT: &str = include_str!("assets/console.js");
+const STYLE: &str = include_str!("assets/console.css");
 
-/// How long a lookup may take: within the endpoint's connection timeout (10 s).
-const LOOKUP_WITHIN: Duration = Duration::from_secs(8);
 /// The largest request body read (an action's window).
 const MAX_BODY: usize = 4096;
 
-pub struct Console {
+/// The console of the relay running `config` (read from `config_path`), to mount on its HTTP
+/// endpoint; `None` when `[http] console` resolved to off, which is logged with why.
+pub fn mount(
+    config: Arc<Config>,
+    config_path: PathBuf,
+    metrics: Arc<Metrics>,
+) -> Option<Box<dyn Routes>> {
+    let http = config.http.as_ref()?;
+    match http.console {
+        ConsoleMode::Off if http.console_needs_token() && http.console_token.is_none() => {
+            tracing::info!(
+                listen = %http.listen,
+                "the console is off: [http] listen is not a loopback address and no console_token is set (set WALRELAY_HTTP_CONSOLE_TOKEN to serve it behind the token)"
+            );
+            None
+        }
+        ConsoleMode::Off => {
+            tracing::info!("the console is off: [http] console = \"off\"");
+            None
+        }
+        ConsoleMode::Read | ConsoleMode::Actions => {
+            Some(Box::new(Console::new(config.clone(), config_path, metrics)))
+        }
+    }
+}
+
+struct Console {
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     history: Arc<History>,
+    access: Access,
     actions: Option<Actions>,
     started_micros: i64,
     /// One lookup at a time: each opens a connection and a Kafka reader.
     lookups: Semaphore,
+    lookup_rate: Bucket,
+}
+
+impl Routes for Console {
+    fn owns(&self, path: &str) -> bool {
+        matches!(path, "/" | "/console.js" | "/console.css") || path.starts_with("/api/v1/")
+    }
+
+    fn respond(
+        &self,
+        request: Request<Incoming>,
+    ) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>> {
+        Box::pin(self.guarded(request))
+    }
+
+    /// Samples the history, on the runtime of the endpoint's thread.
+    fn start(&self) {
+        tokio::spawn(self.history.clone().sample(self.metrics.clone()));
+    }
 }
 
 impl Console {
-    /// The console of the relay running `config`, read from `config_path`.
-    pub fn new(config: Arc<Config>, config_path: PathBuf, metrics: Arc<Metrics>) -> Console {
-        let actions =
-            config.http.as_ref().and_then(|h| match (h.console_actions, &h.console_token) {
-                (true, Some(token)) => Some(Actions::new(config_path, token.clone())),
-                _ => None,
-            });
+    fn new(config: Arc<Config>, config_path: PathBuf, metrics: Arc<Metrics>) -> Console {
+        let http = config.http.as_ref().expect("mounted only with [http]");
+        let actions = (http.console == ConsoleMode::Actions).then(|| Actions::new(config_path));
         Console {
+            access: Access::new(http),
             config,
             metrics,
             history: Arc::new(History::default()),
             actions,
             started_micros: unix_micros(),
             lookups: Semaphore::new(1),
+            lookup_rate: Bucket::new(events::BURST, events::EVERY),
         }
     }
 
-    /// Samples the history, on the runtime of the endpoint's thread.
-    pub fn start_history(&self) {
-        tokio::spawn(self.history.clone().sample(self.metrics.clone()));
+    /// The Host check, then the token where data needs it, then the route.
+    async fn guarded(&self, request: Request<Incoming>) -> Reply {
+        if !self.access.host_allowed(&request) {
+            return error(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this Host is not one of this relay's names: open the console at localhost or an address of the relay, or add the name to [http] hosts",
+            );
+        }
+        if self.access.reads_need_token() && !self.access.authorized(&request) {
+            // The page's code and style hold no data; the page itself is sent without the
+            // server's summary, and its script asks for the token.
+            return match request.uri().path() {
+                "/console.js" | "/console.css" | "/" => self.respond(request, false).await,
+                _ => unauthorized(
+                    "this console listens on a non-loopback address: every request needs the bearer token, [http] console_token",
+                ),
+            };
+        }
+        self.respond(request, true).await
     }
 
-    /// Whether `path` is the console's.
-    pub fn owns(path: &str) -> bool {
-        matches!(path, "/" | "/console.js" | "/console.css") || path.starts_with("/api/v1/")
-    }
-
-    pub async fn respond(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    /// Answers a request that passed [`Console::guarded`]; `with_data` false: only the page's
+    /// code, style and a page without the summary.
+    async fn respond(&self, request: Request<Incoming>, with_data: bool) -> Reply {
         let path = request.uri().path().to_string();
         let method = request.method().clone();
         if method == Method::POST {
@@ -102,7 +169,7 @@ impl Console {
             return error(StatusCode::METHOD_NOT_ALLOWED, "GET, or POST to /api/v1/actions/<kind>");
         }
         match path.as_str() {
-            "/" => self.page(),
+            "/" => self.page(with_data),
             "/console.js" => asset(SCRIPT, "text/javascript; charset=utf-8"),
             "/console.css" => asset(STYLE, "text/css; charset=utf-8"),
             "/api/v1/overview" => ok(self.overview()),
@@ -120,12 +187,23 @@ impl Console {
         }
     }
 
-    fn page(&self) -> Response<Full<Bytes>> {
+    /// The page; without data, its summary says the token is needed (and the title names no
+    /// slot).
+    fn page(&self, with_data: bool) -> Reply {
         let src = &self.config.source;
-        let title = format!("walrelay · slot {} · publication {}", src.slot, src.publication);
+        let (title, text) = match with_data {
+            true => (
+                format!("walrelay · slot {} · publication {}", src.slot, src.publication),
+                self.server_text(),
+            ),
+            false => (
+                "walrelay".to_string(),
+                "This console needs its token on this address: enter it above ([http] console_token), or send it as Authorization: Bearer ….".to_string(),
+            ),
+        };
         let html = PAGE
             .replace("{{TITLE}}", &escape_html(&title))
-            .replace("{{SERVER_TEXT}}", &escape_html(&self.server_text()));
+            .replace("{{SERVER_TEXT}}", &escape_html(&text));
         asset(html, "text/html; charset=utf-8")
     }
 
@@ -290,73 +368,12 @@ impl Console {
         })
     }
 
-    async fn lookup(&self, raw: &str) -> Response<Full<Bytes>> {
-        let id = percent_decode(raw);
-        let Some(id) =
-            id.filter(|i| !i.is_empty() && i.len() <= 200 && !i.chars().any(char::is_control))
-        else {
-            return error(StatusCode::BAD_REQUEST, "not an event id: give the id as it is in the outbox table (at most 200 characters)");
-        };
-        let Ok(_one) = tokio::time::timeout(LOOKUP_WITHIN, self.lookups.acquire()).await else {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "another lookup is running: try again in a few seconds",
-            );
-        };
-        let looked = tokio::time::timeout(
-            LOOKUP_WITHIN,
-            crate::audit::lookup::lookup(&self.config, &id, LOOKUP_WITHIN),
-        )
-        .await;
-        let found = match looked {
-            Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, &format!("the lookup took longer than {} s", LOOKUP_WITHIN.as_secs())),
-            Ok(Err(e)) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.chain()),
-            Ok(Ok(None)) => {
-                return error(StatusCode::NOT_FOUND, &format!("event {id} is in no outbox table (purged by retention, never committed, or a logical message, which no table keeps)"))
-            }
-            Ok(Ok(Some(found))) => found,
-        };
-        // Confirmed once the slot passed its commit: compared by commit time, which replay
-        // reads exactly with track_commit_timestamp on. Without it: an event in Kafka while
-        // the relay has nothing read and unconfirmed was confirmed with what it read.
-        let positions = self.metrics.positions();
-        let caught_up = positions.oldest_unconfirmed_commit.is_none()
-            && positions.last_confirmed_commit.is_some();
-        let confirmed = match (found.exact, positions.last_confirmed_commit) {
-            (true, Some(last)) => Value::Bool(found.commit_micros <= last),
-            _ if found.found.is_some() && caught_up => Value::Bool(true),
-            _ => Value::Null,
-        };
-        let kafka = match &found.found {
-            Some(f) => json!({
-                "found": true,
-                "topic": found.topic,
-                "partition": f.partition,
-                "offset": f.offset,
-                "timestamp": f.timestamp_ms.map(|ms| rfc3339(ms * 1000)),
-            }),
-            None => json!({ "found": false, "searched": found.searched }),
-        };
-        let note = (!found.exact && confirmed.is_null()).then_some("the commit time is the row's timestamp column (track_commit_timestamp is off), and the relay has events not yet confirmed: whether this one is, is not known");
-        ok(json!({
-            "id": found.id,
-            "row": { "table": found.table, "created": rfc3339(found.commit_micros) },
-            "expected": { "topic": found.topic, "partition": found.partition, "key": found.key },
-            "kafka": kafka,
-            "confirmed": confirmed,
-            "note": note,
-        }))
-    }
-
-    async fn start_action(&self, kind: Kind, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn start_action(&self, kind: Kind, request: Request<Incoming>) -> Reply {
         let Some(actions) = &self.actions else {
-            return error(StatusCode::FORBIDDEN, "actions are off: set [http] console_actions = true and console_token to allow them");
+            return error(StatusCode::FORBIDDEN, "actions are off: set [http] console = \"actions\" (with console_token) to allow them");
         };
-        let authorization =
-            request.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if !actions.authorized(authorization) {
-            return error(
-                StatusCode::UNAUTHORIZED,
+        if !self.access.authorized(&request) {
+            return unauthorized(
                 "the bearer token is missing or wrong: it is [http] console_token",
             );
         }
@@ -407,7 +424,7 @@ pub fn tables(metrics: &Metrics) -> Value {
     json!({ "tables": rows })
 }
 
-fn ok(body: Value) -> Response<Full<Bytes>> {
+fn ok(body: Value) -> Reply {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -419,14 +436,23 @@ fn ok(body: Value) -> Response<Full<Bytes>> {
     response
 }
 
-fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+fn error(status: StatusCode, message: &str) -> Reply {
     let mut response = ok(json!({ "error": message }));
     *response.status_mut() = status;
     response
 }
 
+/// 401, with the scheme the token is asked by.
+fn unauthorized(message: &str) -> Reply {
+    let mut response = error(StatusCode::UNAUTHORIZED, message);
+    response
+        .headers_mut()
+        .insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+    response
+}
+
 /// An embedded file (a `&'static str`, not copied) or the page as filled in.
-fn asset(body: impl Into<Bytes>, content_type: &'static str) -> Response<Full<Bytes>> {
+fn asset(body: impl Into<Bytes>, content_type: &'static str) -> Reply {
     let mut response = Response::new(Full::new(body.into()));
     let headers = response.headers_mut();
     headers

@@ -42,6 +42,7 @@ pub fn record(cfg: &DeadLetterConfig, failed: Failed) -> Record {
         timestamp_ms: None,
         event_id: failed.event_id.unwrap_or_default(),
         trace: None,
+        value_schema: None,
     }
 }
 

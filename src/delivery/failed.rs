@@ -37,7 +37,7 @@ impl Failed {
     /// What the console lists of it (`metrics::seen`).
     pub fn seen(&self) -> crate::metrics::seen::DeadLetterSeen {
         crate::metrics::seen::DeadLetterSeen {
-            micros: crate::metrics::unix_micros(),
+            micros: crate::clock::unix_micros(),
             event_id: self.event_id_or_none().to_string(),
             source: self.source.to_string(),
             topic: self.topic.as_deref().map(str::to_string),

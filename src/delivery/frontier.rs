@@ -76,7 +76,7 @@ impl Frontier {
         let seq = self.base + self.slots.len() as Seq;
         // A record can't exceed u32 in Kafka anyway (message.max.bytes ≤ 1 GB).
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        let sent_micros = crate::metrics::unix_micros();
+        let sent_micros = crate::clock::unix_micros();
         self.slots.push_back(Slot { lsn, sent, bytes, acked: false, sent_micros });
         self.bytes += bytes as usize;
         seq

@@ -12,7 +12,7 @@
 //! did not reach Kafka as itself) and `exactly_once/` (the Kafka transactions: their policy, the
 //! progress topic, and the session's commits).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -22,10 +22,12 @@ use self::fault::Fault;
 use self::frontier::{Frontier, Sent, Seq, PROGRESS_SEQ};
 use self::offsets::Offsets;
 use self::producer::{Publisher, Refused, Report, SendError};
+use crate::clock::unix_micros;
 use crate::config::{Config, DeadLetterConfig, Limits};
+use crate::encoder::Framed;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
-use crate::metrics::{unix_micros, Metrics};
+use crate::metrics::Metrics;
 use crate::router::Record;
 use crate::spans::Exporter;
 use crate::trace::Pending;
@@ -63,6 +65,14 @@ impl Acked {
     }
 }
 
+/// A topic's partition.
+type Partition = (Arc<str>, i32);
+
+/// Records held behind first writes at most before the relay stops reading: a first write
+/// takes one round trip (seconds on a topic just created), and reading on through it would
+/// hold up to `[limits] inflight_records` records here, outside librdkafka's buffer.
+const MAX_HELD: usize = 1_000;
+
 pub struct Delivery {
     publisher: Publisher,
     /// `[tracing]`: where each record's span goes once the broker acknowledged it.
@@ -76,6 +86,12 @@ pub struct Delivery {
     dead_letter: Option<DeadLetterConfig>,
     /// Dead letters for refused records, waiting to be sent under the refused record's number.
     pending_dead: Vec<(Seq, Record)>,
+    /// Records for a partition whose first write is in flight, in their order: sent once it is
+    /// written (`offsets.rs`, I5). In the frontier already, so the in-flight limits count them.
+    held: HashMap<Partition, VecDeque<(Seq, Record)>>,
+    /// How many records `held` holds: past [`MAX_HELD`] the relay stops reading until the
+    /// first writes are reported (held records live here, not in librdkafka's buffer).
+    held_records: usize,
     /// How long after its commit the transaction being read was read, in seconds.
     read_lag: f64,
     /// Records of the current transaction, counted into commit→read at its Commit.
@@ -120,6 +136,8 @@ impl Delivery {
             limits: config.limits,
             dead_letter: config.dead_letter.clone(),
             pending_dead: Vec::new(),
+            held: HashMap::new(),
+            held_records: 0,
             progress_report: transactions::ProgressReport::NotSent,
             read_lag: 0.0,
             read_records: 0,
@@ -137,7 +155,8 @@ impl Delivery {
     /// Backpressure (I7): whether more may be read from the WAL now.
     /// Exactly-once: nothing past the first Begin is read before the transactions started.
     pub fn has_room(&self) -> bool {
-        self.frontier.inflight_records() < self.limits.inflight_records
+        self.held_records < MAX_HELD
+            && self.frontier.inflight_records() < self.limits.inflight_records
             && self.frontier.inflight_bytes() < self.limits.inflight_bytes
             && self.transactions.may_read()
     }
@@ -195,6 +214,17 @@ impl Delivery {
 
     /// Hands the record of the row of `table` at `lsn`, in transaction `txn`, to librdkafka.
     pub async fn publish(
+        &mut self,
+        record: Framed,
+        table: &Arc<str>,
+        lsn: Lsn,
+        txn: &Txn,
+    ) -> Result<()> {
+        self.publish_record(record.into_record(), table, lsn, txn).await
+    }
+
+    /// [`Delivery::publish`], and a dead letter (walrelay's own JSON: nothing to frame).
+    async fn publish_record(
         &mut self,
         record: Record,
         table: &Arc<str>,
@@ -287,15 +317,59 @@ impl Delivery {
         self.metrics.note_dead_letter(row.seen());
         let (source, lsn) = (row.source.clone(), row.lsn);
         let letter = dead_letter::record(dl, row);
-        self.publish(letter, &source, lsn, txn).await
+        self.publish_record(letter, &source, lsn, txn).await
     }
 
-    /// Hands a record to librdkafka under `seq`; its delivery report settles that number.
-    async fn send(&mut self, seq: Seq, mut record: Record) -> Result<()> {
+    /// Hands a record to librdkafka under `seq`; its delivery report settles that number. A
+    /// record for a partition whose first write is in flight waits in `held` (`offsets.rs`).
+    async fn send(&mut self, seq: Seq, record: Record) -> Result<()> {
+        let partitions = self.publisher.meet(&record.topic).await;
+        let partition = self.ordered_partition(&record, partitions);
+        if let Some(p) = partition {
+            if self.must_hold(&record.topic, p) {
+                self.held.entry((record.topic.clone(), p)).or_default().push_back((seq, record));
+                self.held_records += 1;
+                return Ok(());
+            }
+        }
+        self.hand_over(seq, record, partition).await
+    }
+
+    /// The partition a record goes to when its order counts and delivery holds it to that
+    /// order: a placed or keyed record, at-least-once. Exactly-once needs no hold: a lost first
+    /// batch fails its Kafka transaction, which is aborted, so no read-committed consumer sees
+    /// the records after it.
+    fn ordered_partition(&self, record: &Record, partitions: Option<i32>) -> Option<i32> {
+        if self.transactions.transactional_id().is_some() {
+            return None;
+        }
+        record
+            .partition
+            .or_else(|| Some(partitioner::key_partition(record.key.as_deref()?, partitions?)))
+    }
+
+    /// Whether a record for `topic`'s `partition` must wait: records wait there already, or
+    /// the partition's first write is in flight (not yet reported, not refused).
+    fn must_hold(&self, topic: &Arc<str>, partition: i32) -> bool {
+        (!self.held.is_empty() && self.held.contains_key(&(topic.clone(), partition)))
+            || self.first_write_in_flight(topic, partition)
+    }
+
+    /// Hands `record` to librdkafka now, waiting only while librdkafka's queue is full.
+    async fn hand_over(
+        &mut self,
+        seq: Seq,
+        mut record: Record,
+        mut partition: Option<i32>,
+    ) -> Result<()> {
         loop {
-            self.publisher.meet(&record.topic).await;
             match self.publisher.send(&record, seq) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    if let Some(p) = partition {
+                        self.offsets.sent(&record.topic, p, seq);
+                    }
+                    return Ok(());
+                }
                 // librdkafka's own queue is full: wait for a delivery report, then retry.
                 Err(SendError::QueueFull) => self.next_reports().await?,
                 // Refused before it left the process (too large, unknown partition): replaced by
@@ -308,7 +382,10 @@ impl Delivery {
                     }
                     self.on_rejected(seq, e, Refused::of(&record))?;
                     match self.pending_dead.pop() {
-                        Some((_, letter)) => record = letter,
+                        Some((_, letter)) => {
+                            self.publisher.meet(&letter.topic).await;
+                            (record, partition) = (letter, None);
+                        }
                         None => return Ok(()),
                     }
                 }
@@ -316,8 +393,38 @@ impl Delivery {
         }
     }
 
+    /// Sends what waits: the dead letters of records refused in delivery reports, and the held
+    /// records of partitions whose first write is reported (or refused). The loop calls it after
+    /// every step; a graceful stop and a Kafka transaction's commit call it too.
+    pub async fn send_waiting(&mut self) -> Result<()> {
+        self.send_dead_letters().await?;
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let partitions: Vec<Partition> = self.held.keys().cloned().collect();
+        for key in partitions {
+            while !self.first_write_in_flight(&key.0, key.1) {
+                let Some(queue) = self.held.get_mut(&key) else { break };
+                let Some((seq, record)) = queue.pop_front() else { break };
+                self.held_records -= 1;
+                if queue.is_empty() {
+                    self.held.remove(&key);
+                }
+                self.hand_over(seq, record, Some(key.1)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn first_write_in_flight(&self, topic: &Arc<str>, partition: i32) -> bool {
+        self.offsets.first_write(topic, partition).is_some_and(|first| {
+            self.frontier.sent_of(first).is_some_and(|sent| sent.topic == *topic)
+                && !self.pending_dead.iter().any(|(seq, _)| *seq == first)
+        })
+    }
+
     /// Sends the dead letters of records refused in delivery reports.
-    pub async fn send_dead_letters(&mut self) -> Result<()> {
+    async fn send_dead_letters(&mut self) -> Result<()> {
         while let Some((seq, letter)) = self.pending_dead.pop() {
             self.send(seq, letter).await?;
         }
@@ -439,7 +546,7 @@ impl Delivery {
     /// acknowledged the frontier stays before the row, so a stop cut short replays it.
     async fn settle(&mut self) -> Result<()> {
         loop {
-            self.send_dead_letters().await?;
+            self.send_waiting().await?;
             if self.frontier.unacked() <= self.refused {
                 return Ok(());
             }
@@ -455,6 +562,7 @@ pub(crate) mod fault;
 pub(crate) mod frontier;
 mod offsets;
 pub(crate) mod partition_read;
+pub(crate) mod partitioner;
 pub(crate) mod producer;
 mod reports;
 #[cfg(test)]

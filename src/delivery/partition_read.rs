@@ -7,7 +7,8 @@
 //!
 //! A read never waits on EOF alone: EOF comes only when a fetch finds nothing new, so on a
 //! partition that someone keeps writing it may never come. It ends at `end` (an offset taken
-//! by the caller before the read): at EOF at or past it, or at the first record at or past it.
+//! by the caller before the read): at EOF at or past it, or at the first record at or past it
+//! ([`read_past_end`] reads on to EOF, or to a record written after the end was asked for).
 //! Under `read_committed`, EOF carries the next offset past transaction markers, which no record
 //! reports.
 
@@ -24,6 +25,8 @@ use crate::error::Error;
 const BATCH: usize = 1_000;
 /// How long one ask waits for records before the caller's `wait` is consulted.
 const POLL: Duration = Duration::from_millis(200);
+/// The same, once a read past its end ([`read_past_end`]) reached that end.
+const POLL_PAST_END: Duration = Duration::from_millis(10);
 
 /// Why a read stopped before its end.
 #[derive(Debug)]
@@ -85,6 +88,45 @@ pub(crate) fn read<C: ClientContext>(
     wait: &mut dyn FnMut(Duration) -> Result<(), Error>,
     visit: &mut dyn FnMut(&Raw<'_>) -> Result<(), Error>,
 ) -> Result<(), Stop> {
+    read_until(client, topic, partition, from, Until::Offset(end), wait, visit)
+}
+
+/// As [`read`], but past `end` too: up to the first EOF at or past it, or the first record past
+/// it timestamped at or after `asked_ms` (when the caller asked for `end`: the partition is
+/// being written, and EOF may not come). A reader that checks the end offset it was told: a
+/// broker whose end offsets lag its records hides none of them from it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_past_end<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    end: i64,
+    asked_ms: i64,
+    wait: &mut dyn FnMut(Duration) -> Result<(), Error>,
+    visit: &mut dyn FnMut(&Raw<'_>) -> Result<(), Error>,
+) -> Result<(), Stop> {
+    read_until(client, topic, partition, from, Until::Eof { end, asked_ms }, wait, visit)
+}
+
+/// Where a read ends.
+#[derive(Debug, Clone, Copy)]
+enum Until {
+    /// At EOF at or past the offset, or at the first record at or past it.
+    Offset(i64),
+    /// At EOF at or past `end`, or at a record past it timestamped at or after `asked_ms`.
+    Eof { end: i64, asked_ms: i64 },
+}
+
+fn read_until<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    until: Until,
+    wait: &mut dyn FnMut(Duration) -> Result<(), Error>,
+    visit: &mut dyn FnMut(&Raw<'_>) -> Result<(), Error>,
+) -> Result<(), Stop> {
     // Started even when `from` is `end`: a missing Read ACL shows at the first fetch, not later.
     let name = CString::new(topic).map_err(|_| {
         Stop::Caller(Error::transient_msg(format!("topic name {topic:?} holds a NUL")))
@@ -102,7 +144,7 @@ pub(crate) fn read<C: ClientContext>(
         let read = if rdsys::rd_kafka_consume_start(rkt, partition, from) == -1 {
             Err(Stop::Failed(KafkaError::MessageConsumption(rdsys::rd_kafka_last_error().into())))
         } else {
-            let read = consume(rkt, partition, end, wait, visit);
+            let read = consume(rkt, partition, until, wait, visit);
             rdsys::rd_kafka_consume_stop(rkt, partition);
             read
         };
@@ -116,18 +158,21 @@ pub(crate) fn read<C: ClientContext>(
 unsafe fn consume(
     rkt: *mut rdsys::rd_kafka_topic_t,
     partition: i32,
-    end: i64,
+    until: Until,
     wait: &mut dyn FnMut(Duration) -> Result<(), Error>,
     visit: &mut dyn FnMut(&Raw<'_>) -> Result<(), Error>,
 ) -> Result<(), Stop> {
     use rdsys::rd_kafka_resp_err_t as E;
     let mut batch: Vec<*mut rdsys::rd_kafka_message_t> = vec![std::ptr::null_mut(); BATCH];
     let mut last_record = Instant::now();
+    // Past the end, what is left to come is an EOF or a few records: an ask that waited the
+    // whole POLL for a full batch would cost that much per partition read.
+    let mut poll = POLL;
     loop {
         let n = rdsys::rd_kafka_consume_batch(
             rkt,
             partition,
-            POLL.as_millis() as i32,
+            poll.as_millis() as i32,
             batch.as_mut_ptr(),
             BATCH,
         );
@@ -139,7 +184,12 @@ unsafe fn consume(
         let mut outcome: Option<Result<(), Stop>> = None;
         for &m in &batch[..n as usize] {
             if outcome.is_none() {
-                outcome = step(m, end, visit);
+                outcome = step(m, until, visit);
+            }
+            if let Until::Eof { end, .. } = until {
+                if (*m).offset + 1 >= end {
+                    poll = POLL_PAST_END;
+                }
             }
             rdsys::rd_kafka_message_destroy(m);
         }
@@ -151,7 +201,7 @@ unsafe fn consume(
     /// One message: `Some` when the read ends with it.
     unsafe fn step(
         m: *mut rdsys::rd_kafka_message_t,
-        end: i64,
+        until: Until,
         visit: &mut dyn FnMut(&Raw<'_>) -> Result<(), Error>,
     ) -> Option<Result<(), Stop>> {
         let (err, offset) = ((*m).err, (*m).offset);
@@ -171,13 +221,25 @@ unsafe fn consume(
                     timestamp_ms: (ts >= 0).then_some(ts),
                     headers,
                 };
+                match until {
+                    // Written after the end was asked for: no record the caller wants.
+                    Until::Eof { end, asked_ms } if offset >= end && ts >= asked_ms => {
+                        return Some(Ok(()));
+                    }
+                    _ => {}
+                }
                 if let Err(e) = visit(&raw) {
                     return Some(Err(Stop::Caller(e)));
                 }
-                (offset + 1 >= end).then_some(Ok(()))
+                match until {
+                    Until::Offset(end) => (offset + 1 >= end).then_some(Ok(())),
+                    Until::Eof { .. } => None,
+                }
             }
             // EOF carries the next offset to fetch.
-            E::RD_KAFKA_RESP_ERR__PARTITION_EOF => (offset >= end).then_some(Ok(())),
+            E::RD_KAFKA_RESP_ERR__PARTITION_EOF => match until {
+                Until::Offset(end) | Until::Eof { end, .. } => (offset >= end).then_some(Ok(())),
+            },
             E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED => Some(Err(Stop::NotAllowed)),
             other => Some(Err(Stop::Failed(KafkaError::MessageConsumption(other.into())))),
         }

@@ -378,6 +378,7 @@ mod tests {
             timestamp_ms: None,
             event_id: n.to_string(),
             trace: None,
+            value_schema: None,
         }
     }
 

@@ -13,8 +13,8 @@ use super::frontier::{Seq, PROGRESS_SEQ};
 use super::producer::{self, Refused, Report};
 use super::{dead_letter, transactions};
 use super::{Delivery, Failed};
+use crate::clock::unix_micros;
 use crate::error::{Error, Result};
-use crate::metrics::unix_micros;
 
 impl Delivery {
     /// Resolves once librdkafka has delivery reports to serve (cancel-safe).
@@ -107,10 +107,16 @@ impl Delivery {
                 ))
             }
             // Exactly-once: librdkafka fails the whole Kafka transaction with the record, so its
-            // dead letter cannot go in its place; every retry would meet the same refusal.
+            // dead letter cannot go in its place; every retry would meet the same refusal. Counted
+            // as refused: the transaction is lost, so a stop aborts it at once instead of
+            // committing it (a refusal librdkafka makes itself leaves the producer willing to
+            // try) and waiting for an acknowledgement that never comes.
             Report::Rejected { seq, error, record } if self.transactions.is_open() => {
+                self.refused += 1;
                 let what = format!(
-                    "the broker refused record #{seq} (topic {}) inside a Kafka transaction, which fails the transaction",
+                    "kafka refused the record of outbox row {} at LSN {} (topic {}) inside a Kafka transaction, which fails the transaction",
+                    record.event_id.as_deref().unwrap_or("(no event id)"),
+                    self.frontier.lsn_of(seq).unwrap_or_default(),
                     record.topic
                 );
                 let fix = format!(

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::mocking::MockCluster;
-use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
 
 use bytes::Bytes;
 
@@ -19,6 +19,7 @@ fn record(n: u32) -> Record {
         timestamp_ms: None,
         event_id: n.to_string(),
         trace: None,
+        value_schema: None,
     }
 }
 
@@ -48,7 +49,10 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(0x200), xid: 7 };
     delivery.begin(&txn);
     let table = Arc::from("public.outbox");
-    delivery.publish(record(1), &table, Lsn::from(0x180), &txn).await.unwrap();
+    delivery
+        .publish(Framed::unregistered(record(1)), &table, Lsn::from(0x180), &txn)
+        .await
+        .unwrap();
     delivery.commit(Lsn::from(0x210)).await.unwrap();
 
     // The stop starts before the refusal is served: the loop serves reports, and it is stopping.
@@ -134,7 +138,10 @@ async fn read_transaction(delivery: &mut Delivery, n: u64, commit: bool) {
     let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(n * 0x100), xid: n as u32 };
     delivery.begin(&txn);
     let table = Arc::from("public.outbox");
-    delivery.publish(record(n as u32), &table, Lsn::from(n * 0x100 - 0x80), &txn).await.unwrap();
+    delivery
+        .publish(Framed::unregistered(record(n as u32)), &table, Lsn::from(n * 0x100 - 0x80), &txn)
+        .await
+        .unwrap();
     if commit {
         delivery.commit(Lsn::from(n * 0x100 + 0x10)).await.unwrap();
     }
@@ -204,4 +211,91 @@ async fn a_failed_kafka_commit_holds_the_ceiling_where_that_transaction_began() 
     assert!(failed.is_err(), "the broker refused the commit");
     assert_eq!(delivery.progress().confirmable(), Lsn::from(0x100));
     assert_eq!(metrics.kafka_transactions_failed.load(Relaxed), 1);
+}
+
+/// Exactly-once, a record refused inside the open Kafka transaction (here a topic librdkafka
+/// reports missing, a refusal that leaves the producer willing to send more) counts as
+/// refused: the stop that follows aborts that transaction at once instead of committing it
+/// and waiting for an acknowledgement that never comes, and nothing past where it began is
+/// confirmable (I9).
+#[tokio::test(flavor = "current_thread")]
+async fn a_refusal_inside_a_kafka_transaction_makes_the_stop_abort_it_at_once() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let (mut delivery, metrics) = exactly_once_on(&mock).await;
+    read_transaction(&mut delivery, 2, true).await;
+    await_acks(&mut delivery, Lsn::from(0x210)).await;
+    // The next PostgreSQL transaction's record, in the same open Kafka transaction, and its
+    // refusal as librdkafka reports it.
+    let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(0x300), xid: 3 };
+    delivery.begin(&txn);
+    let topic: Arc<str> = Arc::from("outbox.event.missing");
+    let sent = Sent { topic: topic.clone(), ..Sent::default() };
+    let seq = delivery.frontier.sent(10, Lsn::from(0x280), sent);
+    delivery.commit(Lsn::from(0x310)).await.unwrap();
+    let refused = Refused { topic, key: None, value: None, event_id: Some("e-3".into()) };
+    let error = rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::UnknownTopic);
+    delivery.reports.push_back(Report::Rejected { seq, error, record: Box::new(refused) });
+    let stopped = delivery.serve_reports().expect_err("a refusal inside a Kafka transaction");
+    assert!(matches!(stopped, Error::Definite { .. }), "{stopped}");
+    assert!(stopped.to_string().contains("outbox row e-3 at LSN 0/280"), "{stopped}");
+
+    let started = Instant::now();
+    delivery.drain(tokio::time::Instant::now() + Duration::from_secs(10)).await;
+    let took = started.elapsed();
+    println!(
+        "stop after a refusal inside a Kafka transaction: drain took {took:.1?} (window 10 s)"
+    );
+    assert!(took < Duration::from_secs(2), "the stop waited for the refused record: {took:?}");
+    assert_eq!(delivery.progress().confirmable(), Lsn::from(0x100), "past the aborted start");
+    assert_eq!(metrics.kafka_transactions.load(Relaxed), 0, "the lost transaction committed");
+    assert_eq!(metrics.kafka_transactions_failed.load(Relaxed), 1);
+}
+
+/// The records of a key after a partition's first write are held, in order, until that write
+/// is reported with an offset (`offsets.rs`, I5); the relay reads on meanwhile (publish does
+/// not wait), and then they go out and are acknowledged.
+#[tokio::test(flavor = "current_thread")]
+async fn records_after_a_partitions_first_write_are_held_until_it_is_reported_then_all_are_acknowledged(
+) {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("outbox.event.order", 3, 1).expect("topic");
+    let config = Config::parse(&format!(
+        "[source]\nurl = \"postgres://walrelay@127.0.0.1:5432/app\"\n\
+         [kafka]\n\"bootstrap.servers\" = \"{}\"\n",
+        mock.bootstrap_servers()
+    ))
+    .expect("config");
+    let metrics = Metrics::new();
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(0x200), xid: 7 };
+    let table = Arc::from("public.outbox");
+    delivery.begin(&txn);
+    for n in 1..=4 {
+        delivery
+            .publish(Framed::unregistered(record(n)), &table, Lsn::from(0x180 + u64::from(n)), &txn)
+            .await
+            .unwrap();
+    }
+    delivery.commit(Lsn::from(0x210)).await.unwrap();
+    let held: usize = delivery.held.values().map(VecDeque::len).sum();
+    assert_eq!(held, 3, "the first write goes alone; the next three wait behind it");
+    assert_eq!(delivery.held_records, 3);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while delivery.progress().confirmable() < Lsn::from(0x210) {
+        assert!(Instant::now() < deadline, "not all acknowledged; held: {:?}", delivery.held.len());
+        delivery.next_reports().await.unwrap();
+        delivery.send_waiting().await.unwrap();
+    }
+    assert!(delivery.held.is_empty());
+    // Once written, the partition takes records together: nothing is held.
+    delivery.begin(&txn);
+    delivery
+        .publish(Framed::unregistered(record(5)), &table, Lsn::from(0x220), &txn)
+        .await
+        .unwrap();
+    delivery
+        .publish(Framed::unregistered(record(6)), &table, Lsn::from(0x221), &txn)
+        .await
+        .unwrap();
+    assert!(delivery.held.is_empty(), "a written partition holds nothing");
 }

@@ -168,7 +168,7 @@ impl Delivery {
                 break;
             }
             // A refused record's dead letter goes in this transaction too.
-            self.send_dead_letters().await?;
+            self.send_waiting().await?;
             if progress_in_flight || self.frontier.unacked() > 0 {
                 self.next_reports().await?;
             }

@@ -14,14 +14,61 @@ use bytes::Bytes;
 use crate::config::Config;
 use crate::envelope::{Envelope, EnvelopeConfig, Origin};
 use crate::pgoutput::Tuple;
+use crate::registry::{FrameError, Registry};
 use crate::router::{Binding, Record, RouteError, Router, RouterConfig};
 use crate::txn::Txn;
 
-/// The router and the envelope of one run.
+/// A record as it goes on the wire: routed, wrapped, and its value framed with its schema's id
+/// when a registry converter wrote it. Only [`Encoder::frame`] makes one, and what sends a
+/// record takes one (`Delivery::publish`, `walrelay replay`), so no path can send a registry
+/// value without its id.
 #[derive(Debug)]
+pub struct Framed(Record);
+
+impl Framed {
+    pub fn record(&self) -> &Record {
+        &self.0
+    }
+
+    pub fn into_record(self) -> Record {
+        self.0
+    }
+
+    /// Sends it to `topic` instead (`walrelay replay --to-topic`): the value and its schema id
+    /// stay those of the routed topic's subject, as the live relay wrote them.
+    pub fn retarget(&mut self, topic: std::sync::Arc<str>) {
+        self.0.topic = topic;
+    }
+
+    /// A header after the router's.
+    pub fn push_header(&mut self, header: (std::sync::Arc<str>, Bytes)) {
+        self.0.headers.push(header);
+    }
+
+    /// A record of tests that write no registry value.
+    #[cfg(test)]
+    pub(crate) fn unregistered(record: Record) -> Framed {
+        assert!(record.value_schema.is_none(), "a registry value must be framed");
+        Framed(record)
+    }
+}
+
+/// The router, the envelope and the schema registry of one run.
 pub struct Encoder {
     router: Router,
     envelope: Envelope,
+    /// `[schema_registry]`: frames registry-encoded values with their schema's id.
+    registry: Option<Registry>,
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoder")
+            .field("router", &self.router)
+            .field("envelope", &self.envelope)
+            .field("registry", &self.registry.is_some())
+            .finish()
+    }
 }
 
 impl Encoder {
@@ -30,19 +77,33 @@ impl Encoder {
         // user's name.
         let conn = &config.source.conn;
         let database = conn.get_dbname().or(conn.get_user()).unwrap_or_default();
-        Encoder::from_parts(config.router.clone(), config.envelope.clone(), database)
+        let mut encoder =
+            Encoder::from_parts(config.router.clone(), config.envelope.clone(), database);
+        encoder.registry = config.schema_registry.clone().map(Registry::new);
+        encoder
     }
 
     /// From the two sections alone (tests, benchmarks).
     pub fn from_parts(router: RouterConfig, envelope: EnvelopeConfig, database: &str) -> Encoder {
         let envelope = Envelope::new(envelope, &router, database);
-        Encoder { router: Router::new(router), envelope }
+        Encoder { router: Router::new(router), envelope, registry: None }
     }
 
     /// Counts what the router finds wrong in rows into `metrics` (an unreadable span context).
     pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Encoder {
-        self.router = self.router.with_metrics(metrics);
+        self.router = self.router.with_metrics(metrics.clone());
+        self.registry = self.registry.take().map(|r| r.with_metrics(metrics));
         self
+    }
+
+    /// `record` as it goes on the wire: with the registry id of its value schema written into
+    /// its value (`crate::registry`); waits while the registry is unreachable. A record with no
+    /// registry value passes as it is.
+    pub async fn frame(&mut self, mut record: Record) -> Result<Framed, FrameError> {
+        if let Some(registry) = &mut self.registry {
+            registry.frame(&mut record).await?;
+        }
+        Ok(Framed(record))
     }
 
     /// The router, for what is decided once per relation ([`Router::bind`]) and for the raw

@@ -90,7 +90,7 @@ fn healthz_is_ok_metrics_render_and_anything_else_is_not_found() {
 fn healthz_fails_once_the_relay_thread_stops_running_its_heartbeat() {
     let m = Metrics::new();
     let addr = start(m.clone(), quick());
-    let now = crate::metrics::unix_micros();
+    let now = crate::clock::unix_micros();
     m.relay_heartbeat_micros.store(now - 1_000_000, Relaxed);
     assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200 OK"));
     m.relay_heartbeat_micros.store(now - RELAY_STALL.as_micros() as i64 - 5_000_000, Relaxed);
@@ -107,6 +107,10 @@ fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
     let addr = start(m.clone(), quick());
     let ready = || get(addr, "/readyz");
     assert!(ready().contains("not streaming"));
+    // A session that ended on records Kafka did not acknowledge names the broker, its cause.
+    m.delivery_failing.store(true, Relaxed);
+    assert!(ready().contains("did not acknowledge"));
+    m.delivery_failing.store(false, Relaxed);
     m.streaming.store(true, Relaxed);
     assert!(ready().contains("no Kafka broker"));
     m.broker_up.store(true, Relaxed);
@@ -118,7 +122,7 @@ fn readyz_needs_streaming_a_broker_and_lag_under_the_limit() {
     m.publish_positions(positions);
     assert!(ready().starts_with("HTTP/1.1 200 OK"));
     // A record waiting 16 s for the broker, over the default 15 s.
-    let sent = crate::metrics::unix_micros() - 16_000_000;
+    let sent = crate::clock::unix_micros() - 16_000_000;
     m.oldest_unacked_sent_micros.store(sent, Relaxed);
     let waiting = ready();
     assert!(
@@ -185,6 +189,51 @@ fn a_thousand_idle_connections_do_not_stop_metrics_from_answering() {
     let _ = newest.read_to_string(&mut response);
     assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
     println!("with 1000 idle connections open, /metrics answered in {took:?}");
+}
+
+/// Routes that claim every path, and answer with the path and the runtime they started on.
+struct Everything {
+    started: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Routes for Everything {
+    fn owns(&self, _path: &str) -> bool {
+        true
+    }
+
+    fn respond(
+        &self,
+        request: Request<Incoming>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send + '_>> {
+        let started = self.started.load(Relaxed);
+        Box::pin(async move {
+            text(StatusCode::OK, format!("mounted {} started {started}\n", request.uri().path()))
+        })
+    }
+
+    fn start(&self) {
+        self.started.store(std::thread::current().name() == Some(THREAD), Relaxed);
+    }
+}
+
+#[test]
+fn mounted_routes_are_served_and_started_on_the_endpoint_but_never_take_its_own_paths() {
+    let config = config();
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mounted: Box<dyn Routes> = Box::new(Everything { started: started.clone() });
+    let http = config.http.as_ref().expect("[http] is set");
+    let addr = serve_with(http, Metrics::new(), Some(mounted), quick()).expect("serves");
+    let page = get(addr, "/api/v1/anything");
+    assert!(
+        page.starts_with("HTTP/1.1 200")
+            && page.ends_with("mounted /api/v1/anything started true\n"),
+        "{page}"
+    );
+    let health = get(addr, "/healthz");
+    assert!(health.ends_with("ok\n"), "{health}");
+    let metrics = get(addr, "/metrics");
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    assert!(get(addr, "/readyz").contains("not ready"));
 }
 
 /// Panics on the endpoint's thread, counted by a hook that leaves other threads' panics to

@@ -25,6 +25,7 @@ use crate::config::secret::{self, is_secret_key};
 use crate::config::{Config, ConfigError, ENV_PREFIX};
 
 mod parse;
+mod registry;
 mod render;
 mod security;
 mod stores;
@@ -57,6 +58,8 @@ const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 const DECODE_MESSAGE: &str =
     "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent";
 const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
+/// Debezium Server's `debezium.format.value = avro`.
+const AVRO_CONVERTER: &str = "io.confluent.connect.avro.AvroConverter";
 const BOOTSTRAP_PLACEHOLDER: &str = "bootstrap.servers.placeholder:9092";
 
 /// `walrelay import-debezium FILE` (`-`: standard input): the TOML on stdout, warnings on
@@ -159,6 +162,8 @@ struct Builder {
     envelope: BTreeMap<String, String>,
     /// `[delivery]`: only when the connector ran exactly-once (KIP-618).
     delivery: BTreeMap<String, String>,
+    /// `[schema_registry]`: only when the value converter is an Avro converter.
+    schema_registry: BTreeMap<String, String>,
     /// Extra `# …` lines per section (by name) for keys left out.
     dropped: BTreeMap<&'static str, Vec<String>>,
     /// `[debezium_offsets]`, and whether it is only a commented template (the store is not
@@ -185,6 +190,7 @@ impl Builder {
             envelope: BTreeMap::new(),
             kafka: BTreeMap::new(),
             delivery: BTreeMap::new(),
+            schema_registry: BTreeMap::new(),
             dropped: BTreeMap::new(),
             offsets: Vec::new(),
             offsets_template: false,
@@ -368,6 +374,7 @@ impl Builder {
                 self.debezium.insert(schemas, v);
             }
         }
+        self.convert_registry();
         if !missing.is_empty() && !self.server {
             self.warn(format!(
                 "{} not set in the connector config (the Connect worker's setting applied); walrelay's defaults are StringConverter (key, value) and SimpleHeaderConverter (headers) — if the worker sets others, set them in [debezium]",

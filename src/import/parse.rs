@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::JSON_CONVERTER;
+use super::{AVRO_CONVERTER, JSON_CONVERTER};
 
 /// `{"name": …, "config": {…}}` or the flat `{…}`; values as text.
 pub(super) fn parse_json(text: &str) -> Result<(Option<String>, BTreeMap<String, String>), String> {
@@ -178,9 +178,13 @@ pub(super) fn normalize_debezium_server(
             if tail.is_empty() {
                 if v == "json" {
                     out.insert(format!("{which}.converter"), JSON_CONVERTER.to_string());
+                } else if v == "avro" {
+                    // Debezium Server's `avro` is Confluent's AvroConverter; its
+                    // `debezium.format.value.*` options are the converter's (below).
+                    out.insert(format!("{which}.converter"), AVRO_CONVERTER.to_string());
                 } else {
                     warnings.push(format!(
-                        "`{k}` = {v}: walrelay writes json or string (Kafka Connect's JsonConverter / StringConverter) only; using json"
+                        "`{k}` = {v}: walrelay writes json, string and (values) avro only; using json"
                     ));
                     out.insert(format!("{which}.converter"), JSON_CONVERTER.to_string());
                 }

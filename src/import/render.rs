@@ -34,9 +34,11 @@ impl Builder {
         }
         let delivery = (!self.delivery.is_empty()).then_some(("delivery", &self.delivery));
         let envelope = (!self.envelope.is_empty()).then_some(("envelope", &self.envelope));
+        let registry = (!self.schema_registry.is_empty())
+            .then_some(("schema_registry", &self.schema_registry));
         let sections = [("router", &self.router), ("debezium", &self.debezium)].into_iter();
         for (section, map) in
-            sections.chain(envelope).chain([("kafka", &self.kafka)]).chain(delivery)
+            sections.chain(envelope).chain([("kafka", &self.kafka)]).chain(registry).chain(delivery)
         {
             t += &format!("\n[{section}]\n");
             if section == "router" && !for_validation {

@@ -234,15 +234,12 @@ fn import_leaves_out_router_options_walrelay_refuses() {
         "{:?}",
         imported.warnings
     );
+    // An Avro value converter is carried, with its registry.
     assert!(
-        warned(
-            &imported,
-            "[debezium] value.converter = io.confluent.connect.avro.AvroConverter left out"
-        ),
-        "{:?}",
-        imported.warnings
+        imported.toml.contains("[schema_registry]\nurl = \"http://sr:8081\""),
+        "{}",
+        imported.toml
     );
-    assert!(warned(&imported, "value.converter.schema.registry.url"), "{:?}", imported.warnings);
 }
 
 #[test]
@@ -505,3 +502,46 @@ fn import_maps_the_cloudevents_converter_after_the_router_when_semantics_match()
 }
 
 mod stores;
+
+#[test]
+fn import_carries_the_registry_options_of_confluents_and_apicurios_avro_converters() {
+    let confluent = r#"{"database.dbname": "app", "bootstrap.servers": "k:9092",
+      "value.converter": "io.confluent.connect.avro.AvroConverter",
+      "value.converter.schema.registry.url": "http://sr:8081",
+      "value.converter.basic.auth.user.info": "relay:Fz-s3cret-9Qx-sr",
+      "value.converter.auto.register.schemas": "false",
+      "value.converter.use.latest.version": "true",
+      "value.converter.value.subject.name.strategy": "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy"}"#;
+    let (config, imported) = import_ok(confluent, None);
+    let registry = config.schema_registry.expect("[schema_registry]");
+    assert_eq!(registry.urls, ["http://sr:8081"]);
+    assert_eq!(registry.user.as_deref(), Some("relay"));
+    assert!(registry.use_latest_version && !registry.auto_register);
+    assert_eq!(registry.subject_name_strategy, crate::config::SubjectNameStrategy::TopicRecord);
+    assert!(!imported.toml.contains("Fz-s3cret"), "{}", imported.toml);
+    assert!(
+        !imported.warnings.iter().any(|w| w.contains("take no options")),
+        "carried options are not said to be unused: {:?}",
+        imported.warnings
+    );
+    let apicurio = r#"{"database.dbname": "app", "bootstrap.servers": "k:9092",
+      "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+      "value.converter.apicurio.registry.url": "http://apicurio:8080/apis/registry/v2"}"#;
+    let (config, imported) = import_ok(apicurio, None);
+    let registry = config.schema_registry.expect("[schema_registry]");
+    assert_eq!(registry.urls, ["http://apicurio:8080/apis/ccompat/v7"]);
+    assert!(!registry.auto_register, "Apicurio's converter registers only when told to");
+    assert!(warned(&imported, "as-confluent"), "{:?}", imported.warnings);
+}
+
+#[test]
+fn import_maps_debezium_servers_avro_format_to_the_avro_converter() {
+    let props = "debezium.sink.type=kafka\n\
+        debezium.sink.kafka.producer.bootstrap.servers=kafka:9092\n\
+        debezium.source.database.dbname=app\n\
+        debezium.format.value=avro\n\
+        debezium.format.value.schema.registry.url=http://sr:8081\n";
+    let (config, imported) = import_ok(props, None);
+    assert_eq!(config.schema_registry.expect("[schema_registry]").urls, ["http://sr:8081"]);
+    assert!(imported.toml.contains("io.confluent.connect.avro.AvroConverter"), "{}", imported.toml);
+}

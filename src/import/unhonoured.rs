@@ -120,6 +120,11 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
         _ if key.starts_with("topic.creation.") => format!(
             "{key}: walrelay creates no topics; create them beforehand (or let the broker auto-create them)"
         ),
+        // An Avro value converter's registry options: carried to [schema_registry]
+        // (`Import::convert_registry`), which warns about what it cannot carry.
+        _ if key.strip_prefix("value.converter.").is_some_and(|k| REGISTRY_OPTIONS.contains(&k)) => {
+            return None
+        }
         _ if key.contains(".converter.") => format!(
             "{key}: walrelay's converters take no options beyond schemas.enable"
         ),
@@ -129,6 +134,19 @@ fn unhonoured(key: &str, value: &str) -> Option<String> {
     };
     Some(text)
 }
+
+/// The `value.converter.*` options `import-debezium` reads into `[schema_registry]`.
+pub(super) const REGISTRY_OPTIONS: &[&str] = &[
+    "schema.registry.url",
+    "basic.auth.user.info",
+    "basic.auth.credentials.source",
+    "auto.register.schemas",
+    "use.latest.version",
+    "value.subject.name.strategy",
+    "apicurio.registry.url",
+    "apicurio.registry.auto-register",
+    "apicurio.registry.as-confluent",
+];
 
 /// Where a Java producer property has a librdkafka counterpart under another name.
 pub(super) fn java_producer_hint(key: &str) -> Option<&'static str> {

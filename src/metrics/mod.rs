@@ -18,6 +18,7 @@ use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::clock::unix_micros;
 use crate::positions::Positions;
 
 /// Upper bounds of the latency histograms' buckets, in seconds. Millisecond steps up to 10 ms
@@ -83,6 +84,9 @@ pub struct Metrics {
     /// across sessions: a broker that refuses records (NOT_ENOUGH_REPLICAS) answers metadata
     /// requests, so `broker_up` alone would call the relay ready while nothing gets through.
     pub delivery_failing: AtomicBool,
+    /// The schema registry does not answer while a record waits for its schema's id
+    /// (`crate::registry`): delivery is held.
+    pub registry_unreachable: AtomicBool,
     /// Under-replicated partitions (ISR smaller than the replica set) of the topic of the last
     /// failed delivery, read from the cluster's metadata then; 0 again at the next ack.
     pub under_replicated_partitions: AtomicU64,
@@ -145,16 +149,19 @@ impl Default for Histogram {
 
 /// The `result` label of `walrelay_audit_events`: the audit report's counts, in its order.
 /// (`unroutable`, last, is the report's rows the router refuses, beside its topic counts.)
-pub const AUDIT_RESULTS: [&str; 10] = [
+pub const AUDIT_RESULTS: [&str; 13] = [
     "delivered_once",
     "pending",
     "missing",
     "expired",
+    "unverifiable",
     "duplicated",
     "duplicated_by_replay",
+    "repaired",
     "out_of_order",
     "misplaced",
     "unexpected",
+    "foreign",
     "unroutable",
 ];
 
@@ -330,13 +337,6 @@ pub const MAX_TABLE_LABELS: usize = 1_100;
 /// The `topic` label of the records of every topic past those: parentheses cannot occur in a
 /// Kafka topic name, so it never collides with one.
 pub const OTHER_TOPICS: &str = "(other)";
-
-/// Microseconds since the Unix epoch.
-pub fn unix_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
 
 impl Histogram {
     /// `n` observations of the same value.

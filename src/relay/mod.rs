@@ -438,7 +438,7 @@ impl<'c> Session<'c> {
                 }
             }
             tokio::select! {
-                sent = self.delivery.send_dead_letters() => sent?,
+                sent = self.delivery.send_waiting() => sent?,
                 _ = stop.wait() => return self.stop().await,
             }
             self.report_position();

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::assembler::SelectedMessage;
 use super::Session;
+use crate::clock::unix_micros;
 use crate::delivery::Failed;
 use crate::error::Result;
-use crate::metrics::unix_micros;
+use crate::registry::FrameError;
 use crate::router::message_event_id;
 use crate::txn::Txn;
 
@@ -47,18 +48,22 @@ impl Session<'_> {
             self.delivery.refuse(refusal, &txn, hint).await?;
         } else {
             let routed = self.encoder.message(&message.content, &source, &message.prefix, &txn);
-            match routed {
-                Ok(record) => {
-                    let source = Arc::from(source.as_str());
-                    self.delivery.publish(record, &source, message.lsn, &txn).await?
-                }
-                Err(e) => {
-                    let hint = "fix what the application emits (see the reason), or configure \
-                                [dead_letter] topic";
-                    let letter = failed(e.to_string());
-                    let cause = Some(Box::new(e) as _);
-                    self.delivery.undeliverable(letter, &txn, KIND, hint, cause).await?;
-                }
+            let refused = match routed {
+                Ok(record) => match self.encoder.frame(record).await {
+                    Ok(framed) => {
+                        let source = Arc::from(source.as_str());
+                        self.delivery.publish(framed, &source, message.lsn, &txn).await?;
+                        None
+                    }
+                    Err(FrameError::Refused(why)) => Some((why, None)),
+                    Err(e) => return Err(super::step::frame_error(e)),
+                },
+                Err(e) => Some((e.to_string(), Some(Box::new(e) as _))),
+            };
+            if let Some((reason, cause)) = refused {
+                let hint = "fix what the application emits (see the reason), or configure \
+                            [dead_letter] topic";
+                self.delivery.undeliverable(failed(reason), &txn, KIND, hint, cause).await?;
             }
         }
         if alone {

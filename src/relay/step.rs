@@ -14,6 +14,7 @@ use crate::delivery::{self, Failed};
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::pgoutput::{Relation, Tuple, Value};
+use crate::registry::FrameError;
 use crate::router::{InvalidOpBehavior, RawColumn};
 use crate::source::{catalog, tenants};
 
@@ -43,7 +44,25 @@ impl Session<'_> {
                 takeover::Screened::Taken => return Ok(Handled::Continue),
                 takeover::Screened::Release(held) => {
                     for h in held {
-                        self.delivery.publish(h.record, &h.table, h.lsn, &h.txn).await?;
+                        let r = &h.record;
+                        let (key, event_id) = (r.key.clone(), r.event_id.clone());
+                        match self.encoder.frame(h.record).await {
+                            Ok(framed) => {
+                                self.delivery.publish(framed, &h.table, h.lsn, &h.txn).await?
+                            }
+                            // Refused as the row would be outside a takeover.
+                            Err(FrameError::Refused(why)) => {
+                                let row = Failed {
+                                    key,
+                                    event_id: Some(event_id),
+                                    ..Failed::new(h.table.clone(), h.lsn, why)
+                                };
+                                let slot = &self.config.source.slot;
+                                let hint = delivery::poison_row_hint(slot, h.txn.commit_lsn);
+                                self.delivery.undeliverable(row, &h.txn, ROW, &hint, None).await?;
+                            }
+                            Err(e) => return Err(frame_error(e)),
+                        }
                     }
                 }
             }
@@ -57,25 +76,30 @@ impl Session<'_> {
             Step::Commit { end_lsn } => self.delivery.commit(end_lsn).await?,
             Step::KeepAlive { wal_end } => self.delivery.idle(wal_end),
             Step::Row { binding, tuple, lsn, txn } => {
-                match self.encoder.row(binding, &tuple, &txn) {
-                    Ok(record) => {
-                        let table = binding.table().clone();
-                        self.delivery.publish(record, &table, lsn, &txn).await?;
-                    }
-                    Err(e) => {
-                        let raw = |c| self.encoder.router().raw(binding, &tuple, c);
-                        let row = Failed {
-                            key: raw(RawColumn::Key),
-                            value: raw(RawColumn::Payload),
-                            event_id: raw(RawColumn::EventId)
-                                .map(|t| String::from_utf8_lossy(&t).into_owned()),
-                            ..Failed::new(binding.table().clone(), lsn, e.to_string())
-                        };
-                        let hint =
-                            delivery::poison_row_hint(&self.config.source.slot, txn.commit_lsn);
-                        let cause = Some(Box::new(e) as _);
-                        self.delivery.undeliverable(row, &txn, ROW, &hint, cause).await?;
-                    }
+                let routed = self.encoder.row(binding, &tuple, &txn);
+                let refused = match routed {
+                    Ok(record) => match self.encoder.frame(record).await {
+                        Ok(framed) => {
+                            let table = binding.table().clone();
+                            self.delivery.publish(framed, &table, lsn, &txn).await?;
+                            None
+                        }
+                        Err(FrameError::Refused(why)) => Some((why, None)),
+                        Err(e) => return Err(frame_error(e)),
+                    },
+                    Err(e) => Some((e.to_string(), Some(Box::new(e) as _))),
+                };
+                if let Some((reason, cause)) = refused {
+                    let raw = |c| self.encoder.router().raw(binding, &tuple, c);
+                    let row = Failed {
+                        key: raw(RawColumn::Key),
+                        value: raw(RawColumn::Payload),
+                        event_id: raw(RawColumn::EventId)
+                            .map(|t| String::from_utf8_lossy(&t).into_owned()),
+                        ..Failed::new(binding.table().clone(), lsn, reason)
+                    };
+                    let hint = delivery::poison_row_hint(&self.config.source.slot, txn.commit_lsn);
+                    self.delivery.undeliverable(row, &txn, ROW, &hint, cause).await?;
                 }
             }
             Step::Update { table, lsn } => {
@@ -218,4 +242,18 @@ fn tuple_json(tuple: &Tuple) -> bytes::Bytes {
         })
         .collect();
     bytes::Bytes::from(serde_json::Value::Array(values).to_string())
+}
+
+/// A framing failure that is no record's fault: the registry refused walrelay's credentials.
+pub(super) fn frame_error(e: FrameError) -> Error {
+    match e {
+        FrameError::Unauthorized(why) => Error::definite(
+            why,
+            "fix the credentials, then start walrelay again; nothing after this record was confirmed",
+        ),
+        FrameError::Refused(why) => Error::definite(
+            why,
+            "change the schema or the subject's compatibility, then start walrelay again; nothing after this record was confirmed",
+        ),
+    }
 }

@@ -2,14 +2,15 @@
 //!
 //! Each batch is one statement, so one short transaction: it picks at most [`BATCH_ROWS`] rows
 //! older than the cut-off whose inserting transaction precedes `X0`, deletes them by `ctid`, and
-//! says where it stopped. The next batch starts after that `ctid`, so a run reads the table once
+//! says where it stopped; a tenant's table keeps the rows written before it joined the
+//! publication ([`super::Joined`]). The next batch starts after that `ctid`, so a run reads the table once
 //! (PostgreSQL 14+ turns `ctid > …` into a TID range scan; 13 reads from the start each time)
 //! instead of rescanning the dead rows earlier batches left for VACUUM. Rows that don't qualify
 //! stay where they are for a later run.
 
 use tokio_postgres::types::ToSql;
 
-use super::{statement, AgeColumn, Run, BATCH_ROWS};
+use super::{statement, AgeColumn, Joined, Run, BATCH_ROWS};
 use crate::config::TableName;
 use crate::error::Result;
 use crate::source::horizon::Horizon;
@@ -22,6 +23,9 @@ pub(super) struct Done {
     /// Dry runs only: rows older than the cut-off kept because their transaction does not
     /// precede `X0` (not yet known to be relayed).
     pub not_yet: u64,
+    /// Dry runs only: rows older than the cut-off kept because they were written before the
+    /// table joined the publication (never relayed).
+    pub before_join: u64,
     pub stopped: bool,
 }
 
@@ -33,11 +37,12 @@ pub(super) async fn rows(
 ) -> Result<Done> {
     let (t, c, ty) = (table.quoted(), quote(&column.name), column.sql_type);
     let inserted_before = Horizon::inserted_before_sql(3);
+    let joined = Joined::sql(5);
     // MATERIALIZED: the batch is chosen once; the DELETE then finds each row by its ctid.
     let sql = format!(
         "WITH batch AS MATERIALIZED (\
            SELECT ctid FROM {t} WHERE ctid > $1::text::tid AND {c} < $2::text::{ty} \
-           AND {inserted_before} LIMIT $4), \
+           AND {inserted_before} AND {joined} LIMIT $4), \
          gone AS (DELETE FROM {t} WHERE ctid = ANY (ARRAY(SELECT ctid FROM batch)) RETURNING 1) \
          SELECT (SELECT count(*) FROM batch), \
          (SELECT ctid::text FROM batch ORDER BY ctid DESC LIMIT 1), \
@@ -45,6 +50,7 @@ pub(super) async fn rows(
     );
     let what = format!("cannot delete old rows from {table}");
     let x0 = run.horizon.xid_text();
+    let since = run.joined.xid();
     let mut after = "(0,0)".to_string();
     let mut done = Done::default();
     loop {
@@ -52,7 +58,7 @@ pub(super) async fn rows(
             done.stopped = true;
             break;
         }
-        let params: [&(dyn ToSql + Sync); 4] = [&after, &cutoff, &x0, &BATCH_ROWS];
+        let params: [&(dyn ToSql + Sync); 5] = [&after, &cutoff, &x0, &BATCH_ROWS, &since];
         let rows = statement(run.control, &what, &sql, &params).await?;
         let (picked, last, gone): (i64, Option<String>, i64) =
             (rows[0].get(0), rows[0].get(1), rows[0].get(2));
@@ -79,18 +85,24 @@ pub(super) async fn count(
 ) -> Result<Done> {
     let (t, c, ty) = (table.quoted(), quote(&column.name), column.sql_type);
     let inserted_before = Horizon::inserted_before_sql(2);
+    let joined = Joined::sql(3);
     let sql = format!(
-        "SELECT count(*) FILTER (WHERE {inserted_before}), count(*) \
+        "SELECT count(*) FILTER (WHERE {inserted_before} AND {joined}), \
+         count(*) FILTER (WHERE NOT {inserted_before} AND {joined}), \
+         count(*) FILTER (WHERE NOT {joined}) \
          FROM {t} WHERE {c} < $1::text::{ty}"
     );
     let x0 = run.horizon.xid_text();
+    let since = run.joined.xid();
     let what = format!("cannot count old rows of {table}");
-    let rows = statement(run.control, &what, &sql, &[&cutoff, &x0]).await?;
-    let (passing, older): (i64, i64) = (rows[0].get(0), rows[0].get(1));
+    let rows = statement(run.control, &what, &sql, &[&cutoff, &x0, &since]).await?;
+    let (passing, not_yet, before_join): (i64, i64, i64) =
+        (rows[0].get(0), rows[0].get(1), rows[0].get(2));
     Ok(Done {
         rows: passing as u64,
         batches: (passing as u64).div_ceil(BATCH_ROWS as u64),
-        not_yet: (older - passing) as u64,
+        not_yet: not_yet as u64,
+        before_join: before_join as u64,
         stopped: false,
     })
 }

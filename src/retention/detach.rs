@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{statement, Dropped, Run};
+use super::{statement, Dropped, Joined, Run};
 use crate::config::TableName;
 use crate::error::Result;
 use crate::source::horizon::Horizon;
@@ -32,8 +32,11 @@ pub(super) enum Fate {
 
 pub(super) async fn partition(run: &Run<'_>, parent: &TableName, part: &Partition) -> Result<Fate> {
     let (rows, not_yet) = scan(run, &part.name).await?;
-    if not_yet > 0 {
-        return Ok(Fate::Kept(not_yet_reason(not_yet, rows)));
+    if not_yet.before_join > 0 {
+        return Ok(Fate::Kept(before_join_reason(not_yet.before_join, rows)));
+    }
+    if not_yet.running > 0 {
+        return Ok(Fate::Kept(not_yet_reason(not_yet.running, rows)));
     }
     if run.dry_run {
         return Ok(Fate::Dropped(Dropped { name: part.name.clone(), rows, locked: None }));
@@ -67,9 +70,13 @@ pub(super) async fn partition(run: &Run<'_>, parent: &TableName, part: &Partitio
             return Err(e);
         }
     };
-    if not_yet > 0 {
+    if not_yet.before_join > 0 || not_yet.running > 0 {
         rollback(run).await;
-        return Ok(Fate::Kept(not_yet_reason(not_yet, rows)));
+        let why = match not_yet.before_join > 0 {
+            true => before_join_reason(not_yet.before_join, rows),
+            false => not_yet_reason(not_yet.running, rows),
+        };
+        return Ok(Fate::Kept(why));
     }
     let drop = format!("DROP TABLE {}; COMMIT", part.name.quoted());
     if let Err(e) = control.batch(&drop).await? {
@@ -79,17 +86,33 @@ pub(super) async fn partition(run: &Run<'_>, parent: &TableName, part: &Partitio
     Ok(Fate::Dropped(Dropped { name: part.name.clone(), rows, locked: Some(locked.elapsed()) }))
 }
 
-/// The partition's rows, and how many of them fail the `X0` test.
-async fn scan(run: &Run<'_>, part: &TableName) -> Result<(u64, u64)> {
+/// The rows of a partition that may not go yet.
+struct NotYet {
+    /// Written by transactions not yet known to be relayed (the `X0` test).
+    running: u64,
+    /// Written before the table joined the publication ([`super::Joined`]): never relayed.
+    before_join: u64,
+}
+
+/// The partition's rows, and how many of them may not go.
+async fn scan(run: &Run<'_>, part: &TableName) -> Result<(u64, NotYet)> {
+    let joined = Joined::sql(2);
     let sql = format!(
-        "SELECT count(*), count(*) FILTER (WHERE NOT ({})) FROM {}",
+        "SELECT count(*), count(*) FILTER (WHERE NOT ({}) AND {joined}), \
+         count(*) FILTER (WHERE NOT {joined}) FROM {}",
         Horizon::inserted_before_sql(1),
         part.quoted()
     );
     let x0 = run.horizon.xid_text();
+    let since = run.joined.xid();
     let what = format!("cannot read partition {part}");
-    let rows = statement(run.control, &what, &sql, &[&x0]).await?;
-    Ok((rows[0].get::<_, i64>(0) as u64, rows[0].get::<_, i64>(1) as u64))
+    let rows = statement(run.control, &what, &sql, &[&x0, &since]).await?;
+    let count = |i| rows[0].get::<_, i64>(i) as u64;
+    Ok((count(0), NotYet { running: count(1), before_join: count(2) }))
+}
+
+fn before_join_reason(before_join: u64, rows: u64) -> String {
+    format!("{before_join} of its {rows} rows were written before the table joined the publication, so never relayed: it is kept (re-publish them with `walrelay audit --since <when they were written> --repair`, then `walrelay purge --force` drops it)")
 }
 
 fn not_yet_reason(not_yet: u64, rows: u64) -> String {

@@ -18,6 +18,15 @@
 //!    partition whose upper bound is at or before the cut-off, after checking under its lock that
 //!    every row in it passes ([`detach`]).
 //!
+//! A tenant's table (one an `[outbox] tables` pattern matches) may have joined the publication
+//! after rows were written to it: `walrelay setup` adding a table made before the event
+//! trigger, or an `ALTER PUBLICATION … ADD TABLE` by hand. Those rows were never published, and
+//! they sit below every confirmed position, so the `X0` test alone would delete them. A purge
+//! therefore deletes a tenant's row only if its transaction is not older than the one that
+//! added the table to the publication ([`Joined`]), and leaves a table the publication does not
+//! carry alone. (The event trigger's join is in the transaction that creates the table, so every
+//! row of such a table passes; it refuses a table that would join holding rows.)
+//!
 //! On a partitioned table, a partition whose upper bound is after the cut-off is kept whole
 //! (it goes at a later run, once the cut-off passes its bound: deleting its rows first would
 //! only make work for VACUUM); the DEFAULT partition, one bounded by MAXVALUE, and every
@@ -65,6 +74,9 @@ pub struct Options {
     pub dry_run: bool,
     /// How long to wait for the slot to confirm the current WAL position.
     pub confirm_wait: Duration,
+    /// Delete too the rows a tenant's table held before it joined the publication (never
+    /// relayed): `purge --force`, once a repair re-published them. Never set by `[retention]`.
+    pub before_join: bool,
 }
 
 /// How a purge ended, when it did not fail.
@@ -98,6 +110,44 @@ pub struct Plan {
     pub column: AgeColumn,
     /// `Some` for a partitioned table.
     pub scheme: Option<Scheme>,
+}
+
+/// Since when the publication carries a table: the rows of transactions before that were
+/// never published, so never relayed, whatever position the slot confirms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joined {
+    /// From its first row, as far as retention tells: a table by name (the relay refuses to
+    /// run without it in the publication).
+    FromItsFirstRow,
+    /// By the transaction with this xid (the `xmin` of the publication's row for the table, for
+    /// its schema, or `FOR ALL TABLES` for the publication): rows inserted by an older
+    /// transaction were not published. `walrelay
+    /// setup` adds a table under a SHARE lock, so a row written before it joined always belongs
+    /// to an older transaction; the event trigger adds a table in the transaction creating it.
+    By(String),
+    /// Not carried at all: none of its rows are relayed.
+    Not,
+}
+
+impl Joined {
+    /// The SQL condition "this row was inserted by the joining transaction or a later one",
+    /// with the join's xid as parameter `$param` (bind [`Joined::xid`]; NULL passes every row).
+    /// The ages count back from the same point (see [`crate::source::horizon`]); a join more
+    /// than 2^31 transactions old reads as a negative age, and every row the `X0` test lets
+    /// through (never older than that) then follows it.
+    fn sql(param: usize) -> String {
+        format!(
+            "(${param}::text IS NULL OR pg_catalog.age(${param}::text::xid) < 0 \
+             OR pg_catalog.age(xmin) <= pg_catalog.age(${param}::text::xid))"
+        )
+    }
+
+    fn xid(&self) -> Option<String> {
+        match self {
+            Joined::By(xid) => Some(xid.clone()),
+            Joined::FromItsFirstRow | Joined::Not => None,
+        }
+    }
 }
 
 /// The column that says how old a row is.
@@ -192,6 +242,7 @@ pub async fn purge(
     for table in &tables {
         plans.push(plan(&control, table, &opts.column, RETENTION_COLUMN).await?);
     }
+    let joined = joined(&control, config, &tables).await?;
     let horizon = horizon::now(&control).await?;
     let cutoff = cutoff(&control, opts.older_than).await?;
     let slot = &config.source.slot;
@@ -222,12 +273,30 @@ pub async fn purge(
         stopped: false,
         elapsed: Duration::ZERO,
     };
-    let run = Run { control: &control, horizon: &horizon, dry_run: opts.dry_run, stop };
-    for plan in &plans {
+    let first_row = Joined::FromItsFirstRow;
+    let run = Run {
+        control: &control,
+        horizon: &horizon,
+        dry_run: opts.dry_run,
+        stop,
+        joined: &first_row,
+    };
+    for (plan, joined) in plans.iter().zip(&joined) {
         if *stop.borrow() {
             report.stopped = true;
             break;
         }
+        let publication = &config.source.publication;
+        if *joined == Joined::Not {
+            let mut table = TableReport::new(plan, &cutoff);
+            table.kept.push(Kept::whole(&plan.table.name, format!("publication {publication} does not carry it, so none of its rows were relayed: nothing is deleted (`walrelay setup` adds it; `walrelay audit --since <when they were written> --repair` re-publishes its rows)")));
+            report.tables.push(table);
+            continue;
+        }
+        // `--force`: the operator says the rows before the join were re-published (or are not
+        // wanted); the slot's test still applies to every row.
+        let joined = if opts.before_join { &first_row } else { joined };
+        let run = Run { joined, ..run };
         let table_cutoff = run.cutoff_as(&cutoff, plan.column.sql_type).await?;
         let table = run.table(plan, &table_cutoff).await?;
         report.stopped |= table.stopped;
@@ -235,6 +304,54 @@ pub async fn purge(
     }
     report.elapsed = started.elapsed();
     Ok(Outcome::Purged(report))
+}
+
+/// How each of `tables` joined the publication. Tables by name joined from their first row;
+/// a tenant's table (matched by a pattern) joined when the publication's row for it, or for its
+/// schema (`FOR TABLES IN SCHEMA`, PostgreSQL 15+), was written — or, `FOR ALL TABLES`, the
+/// publication's own row (a table made before the publication held rows it never published; an
+/// `ALTER PUBLICATION` rewriting that row later only keeps more).
+async fn joined(control: &Control, config: &Config, tables: &[OutboxTable]) -> Result<Vec<Joined>> {
+    let tenants: Vec<u32> =
+        tables.iter().filter(|t| !config.outbox.tables.contains(&t.name)).map(|t| t.oid).collect();
+    if tenants.is_empty() {
+        return Ok(vec![Joined::FromItsFirstRow; tables.len()]);
+    }
+    let in_schema = match control.server.version_num >= 150000 {
+        true => {
+            "(SELECT pn.xmin::text FROM pg_catalog.pg_publication_namespace pn \
+             JOIN pg_catalog.pg_class c ON c.relnamespace = pn.pnnspid \
+             WHERE pn.pnpubid = p.oid AND c.oid = t.oid)"
+        }
+        false => "NULL",
+    };
+    let rows = control
+        .query(
+            "cannot read when the tenants' outbox tables joined the publication",
+            &format!(
+                "SELECT t.oid, CASE WHEN p.puballtables THEN p.xmin::text ELSE \
+                 COALESCE((SELECT pr.xmin::text FROM pg_catalog.pg_publication_rel pr \
+                           WHERE pr.prpubid = p.oid AND pr.prrelid = t.oid), {in_schema}) END \
+                 FROM unnest($2::oid[]) t(oid) \
+                 LEFT JOIN pg_catalog.pg_publication p ON p.pubname = $1"
+            ),
+            &[&config.source.publication, &tenants],
+        )
+        .await?;
+    let by_oid: std::collections::HashMap<u32, Joined> = rows
+        .iter()
+        .map(|r| {
+            let joined = match r.get::<_, Option<String>>(1) {
+                Some(xid) => Joined::By(xid),
+                None => Joined::Not,
+            };
+            (r.get::<_, u32>(0), joined)
+        })
+        .collect();
+    Ok(tables
+        .iter()
+        .map(|t| by_oid.get(&t.oid).cloned().unwrap_or(Joined::FromItsFirstRow))
+        .collect())
 }
 
 /// Session settings for purge's own connection.
@@ -295,12 +412,14 @@ async fn cutoff(control: &Control, older_than: Duration) -> Result<String> {
     Ok(row.get(0))
 }
 
-/// What a run shares between tables.
+/// What a run shares between tables, and how the table at hand joined the publication.
+#[derive(Clone, Copy)]
 struct Run<'a> {
     control: &'a Control,
     horizon: &'a Horizon,
     dry_run: bool,
     stop: &'a watch::Receiver<bool>,
+    joined: &'a Joined,
 }
 
 impl Run<'_> {
@@ -411,6 +530,7 @@ impl Run<'_> {
         report.deleted += done.rows;
         report.batches += done.batches;
         report.not_yet += done.not_yet;
+        report.before_join += done.before_join;
         report.stopped |= done.stopped;
         Ok(())
     }

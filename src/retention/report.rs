@@ -40,6 +40,9 @@ pub struct TableReport {
     pub batches: u64,
     /// Dry runs: rows older than the cut-off kept as not yet known to be relayed.
     pub not_yet: u64,
+    /// Dry runs: rows older than the cut-off kept because they were written before the table
+    /// joined the publication ([`super::Joined`]): never relayed.
+    pub before_join: u64,
     pub dropped: Vec<Dropped>,
     pub kept: Vec<Kept>,
     pub stopped: bool,
@@ -76,6 +79,7 @@ impl TableReport {
             deleted: 0,
             batches: 0,
             not_yet: 0,
+            before_join: 0,
             dropped: Vec::new(),
             kept: Vec::new(),
             stopped: false,
@@ -142,6 +146,13 @@ impl Report {
                     rows(t.not_yet)
                 );
             }
+            if t.before_join > 0 {
+                let _ = writeln!(
+                    o,
+                    "{name}: kept {} older than the cut-off: written before the table joined the publication, so never relayed (re-publish them with `walrelay audit --since <when they were written> --repair`, then `walrelay purge --force` deletes them)",
+                    rows(t.before_join)
+                );
+            }
             for d in &t.dropped {
                 let locked = match d.locked {
                     Some(l) => format!("; outbox locked {} ms", l.as_millis()),
@@ -155,7 +166,12 @@ impl Report {
                     Some(n) => format!("; {delete} {} older than the cut-off", rows(n)),
                     None => String::new(),
                 };
-                let _ = writeln!(o, "{name}: kept partition {}: {}{deleted}", k.name, k.why);
+                // A table kept whole (not in the publication) is named once.
+                let part = match k.name == *name {
+                    true => String::new(),
+                    false => format!(" partition {}", k.name),
+                };
+                let _ = writeln!(o, "{name}: kept{part}: {}{deleted}", k.why);
             }
         }
         let dropped = self.partitions_dropped();

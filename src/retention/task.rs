@@ -5,9 +5,11 @@
 //! broker is down) deletes nothing and waits for the next interval. Errors are logged and
 //! retried at the next interval too: retention never stops the relay.
 //!
-//! On shutdown the task finishes the batch it is in (a batch is one short statement) for at most
-//! [`STOP_GRACE`], then is dropped: a batch cut short is rolled back by the server, or committed
-//! whole, and either is safe.
+//! Nor does it hold up the relay's stop. It is told to stop at the same moment as the relay
+//! (SIGTERM), so a purge starts no new batch while the relay stops; once the relay's stop is
+//! done, whatever the purge was doing is dropped: a wait for the slot (nothing was deleted), or
+//! a batch, which the server rolls back or commits whole. Either is safe, and the stop keeps
+//! `[limits] shutdown_grace_ms` with or without `[retention]`.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -21,35 +23,31 @@ use crate::config::{Config, RetentionConfig};
 use crate::duration;
 use crate::metrics::Metrics;
 
-/// How long a stop waits for a purge to reach the end of its batch.
-pub const STOP_GRACE: Duration = Duration::from_secs(3);
-
 /// The first purge comes this soon after start at most, so frequent restarts don't starve it.
 const FIRST_RUN_AFTER: Duration = Duration::from_secs(60);
 
 /// The running retention task.
 pub struct Task {
-    stop: watch::Sender<bool>,
     handle: JoinHandle<()>,
 }
 
 impl Task {
-    /// Starts the task when `[retention]` is configured.
-    pub fn spawn(config: &Config, metrics: Arc<Metrics>) -> Option<Task> {
+    /// Starts the task when `[retention]` is configured; `stop` turning true (the relay's stop
+    /// signal) ends it between batches.
+    pub fn spawn(
+        config: &Config,
+        metrics: Arc<Metrics>,
+        stop: watch::Receiver<bool>,
+    ) -> Option<Task> {
         let retention = config.retention.clone()?;
-        let (stop, stopped) = watch::channel(false);
-        let handle = tokio::spawn(run(config.clone(), retention, metrics, stopped));
-        Some(Task { stop, handle })
+        let handle = tokio::spawn(run(config.clone(), retention, metrics, stop));
+        Some(Task { handle })
     }
 
-    /// Stops the task: a batch in flight gets [`STOP_GRACE`] to finish.
+    /// Ends the task, once the relay has stopped: at once, wherever the purge is.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let mut handle = self.handle;
-        if tokio::time::timeout(STOP_GRACE, &mut handle).await.is_err() {
-            handle.abort();
-            tracing::info!("purge stopped in the middle of a batch");
-        }
+        self.handle.abort();
+        let _ = self.handle.await;
     }
 }
 
@@ -64,6 +62,8 @@ async fn run(
         column: retention.column.clone(),
         dry_run: false,
         confirm_wait: CONFIRM_WAIT,
+        // Rows a tenant's table held before it joined wait for a person: `purge --force`.
+        before_join: false,
     };
     let every = duration::format(retention.interval);
     let keep = duration::format(retention.keep);
@@ -71,7 +71,7 @@ async fn run(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = stop.changed() => return,
+            _ = stop.wait_for(|stop| *stop) => return,
         }
         wait = retention.interval;
         match purge(&config, &opts, &stop).await {

@@ -55,6 +55,7 @@
 //! * `binary.handling.mode` has no counterpart: content is always read as bytes (Debezium fails
 //!   every message unless it is `bytes`, its default).
 
+mod avro;
 mod binding;
 mod column;
 mod convert;
@@ -83,6 +84,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+/// For values rewritten under a registered schema (`crate::registry`).
+pub(crate) use self::avro::{write_long as write_avro_long, FRAME_RESERVED};
 pub use self::binding::Binding;
 use self::binding::{Col, TimeUnit, Values};
 use self::column::{Cv, Kind};
@@ -153,6 +156,9 @@ pub struct Record {
     /// The trace the record carries on (`tracing.span.context.field`); its headers are in
     /// `headers` already, or an envelope adds them as its own attributes.
     pub trace: Option<Trace>,
+    /// A registry converter's value: the schema it was written with, whose registry id the
+    /// value's first bytes await (`crate::registry` frames it before it is sent).
+    pub value_schema: Option<Arc<str>>,
 }
 
 impl Record {
@@ -247,6 +253,8 @@ pub struct Router {
     /// so a lookup allocates nothing.
     topic_key: Vec<u8>,
     schema_names: HashMap<SchemaNameKey, Arc<str>>,
+    /// AvroConverter: the Avro schema text per Connect schema (bounded like `schema_names`).
+    avro_schemas: HashMap<Schema, Arc<str>>,
     /// Ids of the relay's spans and of the traces it starts.
     span_ids: SpanIds,
     /// Relations whose invalid span context was logged already: once each.
@@ -281,6 +289,7 @@ impl Router {
             topics: HashMap::new(),
             topic_key: Vec::new(),
             schema_names: HashMap::new(),
+            avro_schemas: HashMap::new(),
             span_ids: SpanIds::default(),
             trace_warned: HashSet::new(),
             metrics: None,
@@ -432,6 +441,7 @@ impl Router {
 
         let payload = vals.read(&b.payload)?;
         let tombstone = self.cfg.tombstone_on_empty_payload && payload.is_blank();
+        let mut value_schema = None;
         let value = if tombstone {
             None
         } else {
@@ -440,6 +450,16 @@ impl Router {
                 Converter::Json { schemas } => {
                     let route_text = String::from_utf8_lossy(&route_value);
                     Some(self.json_value(b, vals, &payload, schemas, &route_text, &event_id)?)
+                }
+                // A null value, as AvroConverter serializes it: no bytes and no schema (with
+                // envelope placements the value is a struct whose `payload` is null).
+                Converter::Avro if matches!(*payload, Cv::Null) && !self.cfg.has_envelope() => None,
+                Converter::Avro => {
+                    let route_text = String::from_utf8_lossy(&route_value);
+                    let (value, schema) =
+                        self.avro_value(b, vals, &payload, &route_text, &event_id)?;
+                    value_schema = Some(schema);
+                    Some(value)
                 }
             }
         };
@@ -451,7 +471,17 @@ impl Router {
             false => None,
         };
         Ok((
-            Record { topic, key, value, headers, partition, timestamp_ms, event_id, trace },
+            Record {
+                topic,
+                key,
+                value,
+                headers,
+                partition,
+                timestamp_ms,
+                event_id,
+                trace,
+                value_schema,
+            },
             fields,
         ))
     }

@@ -58,6 +58,12 @@ pub(crate) const DEBEZIUM_KEYS: &[&str] = &[
 
 const STRING_CONVERTER_CLASS: &str = "org.apache.kafka.connect.storage.StringConverter";
 const JSON_CONVERTER_CLASS: &str = "org.apache.kafka.connect.json.JsonConverter";
+/// Confluent's Avro converter, and Apicurio's (with `apicurio.registry.as-confluent`, its
+/// framing is Confluent's).
+const AVRO_CONVERTER_CLASSES: [&str; 2] = [
+    "io.confluent.connect.avro.AvroConverter",
+    "io.apicurio.registry.utils.converter.AvroConverter",
+];
 const SIMPLE_HEADER_CONVERTER_CLASS: &str =
     "org.apache.kafka.connect.storage.SimpleHeaderConverter";
 
@@ -112,6 +118,9 @@ pub(crate) enum Converter {
     String,
     /// `JsonConverter`, with or without the `{"schema":…,"payload":…}` envelope.
     Json { schemas: bool },
+    /// Confluent's `AvroConverter`: Avro binary, framed with the schema's registry id
+    /// (`avro.rs`, `crate::registry`). Values only.
+    Avro,
 }
 
 /// A Kafka Connect header converter.
@@ -274,6 +283,11 @@ impl RouterConfig {
     /// `table.op.invalid.behavior`: what the relay does with an UPDATE of an outbox row.
     pub fn invalid_op_behavior(&self) -> InvalidOpBehavior {
         self.invalid_op
+    }
+
+    /// The name of the value converter when it needs a schema registry.
+    pub(crate) fn registry_converter(&self) -> Option<&'static str> {
+        (self.value_converter == Converter::Avro).then_some("avro")
     }
 
     /// Whether any converter writes JsonConverter's `{"schema": …, "payload": …}` envelope.
@@ -490,13 +504,26 @@ impl Section<'_> {
         let json = match self.opts.get(key).map(|v| v.trim()) {
             None | Some("string") | Some(STRING_CONVERTER_CLASS) => false,
             Some("json") | Some(JSON_CONVERTER_CLASS) => true,
+            Some(v) if AVRO_CONVERTER_CLASSES.contains(&v) || v == "avro" => {
+                if key != "value.converter" {
+                    return Err(self.invalid(
+                        key,
+                        v,
+                        "walrelay writes Avro values only, not yet keys: keep the key a string \
+                         (the aggregate id), or keep Debezium for this connector until it does"
+                            .into(),
+                    ));
+                }
+                return Ok(Converter::Avro);
+            }
             Some(v) => {
                 return Err(self.invalid(
                     key,
                     v,
                     format!(
-                        "expected \"string\" ({STRING_CONVERTER_CLASS}) or \"json\" \
-                         ({JSON_CONVERTER_CLASS})"
+                        "expected \"string\" ({STRING_CONVERTER_CLASS}), \"json\" \
+                         ({JSON_CONVERTER_CLASS}) or \"avro\" ({})",
+                        AVRO_CONVERTER_CLASSES[0]
                     ),
                 ))
             }

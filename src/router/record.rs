@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::avro::{self, FRAME_RESERVED};
 use super::column::Cv;
 use super::convert::{
     self, json_bytes, simple_header_bytes, string_bytes, write_cv_json, write_envelope_start, Prim,
     Schema,
 };
-use super::expand::{self, Expanded};
+use super::expand::{self, Data, Expanded};
 use super::json::{self, Node};
 use super::options::{Converter, HeaderConverter};
 use super::{topic, Binding, Col, RouteError, Router, SchemaNameKey, Values};
@@ -57,7 +58,8 @@ impl Router {
 
     pub(super) fn key(&self, col: &Col, cv: &Cv) -> Result<Option<Bytes>, RouteError> {
         match self.cfg.key_converter {
-            Converter::String => Ok(string_bytes(cv)),
+            // Keys under a registry converter are refused when the options are read.
+            Converter::String | Converter::Avro => Ok(string_bytes(cv)),
             Converter::Json { schemas } => json_bytes(cv, schemas.then_some(&*col.schema_json))
                 .map(Some)
                 .map_err(|r| col.invalid(r)),
@@ -76,10 +78,6 @@ impl Router {
     }
 
     /// The value under JsonConverter: the payload alone, or the `{payload, …}` envelope.
-    ///
-    /// Expansion recurses once per nesting level, and Jackson accepts 1000 levels; a payload
-    /// nested deeper than [`INLINE_DEPTH`] is therefore expanded on a short-lived thread with a
-    /// stack large enough for any accepted depth, so no payload can overflow the caller's stack.
     pub(super) fn json_value(
         &mut self,
         b: &Binding,
@@ -89,28 +87,58 @@ impl Router {
         route_text: &str,
         event_id: &str,
     ) -> Result<Bytes, RouteError> {
-        // Expansion (only string payloads; a null payload is left untouched, as in Debezium).
-        let text = match payload {
+        let text = self.expandable(b, payload)?;
+        self.on_a_deep_enough_stack(b, text, |r| {
+            r.json_value_on_this_stack(b, vals, payload, text, schemas, route_text, event_id)
+        })
+    }
+
+    /// The value under AvroConverter (`avro.rs`): its Avro body, after five bytes the
+    /// registry's framing fills in, and the Avro schema it was written with.
+    pub(super) fn avro_value(
+        &mut self,
+        b: &Binding,
+        vals: Values<'_>,
+        payload: &Cv,
+        route_text: &str,
+        event_id: &str,
+    ) -> Result<(Bytes, Arc<str>), RouteError> {
+        let text = self.expandable(b, payload)?;
+        self.on_a_deep_enough_stack(b, text, |r| {
+            r.avro_value_on_this_stack(b, vals, payload, text, route_text, event_id)
+        })
+    }
+
+    /// The payload's text when `table.expand.json.payload` expands it (only string payloads; a
+    /// null payload is left untouched, as in Debezium).
+    fn expandable<'p>(&self, b: &Binding, payload: &'p Cv) -> Result<Option<&'p str>, RouteError> {
+        match payload {
             Cv::Text(t)
                 if self.cfg.expand_json_payload && b.payload.schema.is_prim(Prim::String) =>
             {
-                Some(convert::utf8(t).map_err(|r| b.payload.invalid(r))?)
+                Ok(Some(convert::utf8(t).map_err(|r| b.payload.invalid(r))?))
             }
-            _ => None,
-        };
+            _ => Ok(None),
+        }
+    }
+
+    /// Runs `value` here, or — for a payload nested deeper than [`INLINE_DEPTH`] — on a
+    /// short-lived thread with a stack large enough for any depth Jackson accepts (1000
+    /// levels): expansion recurses once per level, so no payload can overflow the caller's stack.
+    fn on_a_deep_enough_stack<T: Send>(
+        &mut self,
+        b: &Binding,
+        text: Option<&str>,
+        value: impl FnOnce(&mut Self) -> Result<T, RouteError> + Send,
+    ) -> Result<T, RouteError> {
         if !text.is_some_and(|t| json::nesting_exceeds(t, INLINE_DEPTH)) {
-            return self
-                .json_value_on_this_stack(b, vals, payload, text, schemas, route_text, event_id);
+            return value(self);
         }
         std::thread::scope(|scope| {
             let worker = std::thread::Builder::new()
                 .name("walrelay-expand".into())
                 .stack_size(DEEP_STACK_BYTES)
-                .spawn_scoped(scope, || {
-                    self.json_value_on_this_stack(
-                        b, vals, payload, text, schemas, route_text, event_id,
-                    )
-                })
+                .spawn_scoped(scope, || value(self))
                 .map_err(|e| {
                     b.payload.invalid(format!(
                         "cannot start a thread to expand a deeply nested payload: {e}"
@@ -120,25 +148,15 @@ impl Router {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn json_value_on_this_stack(
-        &mut self,
+    /// The expanded payload of `tree` (its schema and value), or why it stays the string:
+    /// `(schema, data, null_schema)`, `null_schema` when Debezium leaves it without a schema.
+    fn expanded<'t, 'a>(
+        &self,
         b: &Binding,
-        vals: Values<'_>,
-        payload: &Cv,
-        text: Option<&str>,
-        schemas: bool,
-        route_text: &str,
+        tree: Option<&'t Node<'a>>,
         event_id: &str,
-    ) -> Result<Bytes, RouteError> {
-        let tree: Option<Node> = text.and_then(|t| match json::parse(t, b.payload.dedupe_json) {
-            Ok(tree) => Some(tree),
-            Err(cause) => {
-                tracing::warn!(event_id, %cause, "JSON expansion failed; the payload stays a JSON string");
-                None
-            }
-        });
-        let expanded = tree.as_ref().map(|t| {
+    ) -> (Option<Schema>, Option<Data<'t, 'a>>, bool) {
+        let expanded = tree.map(|t| {
             expand::expand(
                 t,
                 &b.payload.name,
@@ -146,7 +164,7 @@ impl Router {
                 self.cfg.empty_array_behavior,
             )
         });
-        let (payload_schema, data, null_schema) = match expanded {
+        match expanded {
             Some(Expanded::Value { schema, data, debezium_fails }) => {
                 if let Some(why) = debezium_fails {
                     tracing::debug!(event_id, %why, "payload expanded where Debezium 3.6.3 fails the record");
@@ -162,7 +180,33 @@ impl Router {
                 (None, None, false)
             }
             None => (None, None, false),
-        };
+        }
+    }
+
+    /// The parsed payload, or `None` (with Debezium's warning) when it is not JSON.
+    fn parsed<'a>(b: &Binding, text: Option<&'a str>, event_id: &str) -> Option<Node<'a>> {
+        text.and_then(|t| match json::parse(t, b.payload.dedupe_json) {
+            Ok(tree) => Some(tree),
+            Err(cause) => {
+                tracing::warn!(event_id, %cause, "JSON expansion failed; the payload stays a JSON string");
+                None
+            }
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn json_value_on_this_stack(
+        &mut self,
+        b: &Binding,
+        vals: Values<'_>,
+        payload: &Cv,
+        text: Option<&str>,
+        schemas: bool,
+        route_text: &str,
+        event_id: &str,
+    ) -> Result<Bytes, RouteError> {
+        let tree = Self::parsed(b, text, event_id);
+        let (payload_schema, data, null_schema) = self.expanded(b, tree.as_ref(), event_id);
         let write_payload = |out: &mut Vec<u8>| -> Result<(), RouteError> {
             match (&data, &payload_schema) {
                 (Some(d), Some(s)) => {
@@ -193,17 +237,7 @@ impl Router {
         // Envelope struct: {payload, <envelope aliases>…}.
         if schemas {
             let payload_schema = payload_schema.clone().unwrap_or_else(|| b.payload.schema.clone());
-            let name = self.envelope_name(b, vals, &payload_schema, route_text)?;
-            let mut fields = vec![("payload".to_owned(), payload_schema)];
-            fields.extend(
-                b.envelope.iter().map(|(alias, col)| (alias.to_string(), col.schema.clone())),
-            );
-            let version = match &b.schema_version {
-                Some(col) => version_of(col, vals)?,
-                None => None,
-            };
-            let schema =
-                Schema::Struct { name: Some(name.to_string()), optional: false, version, fields };
+            let schema = self.envelope_schema(b, vals, payload_schema, route_text)?;
             write_envelope_start(&mut out, Some(&schema.to_json()));
         }
         out.extend_from_slice(b"{\"payload\":");
@@ -219,6 +253,82 @@ impl Router {
             out.push(b'}');
         }
         Ok(out.into())
+    }
+
+    /// The value under AvroConverter, on this stack (see [`Router::avro_value`]).
+    fn avro_value_on_this_stack(
+        &mut self,
+        b: &Binding,
+        vals: Values<'_>,
+        payload: &Cv,
+        text: Option<&str>,
+        route_text: &str,
+        event_id: &str,
+    ) -> Result<(Bytes, Arc<str>), RouteError> {
+        let tree = Self::parsed(b, text, event_id);
+        let (payload_schema, data, null_schema) = self.expanded(b, tree.as_ref(), event_id);
+        if null_schema {
+            // Debezium's value has no schema then, which AvroConverter writes as a bare string.
+            return Err(b.payload.invalid(
+                "the expanded payload has no schema (a top-level empty array under \
+                 `table.expand.json.payload.empty.array.behavior` = ignore), which Avro cannot \
+                 write"
+                    .into(),
+            ));
+        }
+        let payload_schema = payload_schema.unwrap_or_else(|| b.payload.schema.clone());
+        let mut out = Vec::with_capacity(payload_len(payload) + 16);
+        out.extend_from_slice(&[0; FRAME_RESERVED]);
+        let write_payload = |out: &mut Vec<u8>| match &data {
+            Some(d) => avro::write_data(out, d, &payload_schema),
+            None => avro::write_cv(out, payload, &payload_schema),
+        };
+        let schema = if self.cfg.has_envelope() {
+            write_payload(&mut out).map_err(|r| b.payload.invalid(r))?;
+            for (alias, col) in &b.envelope {
+                avro::write_cv(&mut out, &*vals.read(col)?, &col.schema)
+                    .map_err(|r| col.invalid(format!("envelope field `{alias}`: {r}")))?;
+            }
+            self.envelope_schema(b, vals, payload_schema, route_text)?
+        } else {
+            write_payload(&mut out).map_err(|r| b.payload.invalid(r))?;
+            payload_schema
+        };
+        let text = self.avro_schema(&schema).map_err(|r| b.payload.invalid(r))?;
+        Ok((out.into(), text))
+    }
+
+    /// The Avro schema text of `schema`, cached: the registry's cache is keyed by it, and a
+    /// payload's schema repeats from record to record.
+    fn avro_schema(&mut self, schema: &Schema) -> Result<Arc<str>, String> {
+        if let Some(text) = self.avro_schemas.get(schema) {
+            return Ok(text.clone());
+        }
+        let text: Arc<str> = Arc::from(avro::schema_text(schema)?);
+        if self.avro_schemas.len() >= SCHEMA_NAME_CACHE_LIMIT {
+            self.avro_schemas.clear();
+        }
+        self.avro_schemas.insert(schema.clone(), text.clone());
+        Ok(text)
+    }
+
+    /// The `{payload, <envelope aliases>…}` struct's schema, named as Debezium names it.
+    fn envelope_schema(
+        &mut self,
+        b: &Binding,
+        vals: Values<'_>,
+        payload_schema: Schema,
+        route_text: &str,
+    ) -> Result<Schema, RouteError> {
+        let name = self.envelope_name(b, vals, &payload_schema, route_text)?;
+        let mut fields = vec![("payload".to_owned(), payload_schema)];
+        fields
+            .extend(b.envelope.iter().map(|(alias, col)| (alias.to_string(), col.schema.clone())));
+        let version = match &b.schema_version {
+            Some(col) => version_of(col, vals)?,
+            None => None,
+        };
+        Ok(Schema::Struct { name: Some(name.to_string()), optional: false, version, fields })
     }
 
     /// Debezium names the envelope schema `<prefix>.<schema>.<table>.<routedByValue>.Value` with the

@@ -316,6 +316,13 @@ fn null_payload_without_the_tombstone_option_depends_on_the_value_converter() {
         text(&route_one(&env, &json, &rel, &vals).unwrap().value),
         Some(r#"{"payload":null,"t":"A"}"#)
     );
+    // AvroConverter serializes a null value as no bytes, and registers nothing; with envelope
+    // placements the value is a struct whose payload is null.
+    let avro = [("value.converter", "avro")];
+    let rec = route_one(&[], &avro, &rel, &vals).unwrap();
+    assert_eq!((rec.value, rec.value_schema), (None, None));
+    let rec = route_one(&env, &avro, &rel, &vals).unwrap();
+    assert!(rec.value.is_some() && rec.value_schema.is_some(), "{rec:?}");
 }
 
 #[test]
@@ -516,4 +523,26 @@ fn route_trace_headers_follow_the_header_converter_and_context_only() {
         .map(|(_, v)| std::str::from_utf8(v).unwrap())
         .collect();
     assert_eq!(tps, ["traceparent=x"]);
+}
+
+/// docs/envelopes.md, "The example row as Avro": its bytes and its schema, as written there.
+#[test]
+fn the_avro_example_of_the_envelopes_doc_is_what_the_router_writes() {
+    let rel = table_with(&[("type", 25)]);
+    let payload = r#"{"lines": [{"qty": 2, "sku": "A-1"}], "total": 12.5}"#;
+    let vals = [Some(ID), Some("Order"), Some("order-1"), Some(payload), Some("OrderCreated")];
+    let router = [
+        ("table.fields.additional.placement", "type:header:eventType"),
+        ("table.expand.json.payload", "true"),
+    ];
+    let rec = route_one(&router, &[("value.converter", "avro")], &rel, &vals).unwrap();
+    let body: Vec<String> =
+        rec.value.as_ref().unwrap()[5..].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        body.join(" "),
+        "02 02 02 02 02 04 02 06 41 2d 31 00 02 00 00 00 00 00 00 29 40",
+        "the doc's value bytes after the frame"
+    );
+    let schema = r#"["null",{"type":"record","name":"payload","fields":[{"name":"lines","type":["null",{"type":"array","items":["null",{"type":"record","name":"lines","namespace":"payload","fields":[{"name":"qty","type":["null","int"],"default":null},{"name":"sku","type":["null","string"],"default":null}],"connect.name":"payload.lines"}]}],"default":null},{"name":"total","type":["null","double"],"default":null}],"connect.name":"payload"}]"#;
+    assert_eq!(rec.value_schema.as_deref(), Some(schema));
 }

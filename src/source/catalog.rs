@@ -1,5 +1,7 @@
 //! What the catalog says about the outbox tables and the publication: the one place `run`,
-//! `check` and `setup` learn them from.
+//! `check` and `setup` learn them from — by name, and by `[outbox] tables` pattern ([`NAME`]).
+//! How tenants' tables join the publication is [`super::tenants`]'s, a floor above: it reads
+//! these, never the other way round.
 //!
 //! Outbox rows are recognised by relation OID, never by name (I8): a table keeps its OID across
 //! `ALTER TABLE … RENAME`, and with `publish_via_partition_root` pgoutput names every row of a
@@ -10,6 +12,18 @@ use super::connect::Control;
 use crate::config::{OutboxConfig, TableName};
 use crate::error::{Error, Result};
 use crate::pgoutput::{Column, Relation};
+
+/// `schema.name` of `pg_class c` joined to `pg_namespace n`: what an `[outbox] tables` pattern
+/// is matched against. PostgreSQL decides what a pattern matches, everywhere: the event trigger
+/// runs inside it ([`super::tenants`]), so the relay, the watch, `check`, replay and the audit
+/// ask it with the same expression (`NAME ~` [`OutboxConfig::pattern_regex`]) instead of
+/// matching with a second regex engine that could disagree.
+pub const NAME: &str = "(n.nspname || '.' || c.relname)";
+
+/// The tables a pattern may match: ordinary and partitioned tables outside the system schemas,
+/// partitions left out (their rows go by their root's name, `publish_via_partition_root`).
+pub const CANDIDATE: &str = "c.relkind IN ('r', 'p') AND NOT c.relispartition \
+     AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'";
 
 /// A configured outbox table as the catalog has it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,12 +121,68 @@ pub async fn outbox_table(control: &Control, name: &TableName) -> Result<TableLo
 /// table), then every table a pattern matches now.
 pub async fn outbox_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
     let mut tables = named_tables(control, &outbox.tables).await?;
-    for table in super::tenants::matching_tables(control, outbox).await? {
+    for table in matching_tables(control, outbox).await? {
         if !tables.iter().any(|t| t.oid == table.oid) {
             tables.push(table);
         }
     }
     Ok(tables)
+}
+
+/// PostgreSQL reads the patterns, or a definite error naming them and what it said.
+pub async fn check_patterns(control: &Control, outbox: &OutboxConfig) -> Result<()> {
+    let Some(regex) = outbox.pattern_regex() else { return Ok(()) };
+    let sql = format!("SELECT ''::text ~ '{}'", regex.replace('\'', "''"));
+    match control.batch(&sql).await? {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let patterns: Vec<&str> = outbox.patterns.iter().map(|p| p.text.as_str()).collect();
+            Err(Error::definite_with(
+                format!("PostgreSQL cannot read the [outbox] tables patterns {}", patterns.join(", ")),
+                "keep the patterns to what Java, Rust and PostgreSQL read alike: classes, groups, `|`, quantifiers and `\\.`, `\\d`, `\\w`",
+                e,
+            ))
+        }
+    }
+}
+
+/// The tables `[outbox] tables` patterns match now (PostgreSQL matches them: see
+/// [`NAME`] `~` the regex), in two queries whatever their number: a thousand tenants' tables are
+/// read as fast as one.
+pub async fn matching_tables(control: &Control, outbox: &OutboxConfig) -> Result<Vec<OutboxTable>> {
+    let Some(regex) = outbox.pattern_regex() else { return Ok(Vec::new()) };
+    check_patterns(control, outbox).await?;
+    let rows = control
+        .query(
+            "cannot list the tables the [outbox] tables patterns match",
+            &format!(
+                "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'p', \
+                 pg_catalog.pg_get_userbyid(c.relowner)::text, \
+                 pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE') \
+                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE {} AND {} ~ $1 ORDER BY 2, 3",
+                CANDIDATE,
+                NAME
+            ),
+            &[&regex],
+        )
+        .await?;
+    let oids: Vec<u32> = rows.iter().map(|r| r.get(0)).collect();
+    let mut columns = columns_of(control, &oids).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let oid: u32 = r.get(0);
+            OutboxTable {
+                name: TableName { schema: r.get(1), name: r.get(2) },
+                oid,
+                partitioned: r.get(3),
+                owner: r.get(4),
+                owned: r.get(5),
+                columns: columns.remove(&oid).unwrap_or_default(),
+            }
+        })
+        .collect())
 }
 
 /// The live columns of each relation of `oids`, in order, in one query.

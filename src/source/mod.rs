@@ -119,9 +119,7 @@ pub async fn prepare_publication(
     let tenants = match outbox.patterns.is_empty() {
         true => None,
         false => {
-            let joining =
-                tenants::ensure(&control, &src.publication, publication.all_tables, outbox, create)
-                    .await?;
+            let joining = tenants::ensure(&control, &src.publication, outbox, create).await?;
             // (The session's watch says each one the publication lacks, and `setup` adds them.)
             let uncovered = tables
                 .iter()

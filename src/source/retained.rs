@@ -45,7 +45,7 @@ pub fn start(
                         .store(retained.unwrap_or(0.0).max(0.0) as u64, Relaxed);
                     metrics.slot_wal_keep_limit_bytes.store(limit_bytes(limit_mb), Relaxed);
                     let sample = SlotSample {
-                        sampled_micros: crate::metrics::unix_micros(),
+                        sampled_micros: crate::clock::unix_micros(),
                         confirmed: row.get(2),
                         restart: row.get(3),
                         retained_bytes: retained.map(|r| r.max(0.0) as u64),

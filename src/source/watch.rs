@@ -26,6 +26,7 @@ use tokio_postgres::Client;
 use super::catalog::OutboxTable;
 use super::error::classify_pg;
 use super::slot::SERVER_LSN;
+use super::tenants::{self, Trigger};
 use crate::config::TableName;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
@@ -56,11 +57,11 @@ struct Fingerprint {
 
 /// The tenants' tables as the last check saw them, so each change is said once: a table the
 /// publication does not carry (its rows are not relayed), a table dropped, the event trigger
-/// gone.
+/// gone, disabled or stale (said as [`tenants::not_guaranteed`] says it everywhere).
 #[derive(Default)]
 struct Tenants {
     seen: Option<BTreeMap<u32, (TableName, bool)>>,
-    trigger: Option<bool>,
+    trigger: Option<Trigger>,
     checked: Option<Instant>,
 }
 
@@ -71,13 +72,13 @@ impl Tenants {
         self.checked.is_none_or(|at| at.elapsed() >= EVERY)
     }
 
-    fn said(&mut self, now: BTreeMap<u32, (TableName, bool)>, trigger: bool, publication: &str) {
+    fn said(&mut self, now: BTreeMap<u32, (TableName, bool)>, trigger: Trigger, publication: &str) {
         self.checked = Some(Instant::now());
         let before = self.seen.take().unwrap_or_default();
         for (oid, (name, carried)) in &now {
             let was_carried = before.get(oid).map(|(_, c)| *c);
             if !carried && was_carried != Some(false) {
-                super::tenants::warn_uncovered(publication, name);
+                tenants::warn_uncovered(publication, name);
             }
         }
         for (oid, (name, _)) in &before {
@@ -86,8 +87,11 @@ impl Tenants {
                     "a tenant's outbox table was dropped: its rows committed before the drop are relayed, and the other tenants go on");
             }
         }
-        if self.trigger == Some(true) && !trigger {
-            super::tenants::warn_not_guaranteed(publication, "the event trigger that adds new tenants' tables to the publication was dropped or disabled");
+        // The session's start said the state it found; the watch says each change from it.
+        if self.trigger.is_some_and(|was| was != trigger) {
+            if let Some(problem) = trigger.problem(publication) {
+                tenants::warn_not_guaranteed(publication, &problem);
+            }
         }
         self.seen = Some(now);
         self.trigger = Some(trigger);
@@ -145,7 +149,7 @@ impl Checker {
     ) -> Result<std::convert::Infallible> {
         let mut baseline: Option<Fingerprint> = None;
         let mut renamed: Vec<u32> = Vec::new();
-        let mut tenants = Tenants::default();
+        let mut seen = Tenants::default();
         loop {
             // The position first: everything before it was decoded under the catalog the
             // following statement reads, unless that catalog differs from the baseline.
@@ -174,9 +178,9 @@ impl Checker {
                         "the outbox table was renamed; its rows are still relayed (by OID) — rename it in [outbox] before walrelay restarts");
                 }
             }
-            if self.patterns.is_some() && tenants.due() {
-                let (now, trigger) = self.tenants().await?;
-                tenants.said(now, trigger, &self.publication);
+            if let Some(regex) = self.patterns.as_deref().filter(|_| seen.due()) {
+                let (now, trigger) = self.tenants(regex).await?;
+                seen.said(now, trigger, &self.publication);
             }
             vouched.send_if_modified(|v| {
                 let grew = lsn > *v;
@@ -242,31 +246,13 @@ impl Checker {
     }
 
     /// The tables the patterns match now, by OID, with whether the publication carries each;
-    /// and whether the event trigger that adds new ones is there (or not needed: `FOR ALL
-    /// TABLES`).
-    async fn tenants(&self) -> Result<(BTreeMap<u32, (TableName, bool)>, bool)> {
-        // FOR TABLES IN SCHEMA is PostgreSQL 15's.
-        let in_schema = if self.version_num >= 150000 {
-            "EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn \
-             WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)"
-        } else {
-            "false"
-        };
-        let sql = format!(
-            "SELECT c.oid, n.nspname::text, c.relname::text, \
-                 p.puballtables OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr \
-                   WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid) OR {in_schema} \
-                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 CROSS JOIN (SELECT oid, puballtables FROM pg_catalog.pg_publication WHERE pubname = $1) p \
-                 WHERE {} AND {} ~ $2",
-            super::tenants::CANDIDATE,
-            super::tenants::NAME,
-        );
+    /// and how new ones join it.
+    async fn tenants(&self, regex: &str) -> Result<(BTreeMap<u32, (TableName, bool)>, Trigger)> {
         let rows = self
             .query(
                 "cannot list the tenants' outbox tables",
-                &sql,
-                &[&self.publication, &self.patterns],
+                &tenants::coverage_sql(self.version_num),
+                &[&self.publication, &regex],
             )
             .await?;
         let tables = rows
@@ -275,16 +261,8 @@ impl Checker {
                 (r.get::<_, u32>(0), (TableName::new(r.get(1), r.get(2)), r.get::<_, bool>(3)))
             })
             .collect();
-        let trigger: bool = self
-            .one_row(
-                "cannot look up the event trigger for tenants' tables",
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger \
-                   WHERE evtname = $1 AND evtenabled <> 'D') \
-                 OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $2 AND puballtables)",
-                &[&super::tenants::trigger_name(&self.publication), &self.publication],
-            )
-            .await?
-            .get(0);
+        let trigger =
+            tenants::trigger(&self.client, self.timeout, &self.publication, regex).await?;
         Ok((tables, trigger))
     }
 

@@ -152,6 +152,21 @@ pub fn private_broker(port: Option<u16>) -> Broker {
     Broker::start(&scratch_dir("broker"), port).unwrap_or_else(|e| panic!("private broker: {e}"))
 }
 
+/// A [`private_broker`] (Apache Kafka) whose controller keeps its broker's session for 60 s,
+/// not 9: a single node frozen longer than its session fences its own broker on the thaw (its
+/// controller wakes to a heartbeat that old) and clients then wait up to a minute for an
+/// answer (see `reporting::readiness_follows_the_broker_after_an_outage_and_during_a_hang`).
+/// For tests that freeze the broker for longer and are about something else.
+pub fn private_broker_keeping_its_session() -> Broker {
+    if !matches!(super::broker::Kind::selected(), Ok(super::broker::Kind::Kafka)) {
+        return private_broker(None);
+    }
+    let node =
+        super::broker::KafkaNode::single(free_port()).set("broker.session.timeout.ms", "60000");
+    Broker::start_kafka(&scratch_dir("broker"), node)
+        .unwrap_or_else(|e| panic!("private broker: {e}"))
+}
+
 /// One idempotent acks=all producer per bootstrap address, shared by the whole process
 /// (creating one costs a broker round trip for the producer id).
 pub fn producer_for(bootstrap: &str) -> FutureProducer {
@@ -516,4 +531,26 @@ pub async fn marks(bootstrap: &str, topic: &str, partition: i32) -> (i64, i64) {
     })
     .await
     .unwrap_or((0, 0))
+}
+
+/// Sets topic configs of `topic` (Kafka's IncrementalAlterConfigs is what kafka-configs.sh
+/// uses; librdkafka's AlterConfigs replaces the topic's set configs, which is the same here for
+/// a topic whose configs the test set).
+pub async fn alter_topic(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap)
+        .create()
+        .unwrap_or_else(|e| panic!("create admin client for {bootstrap}: {e}"));
+    let mut alter =
+        rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(topic));
+    for (k, v) in configs {
+        alter = alter.set(k, v);
+    }
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .alter_configs([&alter], &opts)
+        .await
+        .unwrap_or_else(|e| panic!("alter configs of {topic}: {e}"));
+    for r in results {
+        assert!(r.is_ok(), "alter configs of {topic}: {r:?}");
+    }
 }

@@ -1,6 +1,7 @@
 //! Shared integration-test harness: one PostgreSQL instance and one Kafka broker (Apache Kafka
 //! by default, tansu with `WALRELAY_TEST_BROKER=tansu`: see [`broker`]) per test process, plus
-//! helpers to consume topics and to run the real `walrelay` binary.
+//! helpers to consume topics and to run the real `walrelay` binary. A schema registry
+//! (Apicurio Registry, see [`registry`]) is started only by the tests that ask for one.
 //!
 //! Also usable from an example: `#[path = "../tests/support/mod.rs"] mod support;`
 //! (no `#[test]` items live here).
@@ -20,6 +21,8 @@ pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod readback;
+pub mod registry;
+pub mod registry_decode;
 pub mod secure_kafka;
 pub mod servers;
 pub mod slot;
@@ -29,6 +32,8 @@ pub use broker::Broker;
 pub use kafka::{consume, consume_topics, create_topic, produce, Consumed};
 pub use postgres::{Postgres, TestDb};
 pub use process::RelayProcess;
+pub use registry::{private_registry, registry, Registry};
+pub use registry_decode::decode_with_confluent;
 pub use servers::{note, Capability, Server};
 
 use std::collections::HashSet;
@@ -122,6 +127,23 @@ pub fn shared_pg_with(cap: Capability) -> &'static Postgres {
     ));
     others.push(started);
     &started.pg
+}
+
+/// The Python of the virtualenv scripts/install-test-deps.sh makes (`$WALRELAY_TEST_PYENV`,
+/// default `~/.local/walrelay-pyenv`), with the consumers the tests decode records with: the
+/// CloudEvents SDK, protobuf + grpcio-tools, confluent-kafka's schema-registry serdes.
+pub fn pyenv_python() -> PathBuf {
+    let env = std::env::var_os("WALRELAY_TEST_PYENV").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".local/walrelay-pyenv")
+    });
+    let python = env.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-test-deps.sh (it installs the Python consumers \
+         cloudevents, protobuf, grpcio-tools and confluent-kafka with its schema-registry serdes)",
+        python.display()
+    );
+    python
 }
 
 /// `prefix_<pid>_<counter>`, lowercase `[a-z0-9_]` only (usable as a PostgreSQL identifier,

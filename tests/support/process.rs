@@ -267,7 +267,17 @@ impl std::fmt::Display for Run {
 
 /// Runs `walrelay <args…> --config <file with config_toml>` (no config when `None`).
 pub fn walrelay(args: &[&str], config_toml: Option<&str>) -> Run {
+    walrelay_command(args, config_toml, &[])
+}
+
+/// [`walrelay`] with environment variables set (a secret, as a deployment passes it).
+pub fn walrelay_with_env(args: &[&str], config_toml: &str, envs: &[(&str, &str)]) -> Run {
+    walrelay_command(args, Some(config_toml), envs)
+}
+
+fn walrelay_command(args: &[&str], config_toml: Option<&str>, envs: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(walrelay_bin());
+    cmd.envs(envs.iter().copied());
     cmd.args(args);
     if let Some(text) = config_toml {
         let path = scratch_dir("admin").join("walrelay.toml");

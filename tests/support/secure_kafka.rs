@@ -281,10 +281,11 @@ impl SecureKafka {
 
 const KEYSTORE_PASSWORD: &str = "keystore-pass";
 
-/// The files [`make_certificates`] leaves in the node's directory.
-struct Tls {
-    ca: PathBuf,
-    keystore: PathBuf,
+/// The files [`make_certificates`] leaves in the node's directory (`tls/`, beside them the
+/// server's PEM certificate and key, `broker.pem` and `broker.key`).
+pub struct Tls {
+    pub ca: PathBuf,
+    pub keystore: PathBuf,
 }
 
 /// The `openssl` configuration: the CA's and the broker's extensions. The broker's certificate
@@ -308,8 +309,9 @@ subjectAltName = IP:127.0.0.1, DNS:localhost
 authorityKeyIdentifier = keyid
 ";
 
-/// A CA, and a broker certificate it signs, in a PKCS12 keystore for the broker.
-fn make_certificates(dir: &Path) -> Result<Tls, String> {
+/// A CA, and a server certificate it signs for 127.0.0.1 and localhost, in a PKCS12 keystore
+/// for the broker (and as PEM files, for the schema registry).
+pub fn make_certificates(dir: &Path) -> Result<Tls, String> {
     let tls = dir.join("tls");
     std::fs::create_dir_all(&tls).map_err(|e| format!("create {}: {e}", tls.display()))?;
     std::fs::write(tls.join("openssl.cnf"), OPENSSL_CNF).map_err(|e| e.to_string())?;

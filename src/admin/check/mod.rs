@@ -9,13 +9,15 @@
 //! outbox tables and the publication, `retention.rs` the `[retention]` settings against each
 //! table, `replay.rs` the index `walrelay replay` would read each table by; all read through [`crate::source`], as `run` does. `kafka.rs` checks the broker as
 //! the configured principal, and the fixed topics; `exactly_once.rs` what exactly-once needs (the
-//! progress topic, the transactional id's ACLs).
+//! progress topic, the transactional id's ACLs); `registry.rs` that the schema registry answers
+//! and takes the credentials.
 
 mod authorized;
 mod exactly_once;
 mod kafka;
 mod offsets;
 mod postgres;
+mod registry;
 mod replay;
 mod retention;
 mod tables;
@@ -66,6 +68,7 @@ pub(super) async fn run(config: &Config) -> ExitCode {
     r.ok("config", "parsed and valid");
     postgres::run(config, &mut r).await;
     kafka::run(config, &mut r).await;
+    registry::run(config, &mut r).await;
     exactly_once::run(config, &mut r).await;
     line(format!(
         "check: {} ok, {} warning{}, {} problem{}",

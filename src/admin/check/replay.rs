@@ -4,7 +4,7 @@
 use super::Report;
 use crate::config::{Config, RetentionConfig};
 use crate::error::Result;
-use crate::replay;
+use crate::snapshot;
 use crate::source::catalog::OutboxTable;
 use crate::source::Control;
 
@@ -28,8 +28,8 @@ pub(super) async fn run(
         );
         return Ok(());
     }
-    let order = replay::read_order(control).await?.describe(&column, id);
-    match replay::index_for(control, table.oid, &column).await? {
+    let order = snapshot::order(control).await?.describe(&column, id);
+    match snapshot::index_for(control, table.oid, &column).await? {
         Some(index) => r.ok(&what, format!("by index {index}; {order}")),
         None => r.warn(
             &what,

@@ -42,7 +42,7 @@ pub(super) async fn run(
                 r.fail(
                     &what,
                     "does not exist",
-                    "create the table (id uuid, aggregatetype varchar, aggregateid varchar, type varchar, payload jsonb), or set [outbox] table / tables to the existing one",
+                    "create the table (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, and optionally created_at timestamptz NOT NULL DEFAULT now() for purge, replay and the audit: README.md, Configuration), or set [outbox] table / tables to the existing one",
                 );
             }
             TableLookup::NotATable(kind) => {

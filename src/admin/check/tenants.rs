@@ -9,7 +9,8 @@ use crate::config::{Config, TableName};
 use crate::error::Result;
 use crate::router::Router;
 use crate::source::catalog;
-use crate::source::{tenants, Control};
+use crate::source::tenants::{self, Trigger};
+use crate::source::Control;
 
 /// How many matched tables `check` names in its line.
 const NAMED: usize = 5;
@@ -21,7 +22,7 @@ pub(super) async fn run(config: &Config, control: &Control, r: &mut Report) -> R
     }
     let patterns: Vec<&str> = outbox.patterns.iter().map(|p| p.text.as_str()).collect();
     let what = format!("outbox tables by pattern {}", patterns.join(", "));
-    let matched = match tenants::matching_tables(control, outbox).await {
+    let matched = match catalog::matching_tables(control, outbox).await {
         Ok(m) => m,
         Err(e) => {
             r.fail(&what, e.chain(), e.hint().unwrap_or("fix the patterns"));
@@ -66,28 +67,19 @@ pub(super) async fn run(config: &Config, control: &Control, r: &mut Report) -> R
             );
         }
     }
-    let trigger = tenants::trigger_name(publication_name);
     let mode = "new tenants' tables";
-    if publication.as_ref().is_some_and(|p| p.all_tables) {
-        r.ok(mode, format!("publication {publication_name} is FOR ALL TABLES: a table created later that a pattern matches is relayed from its first row (no event trigger needed)"));
-        return Ok(());
+    let regex = outbox.pattern_regex().unwrap_or_default();
+    let state =
+        tenants::trigger(control.client(), control.timeout, publication_name, &regex).await?;
+    match state.problem(publication_name) {
+        None if state == Trigger::NotNeeded => r.ok(mode, format!("publication {publication_name} is FOR ALL TABLES: a table created later that a pattern matches is relayed from its first row (no event trigger needed)")),
+        None => r.ok(mode, format!("event trigger {} adds each table created later that a pattern matches to publication {publication_name}, in the transaction that creates it, so its first rows are relayed; it refuses a table that would join holding rows (CREATE TABLE … AS, SELECT … INTO, a rename into a match)", tenants::trigger_name(publication_name))),
+        Some(problem) => r.warn(
+            mode,
+            tenants::not_guaranteed(&problem, publication_name),
+            tenants::install_fix(publication_name),
+        ),
     }
-    let problem = match tenants::trigger(control, publication_name, outbox).await? {
-        tenants::Trigger::Current => {
-            r.ok(mode, format!("event trigger {trigger} adds each table created later that a pattern matches to publication {publication_name}, in the transaction that creates it, so its first rows are relayed"));
-            return Ok(());
-        }
-        tenants::Trigger::Missing => format!("no event trigger {trigger}"),
-        tenants::Trigger::Disabled => format!("event trigger {trigger} is disabled"),
-        tenants::Trigger::Stale => {
-            format!("event trigger {trigger} was installed for other patterns")
-        }
-    };
-    r.warn(
-        mode,
-        format!("{problem}: a tenant's table created later joins publication {publication_name} late, and the rows written before it joins are never relayed"),
-        tenants::install_fix(publication_name),
-    );
     Ok(())
 }
 

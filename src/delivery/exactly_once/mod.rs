@@ -265,6 +265,7 @@ impl Transactions {
             timestamp_ms: None,
             event_id: String::new(),
             trace: None,
+            value_schema: None,
         };
         Some((record, lsn))
     }
@@ -328,7 +329,7 @@ impl State {
     /// is read within milliseconds of its commit) and PostgreSQL has not said it sent all it
     /// has, else `transaction_max_ms`.
     fn max_age(&self) -> Duration {
-        let behind = crate::metrics::unix_micros() - self.current_commit;
+        let behind = crate::clock::unix_micros() - self.current_commit;
         let caught_up = self.open.as_ref().is_some_and(|open| open.caught_up);
         if !caught_up && behind > backlog_max(&self.config).as_micros() as i64 {
             backlog_max(&self.config)
@@ -468,7 +469,7 @@ mod tests {
 
     #[test]
     fn a_backlog_grows_the_transaction_past_transaction_max_and_being_caught_up_does_not() {
-        let now = crate::metrics::unix_micros();
+        let now = crate::clock::unix_micros();
         let mut caught_up = txns(10, 1_000_000, None);
         caught_up.begin(&Txn { commit_lsn: lsn(10), commit_micros: now, ..Txn::default() });
         caught_up.before_record(lsn(5)).unwrap();
@@ -492,7 +493,7 @@ mod tests {
     #[test]
     fn a_keepalive_bounds_the_backlog_transaction_by_transaction_max_again_but_never_ends_it_inside_a_postgresql_transaction(
     ) {
-        let behind = crate::metrics::unix_micros() - 60_000_000;
+        let behind = crate::clock::unix_micros() - 60_000_000;
         let mut t = txns(100, 1_000_000, None);
         t.begin(&Txn { commit_lsn: lsn(10), commit_micros: behind, ..Txn::default() });
         t.before_record(lsn(5)).unwrap();

@@ -13,9 +13,10 @@
 //!
 //! Once per topic per producer; when the topic does not come (creation on first use disabled, an
 //! ACL missing, the broker down), the record is sent after the wait as before, and its delivery
-//! report says what is wrong.
+//! report says what is wrong. The metadata's partition count is kept: it tells delivery which
+//! partition a keyed record goes to, whose first write goes alone (`offsets.rs`).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,9 +27,10 @@ use super::{Publisher, RelayContext};
 
 /// The topics this producer has met, and how long to wait for a new one's leaders.
 pub struct KnownTopics {
-    met: HashSet<Arc<str>>,
-    /// The topic met last.
-    last: Option<Arc<str>>,
+    /// Each with its partition count, when its metadata came.
+    met: HashMap<Arc<str>, Option<i32>>,
+    /// The topic met last, with its partition count.
+    last: Option<(Arc<str>, Option<i32>)>,
     /// `topic.metadata.propagation.max.ms` (as long as librdkafka itself waits for a topic), at
     /// most [`MAX_WAIT`].
     wait: Duration,
@@ -40,59 +42,70 @@ const MAX_WAIT: Duration = Duration::from_secs(5);
 
 impl KnownTopics {
     pub fn new(propagation: Duration) -> KnownTopics {
-        KnownTopics { met: HashSet::new(), last: None, wait: propagation.min(MAX_WAIT) }
+        KnownTopics { met: HashMap::new(), last: None, wait: propagation.min(MAX_WAIT) }
     }
 }
 
 impl Publisher {
     /// Returns once `topic` has a leader for every partition, or after the wait; at once for a
-    /// topic met before.
-    pub async fn meet(&mut self, topic: &Arc<str>) {
+    /// topic met before. Returns its partition count, when its metadata came.
+    pub async fn meet(&mut self, topic: &Arc<str>) -> Option<i32> {
         // Every record asks: the topic of the one before, by pointer, spares the hash.
-        if self.topics.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, topic)) {
-            return;
+        if let Some((last, partitions)) = &self.topics.last {
+            if Arc::ptr_eq(last, topic) {
+                return *partitions;
+            }
         }
-        if self.topics.met.contains(topic) {
-            self.topics.last = Some(topic.clone());
-            return;
+        if let Some(&partitions) = self.topics.met.get(topic) {
+            self.topics.last = Some((topic.clone(), partitions));
+            return partitions;
         }
         let (producer, name, wait) =
             (Arc::clone(&self.producer), topic.to_string(), self.topics.wait);
         let started = Instant::now();
-        let led = tokio::task::spawn_blocking(move || every_partition_led(&producer, &name, wait))
-            .await
-            .unwrap_or(false);
+        let partitions =
+            tokio::task::spawn_blocking(move || every_partition_led(&producer, &name, wait))
+                .await
+                .unwrap_or(None);
         let waited_ms = started.elapsed().as_millis() as u64;
-        if led {
+        if partitions.is_some() {
             tracing::debug!(%topic, waited_ms, "topic known; its records go out");
         } else {
             tracing::debug!(%topic, waited_ms, "topic without a leader for every partition; its records are sent anyway and their reports say why");
         }
-        self.topics.met.insert(topic.clone());
-        self.topics.last = Some(topic.clone());
+        self.topics.met.insert(topic.clone(), partitions);
+        self.topics.last = Some((topic.clone(), partitions));
+        partitions
     }
 }
 
-/// Asks for `topic`'s metadata until every partition has a leader (true) or `wait` passed.
-fn every_partition_led(producer: &BaseProducer<RelayContext>, topic: &str, wait: Duration) -> bool {
+/// Asks for `topic`'s metadata until every partition has a leader (its partition count) or `wait`
+/// passed (`None`).
+fn every_partition_led(
+    producer: &BaseProducer<RelayContext>,
+    topic: &str,
+    wait: Duration,
+) -> Option<i32> {
     let deadline = Instant::now() + wait;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return false;
+            return None;
         }
         let answer =
             producer.client().fetch_metadata(Some(topic), left.min(Duration::from_secs(2)));
         if let Some(t) = answer.as_ref().ok().and_then(|md| md.topics().first()) {
             let led = || t.partitions().iter().all(|p| p.leader() >= 0 && p.error().is_none());
             match t.error() {
-                None if !t.partitions().is_empty() && led() => return true,
+                None if !t.partitions().is_empty() && led() => {
+                    return i32::try_from(t.partitions().len()).ok();
+                }
                 // Being created (or not there, which only the wait tells apart).
                 None
                 | Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
                 | Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE) => {}
                 // Refused (an ACL, an illegal name): no wait makes it come.
-                Some(_) => return false,
+                Some(_) => return None,
             }
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
@@ -119,14 +132,14 @@ mod tests {
         mock.create_topic("met", 3, 1).expect("topic");
         let mut publisher = publisher(&mock.bootstrap_servers());
         let topic: Arc<str> = Arc::from("met");
-        publisher.meet(&topic).await;
-        assert!(publisher.topics.met.contains(&topic));
+        assert_eq!(publisher.meet(&topic).await, Some(3));
+        assert_eq!(publisher.topics.met.get(&topic), Some(&Some(3)));
         let md = publisher.producer.client().fetch_metadata(Some("met"), Duration::from_secs(5));
         assert_eq!(md.unwrap().topics()[0].partitions().len(), 3);
         // Met: no metadata request, so no wait even with the broker gone.
         drop(mock);
         let again = Instant::now();
-        publisher.meet(&topic).await;
+        assert_eq!(publisher.meet(&topic).await, Some(3), "from what was met");
         assert!(again.elapsed() < Duration::from_millis(50), "{:?}", again.elapsed());
     }
 
@@ -139,8 +152,8 @@ mod tests {
         mock.broker_down(1).expect("broker down");
         let topic: Arc<str> = Arc::from("absent");
         let started = Instant::now();
-        publisher.meet(&topic).await;
+        assert_eq!(publisher.meet(&topic).await, None, "no partition count without metadata");
         assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
-        assert!(publisher.topics.met.contains(&topic), "not asked again for every record");
+        assert!(publisher.topics.met.contains_key(&topic), "not asked again for every record");
     }
 }

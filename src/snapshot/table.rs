@@ -1,21 +1,9 @@
-//! Reading a replay's rows: one `REPEATABLE READ` snapshot, the selection as SQL, and batches in
-//! replay order.
-//!
-//! Two orders, and a way of paging each:
-//!
-//! * **timestamp column, then event id** — keyset pages: each batch is
-//!   `WHERE (col, id) > (last col, last id) ORDER BY col, id LIMIT n`, which an index on the
-//!   column (ideally `(col, id)`) answers by descending once per batch, however far in;
-//! * **commit order** (`track_commit_timestamp = on`) — `pg_xact_commit_timestamp(xmin)` is in no
-//!   index, so keyset pages would sort the whole selection again for every batch. Instead one
-//!   cursor sorts it once (the selection itself is still found by the index) and each batch is a
-//!   `FETCH` from it. A table with no index to page by is read the same way: one scan and one
-//!   sort, not one per batch. Rows that committed in the same microsecond, and rows older than the
-//!   setting (their commit time is unknown: they go first), follow the column and the id.
+//! One outbox table's part of a snapshot: the selection as SQL, a count, and batches in order
+//! (keyset pages, a cursor, or one streamed query, as the module above says).
 //!
 //! Values are selected as `::text` in the table's column order, with the session settings the
 //! walsender is pinned to, so the router sees the same text pgoutput sends the live relay.
-//! Selection values are SQL literals (quoted below, `standard_conforming_strings` on) rather than
+//! Selection values are SQL literals (quoted, `standard_conforming_strings` on) rather than
 //! parameters because `DECLARE … CURSOR` takes none.
 
 use std::pin::Pin;
@@ -25,7 +13,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio_postgres::RowStream;
 
-use super::{Selection, TimeBound, BATCH_ROWS};
+use super::selection::bound_sql;
+use super::{literal, quote, Order, Selection, BATCH_ROWS};
 use crate::config::{Config, RetentionConfig};
 use crate::error::{Error, Result};
 use crate::pgoutput::{Tuple, Value};
@@ -38,27 +27,8 @@ use crate::source::Control;
 /// A statement without parameters, for `query_raw`.
 const NO_PARAMETERS: [&str; 0] = [];
 
-/// How long one replay statement may run (a count, the cursor's sort, a batch).
+/// How long one statement of the snapshot may run (a count, the cursor's sort, a batch).
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// The order a replay sends rows in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// Commit order, from `pg_xact_commit_timestamp` (`track_commit_timestamp = on`).
-    Commit,
-    /// The timestamp column, then the event id.
-    Column,
-}
-
-impl Order {
-    /// The order in words, naming `column` and `id`.
-    pub fn describe(&self, column: &str, id: &str) -> String {
-        match self {
-            Order::Commit => format!("commit order (track_commit_timestamp is on; ties and rows older than the setting by {column}, then {id})"),
-            Order::Column => format!("by {column}, then {id} (track_commit_timestamp is off, so commit order is unknown; rows of one transaction share {column} and go in {id} order)"),
-        }
-    }
-}
 
 /// One selected row: its values as pgoutput would send them, and what the envelope takes from
 /// its transaction.
@@ -76,28 +46,6 @@ pub struct Commit {
     pub micros: i64,
     /// `micros` is the commit timestamp itself.
     pub exact: bool,
-}
-
-/// The order a replay goes in on this server.
-pub async fn order(control: &Control) -> Result<Order> {
-    let on: bool = control
-        .query_one(
-            "cannot read track_commit_timestamp",
-            "SELECT current_setting('track_commit_timestamp') = 'on'",
-            &[],
-        )
-        .await?
-        .get(0);
-    Ok(if on { Order::Commit } else { Order::Column })
-}
-
-/// Opens the replay's one snapshot, with the walsender's text settings.
-pub(super) async fn begin_snapshot(control: &Control) -> Result<()> {
-    let sql = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
-               SET LOCAL DateStyle = ISO; SET LOCAL TimeZone = 'UTC'; \
-               SET LOCAL IntervalStyle = postgres; SET LOCAL extra_float_digits = 3; \
-               SET LOCAL bytea_output = hex; SET LOCAL standard_conforming_strings = on";
-    control.batch(sql).await?.map_err(|e| classify_pg("cannot open the replay's snapshot", e))
 }
 
 /// The index an ordered read of `column` of table `oid` would use: a valid btree index whose
@@ -121,7 +69,7 @@ pub async fn index_for(control: &Control, oid: u32, column: &str) -> Result<Opti
     Ok(row.map(|r| r.get(0)))
 }
 
-/// One outbox table's part of a replay.
+/// One outbox table's part of a snapshot.
 pub(super) struct TableRead {
     pub table: OutboxTable,
     /// The index the read goes by, as `name (columns)`; `None`: a full scan.
@@ -132,7 +80,7 @@ pub(super) struct TableRead {
     /// `FROM … WHERE …` of the selection.
     from: String,
     select: String,
-    order: super::Order,
+    order: Order,
     /// Rows in no particular order, for a reader that wants only where each record goes.
     unordered: bool,
     /// The unordered read's one query, once sent.
@@ -146,7 +94,7 @@ pub(super) struct TableRead {
 /// The column that says when a row was written, and the setting that named it (`--column`, or
 /// `[retention] column` and its default), which errors blame.
 #[derive(Debug, Clone)]
-pub struct TimeColumn {
+pub(super) struct TimeColumn {
     pub name: String,
     pub named_by: &'static str,
 }
@@ -158,7 +106,7 @@ impl TableRead {
         table: OutboxTable,
         column: &TimeColumn,
         sel: &Selection,
-        order: super::Order,
+        order: Order,
         places_only: bool,
     ) -> Result<TableRead> {
         let column = retention::plan(control, &table, &column.name, column.named_by).await?.column;
@@ -222,10 +170,10 @@ impl TableRead {
             })
             .collect();
         let committed = match order {
-            super::Order::Commit => {
+            Order::Commit => {
                 "(extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(t.xmin)) * 1000000)::int8"
             }
-            super::Order::Column => "NULL::int8",
+            Order::Column => "NULL::int8",
         };
         let select = format!(
             "SELECT {}, (extract(epoch FROM t.{c}::timestamptz) * 1000000)::int8, \
@@ -263,7 +211,7 @@ impl TableRead {
         Ok(rows[0].get::<_, i64>(0) as u64)
     }
 
-    /// A window that starts before what `[retention] keep` keeps was purged: the replay would
+    /// A window that starts before what `[retention] keep` keeps was purged: the read would
     /// silently miss its start, so it stops here and says where the retained rows begin.
     pub async fn check_retained(
         &self,
@@ -304,11 +252,13 @@ impl TableRead {
     /// Which of `ids` (event ids, as text) are rows of this table, in the snapshot, whatever
     /// the window: the audit's test of a record Kafka holds that the window does not.
     pub async fn present_ids(&self, control: &Control, ids: &[String]) -> Result<Vec<String>> {
-        if ids.is_empty() {
+        // An id the column cannot hold is no row's, and would fail the cast of the whole list.
+        let list: Vec<String> =
+            ids.iter().filter(|v| self.holds_id(v)).map(|v| literal(v)).collect();
+        if list.is_empty() {
             return Ok(Vec::new());
         }
         let i = quote(&self.id.name);
-        let list: Vec<String> = ids.iter().map(|v| literal(v)).collect();
         let sql = format!(
             "SELECT t.{i}::text FROM {} t WHERE t.{i} = ANY (ARRAY[{}]::text[]::{}[])",
             self.table.name.quoted(),
@@ -319,7 +269,20 @@ impl TableRead {
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 
-    /// The next batch in replay order; `None` once the selection is read.
+    /// Whether `text` is a value this table's id column can hold (a UUID for a `uuid` column,
+    /// an integer for an integer one; any text otherwise).
+    pub fn holds_id(&self, text: &str) -> bool {
+        match self.id.type_oid {
+            2950 => uuid::Uuid::parse_str(text).is_ok(),
+            20 => text.parse::<i64>().is_ok(),
+            23 => text.parse::<i32>().is_ok(),
+            21 => text.parse::<i16>().is_ok(),
+            _ => true,
+        }
+    }
+
+    /// The next batch in the snapshot's order (or in none, for places only); `None` once the
+    /// selection is read.
     pub async fn next_batch(&mut self, control: &Control) -> Result<Option<Vec<Row>>> {
         if self.finished {
             return Ok(None);
@@ -360,17 +323,17 @@ impl TableRead {
         Ok(Some(read))
     }
 
-    /// In replay order: a cursor for commit order and for a table without an index to page by
+    /// In order: a cursor for commit order and for a table without an index to page by
     /// (one sort of the selection instead of one per batch), keyset pages otherwise.
     async fn next_ordered(&mut self, control: &Control) -> Result<Vec<tokio_postgres::Row>> {
         let (c, i) = (quote(&self.column.name), quote(&self.id.name));
         let order_by = match self.order {
-            super::Order::Commit => {
+            Order::Commit => {
                 format!("pg_catalog.pg_xact_commit_timestamp(t.xmin) NULLS FIRST, t.{c}, t.{i}")
             }
-            super::Order::Column => format!("t.{c}, t.{i}"),
+            Order::Column => format!("t.{c}, t.{i}"),
         };
-        let sql = if self.order == super::Order::Commit || self.index.is_none() {
+        let sql = if self.order == Order::Commit || self.index.is_none() {
             if self.cursor.is_none() {
                 let name = format!("walrelay_replay_{}", self.table.oid);
                 let declare = format!(
@@ -426,53 +389,12 @@ impl TableRead {
     }
 }
 
-/// A window bound as SQL: now() is the snapshot's start, so `6h` means the same all along.
-fn bound_sql(bound: &TimeBound) -> String {
-    match bound {
-        TimeBound::Ago(d) => format!("now() - interval '{} seconds'", d.as_secs()),
-        TimeBound::At(t) => format!("{}::timestamptz", literal(t)),
-    }
-}
-
-/// Checks that every time of the selection is one PostgreSQL reads, before anything else.
-pub(super) async fn check_times(control: &Control, sel: &Selection) -> Result<()> {
-    for (flag, bound) in [("--since", &sel.since), ("--until", &sel.until)] {
-        let Some(TimeBound::At(text)) = bound else { continue };
-        let sql = format!("SELECT {}::timestamptz", literal(text));
-        if let Err(e) = control.client().simple_query(&sql).await {
-            return Err(Error::definite_with(
-                format!("{flag} {text:?} is neither a duration nor a time"),
-                "give a duration before now (30m, 6h, 7d) or an RFC 3339 time (2026-12-01T10:00:00Z)",
-                e,
-            ));
-        }
-    }
-    if let (Some(since), Some(until)) = (&sel.since, &sel.until) {
-        let sql = format!("SELECT ({}) >= ({})", bound_sql(since), bound_sql(until));
-        let row = control.client().query_one(sql.as_str(), &[]).await;
-        if row.is_ok_and(|r| r.get::<_, bool>(0)) {
-            return Err(Error::definite(
-                format!("--until ({}) is not after --since ({}): the window is empty", show(until), show(since)),
-                "give --until a later time than --since (a duration is before now: --since 6h --until 1h)",
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn show(bound: &TimeBound) -> String {
-    match bound {
-        TimeBound::Ago(d) => format!("{} ago", crate::duration::format(*d)),
-        TimeBound::At(t) => t.clone(),
-    }
-}
-
-/// A replay statement, with replay's own deadline (the cursor's sort may take a while).
+/// A statement of the snapshot, with its own deadline (the cursor's sort may take a while).
 async fn statement(control: &Control, what: &str, sql: &str) -> Result<Vec<tokio_postgres::Row>> {
     deadline(what, control.client().query(sql, &[])).await
 }
 
-/// `read` within replay's deadline for a statement, its failure said as `what`.
+/// `read` within the deadline for a statement, its failure said as `what`.
 async fn deadline<T>(
     what: &str,
     read: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
@@ -489,35 +411,5 @@ async fn deadline<T>(
             "{what}: no answer within {} s",
             STATEMENT_TIMEOUT.as_secs()
         ))),
-    }
-}
-
-/// `"name"`, quoted for SQL.
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// `'text'`, a string literal (with `standard_conforming_strings` on, only quotes need doubling).
-fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replay_literal_doubles_quotes_and_keeps_backslashes() {
-        assert_eq!(literal("it's"), "'it''s'");
-        assert_eq!(literal(r"a\b"), r"'a\b'");
-    }
-
-    #[test]
-    fn replay_bound_is_relative_to_the_snapshot() {
-        assert_eq!(
-            bound_sql(&TimeBound::Ago(Duration::from_secs(90))),
-            "now() - interval '90 seconds'"
-        );
-        assert_eq!(bound_sql(&TimeBound::At("2026-01-01".into())), "'2026-01-01'::timestamptz");
     }
 }

@@ -10,7 +10,10 @@
  * (every 5 s), /api/v1/tables (every 15 s), /api/v1/events/<id> (on demand, and for
  * ?lookup=<id> at load), /api/v1/actions (every 2 s while an action runs);
  * POST /api/v1/actions/{replay-dry-run,audit} with a bearer token that lives only in the
- * password input. Nothing from the API is rendered as HTML: createElement/textContent only.
+ * password input. On a non-loopback listen every read needs that token too: a 401 shows a
+ * token form at the top, and what is entered there (kept in this page only, never stored)
+ * goes with every request. Nothing from the API is rendered as HTML: createElement/textContent
+ * only.
  */
 (function () {
   'use strict';
@@ -21,6 +24,9 @@
     ['dead-letters', 'Dead letters'], ['tables', 'Outbox tables'], ['lookup', 'Event lookup'], ['actions', 'Actions']];
   const panels = {};
   let actionsShown = false, actionTimer = null, lookupSeq = 0;
+  // The console's token, once a read was refused without it; the refresh loops, to rerun then.
+  let token = '';
+  const loops = [];
 
   /* ---------- DOM helpers ---------- */
   const h = (tag, attrs, kids) => fill(document.createElement(tag), attrs, kids);
@@ -77,10 +83,24 @@
 
   /* ---------- fetching and refresh loops ---------- */
   async function api(path, opts) {
-    const res = await fetch(API + path, Object.assign({ cache: 'no-store', headers: { Accept: 'application/json' } }, opts));
+    const o = Object.assign({ cache: 'no-store' }, opts);
+    o.headers = Object.assign({ Accept: 'application/json' }, (opts && opts.headers) || {});
+    if (token && !o.headers.Authorization) o.headers.Authorization = 'Bearer ' + token;
+    const res = await fetch(API + path, o);
+    if (res.status === 401 && !(opts && opts.method === 'POST')) askToken();
     let body = null;
     try { body = await res.json(); } catch (e) { body = null; }
     return { status: res.status, ok: res.ok, body: body };
+  }
+
+  // The form a refused read brings up; entering the token reruns every refresh at once.
+  function askToken() {
+    if (byId('token-form')) return;
+    const input = h('input', { id: 'console-token', type: 'password', autocomplete: 'off' });
+    byId('top').appendChild(h('form', { id: 'token-form', class: 'row',
+      onsubmit: (ev) => { ev.preventDefault(); token = input.value.trim(); loops.forEach((fn) => fn()); } }, [
+      h('label', { for: 'console-token', text: 'This console needs its token ([http] console_token)' }), input,
+      h('button', { type: 'submit', text: 'Open' })]));
   }
 
   function errText(r) {
@@ -90,6 +110,7 @@
 
   // setTimeout loop; while the tab is hidden the work is skipped, the schedule kept.
   function every(ms, fn) {
+    loops.push(fn);
     const tick = async () => {
       if (!document.hidden) await fn();
       setTimeout(tick, ms);
@@ -357,6 +378,7 @@
   }
 
   function renderLookup(e) {
+    if (e.unroutable) { renderUnroutable(e); return; }
     const res = resetResult('done');
     const k = e.kafka || { found: false }, x = e.expected, row = e.row, m = { mono: true };
     const where = k.found ? k.topic + ' · partition ' + k.partition + ' · offset ' + k.offset : null;
@@ -374,6 +396,16 @@
       ['expected', x ? x.topic + ' · partition ' + dash(x.partition) + ' · key ' + dash(x.key) : null, m],
       ['in Kafka', k.found ? where : 'not found', m], ['Kafka timestamp', k.found ? fmtTime(k.timestamp) : null],
       ['confirmed', typeof e.confirmed === 'boolean' ? yesNo(e.confirmed) : 'unknown'], ['note', e.note]]));
+  }
+
+  // A row the router refuses: in no routed topic, so nothing was searched.
+  function renderUnroutable(e) {
+    const res = resetResult('done'), u = e.unroutable, m = { mono: true };
+    res.setAttribute('data-found', 'false');
+    res.setAttribute('data-unroutable', 'true');
+    res.appendChild(h('p', { class: 'lookup-message', text: 'Unroutable: ' + u.reason }));
+    res.appendChild(group('Event', [['id', e.id, m], ['outbox row', e.row ? e.row.table : null, m],
+      ['dead letter topic', u.dead_letter_topic, m], ['note', e.note]]));
   }
 
   /* ---------- actions (only while overview.actions is true) ---------- */
@@ -400,9 +432,9 @@
   }
 
   function authHeaders(extra) {
-    const token = byId('action-token').value;
+    const given = byId('action-token').value || token;
     const headers = Object.assign({ Accept: 'application/json' }, extra);
-    if (token) headers.Authorization = 'Bearer ' + token;
+    if (given) headers.Authorization = 'Bearer ' + given;
     return headers;
   }
 
@@ -413,7 +445,7 @@
   }
 
   async function startAction(kind) {
-    if (!byId('action-token').value) { setActionStatus('Enter the token first.', true); return; }
+    if (!byId('action-token').value && !token) { setActionStatus('Enter the token first.', true); return; }
     const since = byId('action-since').value.trim() || '1h';
     setActionStatus('Starting ' + kind + ' …');
     let r;

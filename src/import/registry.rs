@@ -1,0 +1,65 @@
+//! An Avro value converter's registry options, carried to `[schema_registry]`.
+
+use super::Builder;
+
+impl Builder {
+    /// An Avro value converter's registry: Confluent's `schema.registry.url`, or Apicurio's
+    /// `apicurio.registry.url` with its Confluent-compatible API; the user of
+    /// `basic.auth.user.info` (its password is a secret, not copied).
+    pub(super) fn convert_registry(&mut self) {
+        let avro = self.get("value.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
+        if !avro {
+            return;
+        }
+        let get = |k: &str| self.get(&format!("value.converter.{k}")).map(str::to_string);
+        let apicurio = self.get("value.converter").is_some_and(|c| c.starts_with("io.apicurio."));
+        // Apicurio's converter registers only when told to; Confluent's unless told not to.
+        let auto = match apicurio {
+            true => Some(get("apicurio.registry.auto-register").unwrap_or_else(|| "false".into())),
+            false => get("auto.register.schemas"),
+        };
+        let info = get("basic.auth.user.info");
+        let latest = get("use.latest.version");
+        let as_confluent = get("apicurio.registry.as-confluent").is_some_and(|v| v == "true");
+        let source = get("basic.auth.credentials.source");
+        let strategy = get("value.subject.name.strategy");
+        let url = get("schema.registry.url").or_else(|| {
+            get("apicurio.registry.url").map(|u| {
+                let base = u.trim_end_matches('/');
+                let base = base
+                    .trim_end_matches("/apis/registry/v2")
+                    .trim_end_matches("/apis/registry/v3");
+                format!("{base}/apis/ccompat/v7")
+            })
+        });
+        match url {
+            Some(url) => {
+                self.schema_registry.insert("url".into(), url);
+            }
+            None => {
+                self.schema_registry.insert("url".into(), "http://schema-registry:8081".into());
+                self.warn("value.converter is an Avro converter without value.converter.schema.registry.url: [schema_registry] url is a placeholder, http://schema-registry:8081 — set it to the registry's Confluent-compatible API");
+            }
+        }
+        if let Some(info) = info {
+            let user = info.split_once(':').map_or(info.as_str(), |(u, _)| u).to_string();
+            self.schema_registry.insert("user".into(), user);
+            self.warn("value.converter.basic.auth.user.info's password is a secret and is not copied: set WALRELAY_SCHEMA_REGISTRY_PASSWORD in walrelay's environment");
+        }
+        if let Some(auto) = auto {
+            self.schema_registry.insert("auto_register".into(), auto);
+        }
+        if let Some(latest) = latest {
+            self.schema_registry.insert("use_latest_version".into(), latest);
+        }
+        if let Some(strategy) = strategy {
+            self.schema_registry.insert("subject_name_strategy".into(), strategy);
+        }
+        if apicurio && !as_confluent {
+            self.warn("value.converter is Apicurio's AvroConverter without apicurio.registry.as-confluent = true: Apicurio frames values its own way (an 8-byte global id), walrelay frames them as Confluent does (a 4-byte id from /apis/ccompat/v7) — consumers with Apicurio's deserializer must be set to read Confluent's framing (as-confluent) before the switch");
+        }
+        if source.is_some_and(|s| s != "USER_INFO") {
+            self.warn("value.converter.basic.auth.credentials.source is not USER_INFO: walrelay authenticates to the registry with HTTP basic auth only ([schema_registry] user, WALRELAY_SCHEMA_REGISTRY_PASSWORD)");
+        }
+    }
+}

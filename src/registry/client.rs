@@ -1,0 +1,276 @@
+//! The registry's Confluent-compatible REST API, the calls walrelay makes: register a schema
+//! under a subject (which answers the id of an identical schema already there), look a schema
+//! up under a subject without registering it, and, for `walrelay check`, list the subjects and
+//! read the default compatibility level. One HTTP/1.1 connection per call: they happen once per
+//! new schema.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use serde_json::Value;
+
+use crate::config::SchemaRegistryConfig;
+
+/// How long one call may take before the registry counts as unreachable.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a call did not give an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// No registry answered (refused, timed out, 5xx, a 404 or a redirect that is no registry
+    /// API's): ask again later.
+    Unreachable(String),
+    /// The credentials were refused (401, 403): no retry helps until they are fixed.
+    Unauthorized(String),
+    /// The registry refused this schema or subject (409 incompatible, 422 invalid, a 404 with
+    /// the registry's error code): the record's fault, with the registry's own words.
+    Refused { status: u16, message: String },
+}
+
+/// Registers `schema` (Avro) under `subject`; returns its id.
+pub async fn register(
+    cfg: &SchemaRegistryConfig,
+    subject: &str,
+    schema: &str,
+) -> Result<u32, CallError> {
+    schema_id(cfg, &format!("/subjects/{}/versions", encode_path(subject)), schema).await
+}
+
+/// The id of `schema` (Avro) if it is registered under `subject` already; a 404 refuses it.
+pub async fn lookup(
+    cfg: &SchemaRegistryConfig,
+    subject: &str,
+    schema: &str,
+) -> Result<u32, CallError> {
+    schema_id(cfg, &format!("/subjects/{}", encode_path(subject)), schema).await
+}
+
+/// The latest schema registered under `subject`: its id and its text. A subject without one,
+/// or one that is not Avro, is refused.
+pub async fn latest(cfg: &SchemaRegistryConfig, subject: &str) -> Result<(u32, String), CallError> {
+    let path = format!("/subjects/{}/versions/latest", encode_path(subject));
+    let answer = call(cfg, Method::GET, &path, None).await?;
+    let kind = answer.get("schemaType").and_then(Value::as_str).unwrap_or("AVRO");
+    if kind != "AVRO" {
+        return Err(CallError::Refused {
+            status: 200,
+            message: format!("the latest schema is {kind}, not AVRO"),
+        });
+    }
+    let id = answer.get("id").and_then(Value::as_u64).and_then(|id| u32::try_from(id).ok());
+    let text = answer.get("schema").and_then(Value::as_str);
+    match (id, text) {
+        (Some(id), Some(text)) => Ok((id, text.to_string())),
+        _ => Err(CallError::Unreachable(format!(
+            "the registry's answer has no id or schema: {answer}"
+        ))),
+    }
+}
+
+/// The subjects the registry holds: what `walrelay check` asks to prove the URL and the
+/// credentials (the call needs the same read right as a lookup).
+pub async fn subjects(cfg: &SchemaRegistryConfig) -> Result<Vec<String>, CallError> {
+    let answer = call(cfg, Method::GET, "/subjects", None).await?;
+    let list = answer.as_array().ok_or_else(|| {
+        CallError::Unreachable(format!("the registry's subject list is not a list: {answer}"))
+    })?;
+    Ok(list.iter().filter_map(Value::as_str).map(str::to_string).collect())
+}
+
+/// The registry's default compatibility level (`BACKWARD` unless set otherwise).
+pub async fn compatibility(cfg: &SchemaRegistryConfig) -> Result<String, CallError> {
+    let answer = call(cfg, Method::GET, "/config", None).await?;
+    Ok(answer
+        .get("compatibilityLevel")
+        .or_else(|| answer.get("compatibility"))
+        .and_then(Value::as_str)
+        .unwrap_or("(not said)")
+        .to_string())
+}
+
+/// POSTs `schema` to `path` and reads the `id` of the answer: both calls answer so.
+async fn schema_id(cfg: &SchemaRegistryConfig, path: &str, schema: &str) -> Result<u32, CallError> {
+    let body = serde_json::json!({ "schema": schema }).to_string();
+    let answer = call(cfg, Method::POST, path, Some(body)).await?;
+    answer
+        .get("id")
+        .and_then(Value::as_u64)
+        .and_then(|id| u32::try_from(id).ok())
+        .ok_or_else(|| CallError::Unreachable(format!("the registry's answer has no id: {answer}")))
+}
+
+/// Asks every URL in turn, until one answers.
+async fn call(
+    cfg: &SchemaRegistryConfig,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<Value, CallError> {
+    let mut last = CallError::Unreachable("no registry URL".into());
+    for base in &cfg.urls {
+        let url = format!("{base}{path}");
+        match tokio::time::timeout(CALL_TIMEOUT, once(cfg, &method, &url, body.clone())).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e @ (CallError::Refused { .. } | CallError::Unauthorized(_)))) => return Err(e),
+            Ok(Err(e)) => last = e,
+            Err(_) => {
+                last = CallError::Unreachable(format!(
+                    "{url}: no answer within {} s",
+                    CALL_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+    Err(last)
+}
+
+async fn once(
+    cfg: &SchemaRegistryConfig,
+    method: &Method,
+    url: &str,
+    body: Option<String>,
+) -> Result<Value, CallError> {
+    let unreachable = |e: &dyn std::fmt::Display| CallError::Unreachable(format!("{url}: {e}"));
+    let (https, rest) = match url.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (
+            false,
+            url.strip_prefix("http://").ok_or_else(|| unreachable(&"not an http(s):// URL"))?,
+        ),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let address = match authority.contains(':') {
+        true => authority.to_string(),
+        false => format!("{authority}:{}", if https { 443 } else { 80 }),
+    };
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::ACCEPT, "application/vnd.schemaregistry.v1+json, application/json")
+        .header(hyper::header::CONTENT_TYPE, "application/vnd.schemaregistry.v1+json");
+    if let Some(user) = &cfg.user {
+        let pair = format!("{user}:{}", cfg.password.as_deref().unwrap_or(""));
+        let mut encoded = Vec::with_capacity(pair.len() * 4 / 3 + 4);
+        crate::router::write_base64(&mut encoded, pair.as_bytes());
+        let encoded = String::from_utf8(encoded).expect("base64 is ASCII");
+        request = request.header(hyper::header::AUTHORIZATION, format!("Basic {encoded}"));
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| unreachable(&e))?;
+    let stream = tokio::net::TcpStream::connect(&address).await.map_err(|e| unreachable(&e))?;
+    let (status, bytes) = match https {
+        false => exchange(stream, request).await,
+        true => {
+            // Built per call from the files: calls happen once per new schema.
+            let identity = cfg.identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+            let tls = crate::tls::https_client(cfg.ca.as_deref(), identity)
+                .map_err(|e| unreachable(&e))?;
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| unreachable(&format!("{host} is no TLS server name: {e}")))?;
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
+            let stream = connector
+                .connect(name, stream)
+                .await
+                .map_err(|e| unreachable(&format!("TLS handshake: {e}")))?;
+            exchange(stream, request).await
+        }
+    }
+    .map_err(|e| unreachable(&e))?;
+    answer(url, status, &bytes)
+}
+
+/// One request on a connection: the status and the body.
+async fn exchange<IO>(io: IO, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((status, body))
+}
+
+/// What a response says: its JSON, or why it gave none.
+fn answer(url: &str, status: StatusCode, bytes: &[u8]) -> Result<Value, CallError> {
+    let value: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    let message = || {
+        value
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| String::from_utf8_lossy(bytes).chars().take(300).collect())
+    };
+    let unreachable = |why: String| CallError::Unreachable(format!("{url}: {why}"));
+    match status {
+        s if s.is_success() => Ok(value),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            Err(CallError::Unauthorized(format!("{url} answered {status}: {}", message())))
+        }
+        s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
+            Err(unreachable(format!("answered {status}: {}", message())))
+        }
+        // A registry's 404 says what it lacks (`error_code` 40401 subject, 40403 schema); one
+        // without is a URL that is no registry API, which must hold delivery rather than make
+        // every record undeliverable. So is a redirect: walrelay follows none.
+        s if s.is_redirection()
+            || (s == StatusCode::NOT_FOUND && value.get("error_code").is_none()) =>
+        {
+            Err(unreachable(format!(
+                "answered {status} with no registry error code: [schema_registry] url is likely \
+                 not the Confluent-compatible API's base (Confluent: http://host:8081, Apicurio: \
+                 http://host:8080/apis/ccompat/v7)"
+            )))
+        }
+        s => Err(CallError::Refused { status: s.as_u16(), message: message() }),
+    }
+}
+
+/// A subject in a URL path: topic names hold `.`, `_`, `-` and letters, which need no escape;
+/// anything else is percent-encoded.
+fn encode_path(subject: &str) -> String {
+    let mut out = String::with_capacity(subject.len());
+    for b in subject.bytes() {
+        if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_404_is_the_records_only_with_the_registrys_error_code() {
+        let url = "http://r/apis/ccompat/v7/subjects/t-value";
+        let registry = br#"{"message":"Subject 't-value' not found.","error_code":40401}"#;
+        let refused = answer(url, StatusCode::NOT_FOUND, registry).unwrap_err();
+        assert!(matches!(refused, CallError::Refused { status: 404, .. }), "{refused:?}");
+        let wrong_path = br#"{"detail":"NotFoundException: RESTEASY003210","status":404}"#;
+        let held = answer(url, StatusCode::NOT_FOUND, wrong_path).unwrap_err();
+        assert!(matches!(&held, CallError::Unreachable(w) if w.contains("ccompat")), "{held:?}");
+        let moved = answer(url, StatusCode::MOVED_PERMANENTLY, b"").unwrap_err();
+        assert!(matches!(moved, CallError::Unreachable(_)), "{moved:?}");
+        let conflict = answer(url, StatusCode::CONFLICT, br#"{"message":"incompatible"}"#);
+        assert!(matches!(conflict, Err(CallError::Refused { status: 409, .. })));
+        let login = answer(url, StatusCode::UNAUTHORIZED, b"").unwrap_err();
+        assert!(matches!(login, CallError::Unauthorized(_)));
+        assert_eq!(answer(url, StatusCode::OK, br#"{"id":7}"#).unwrap()["id"], 7);
+    }
+}

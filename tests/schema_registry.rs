@@ -1,0 +1,372 @@
+//! `value.converter = "avro"` against a real schema registry (Apicurio, its Confluent-compatible
+//! API): what walrelay writes is decoded by confluent-kafka's own `AvroDeserializer`, a registry
+//! that does not answer holds delivery without losing a record, a schema the registry refuses
+//! is dead-lettered with the subject, `use_latest_version` writes under a team's registered
+//! contract (and dead-letters a row that does not fit it, naming the field), and a wrong
+//! password is named by `check` and `run` without being printed.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::{release_slot, Setup};
+use crate::dead_letters::dead_letter_section;
+use crate::support::process::{walrelay_async, walrelay_with_env, RelayProcess};
+use crate::support::registry::{
+    private_registry, private_registry_with_login, private_registry_with_tls, registry,
+};
+use crate::support::registry_decode::decode_with_confluent;
+use crate::support::{kafka, services, unique};
+
+fn avro_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> String {
+    let sections = format!(
+        "[debezium]\n\"value.converter\" = \"avro\"\n\n[schema_registry]\nurl = \"{registry_url}\"\n\n{extra}"
+    );
+    s.config_with(router, "", &sections)
+}
+
+fn values(records: &[kafka::Consumed]) -> Vec<Vec<u8>> {
+    records.iter().map(|r| r.value.clone().expect("a value")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_values_with_an_expanded_payload_decode_with_confluents_deserializer_and_the_subject_exists(
+) {
+    let s = Setup::new("avro_expanded").await;
+    let url = registry().ccompat_url();
+    let config = avro_config(&s, "\"table.expand.json.payload\" = true", &url, "");
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 3).await;
+    let topic = s.topic("Order");
+    let got =
+        kafka::consume(services().broker.bootstrap(), &topic, 3, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 3, "{}", relay.log());
+    for r in &got {
+        assert_eq!(r.value.as_ref().unwrap()[0], 0, "Confluent's magic byte");
+    }
+    let decoded = decode_with_confluent("avro", &url, &topic, &values(&got));
+    println!("confluent-kafka's AvroDeserializer: {decoded:?}");
+    assert_eq!(decoded, [json!({"n": 0}), json!({"n": 1}), json!({"n": 2})]);
+    let subject = format!("{topic}-value");
+    let (_, schema) = registry().latest(&subject).expect("the subject exists");
+    println!("{subject}: {schema}");
+    assert!(schema.contains("\"connect.name\":\"payload\""), "{schema}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_does_not_answer_holds_delivery_confirms_nothing_past_it_and_loses_nothing()
+{
+    let s = Setup::new("avro_down").await;
+    let own = tokio::task::spawn_blocking(private_registry).await.unwrap();
+    let url = own.ccompat_url();
+    let config = avro_config(&s, "", &url, "");
+    let mut relay = s.start_streaming(&config).await;
+    own.pause();
+    // The first row alone, then where the WAL was after its commit: the slot must not be
+    // confirmed that far while the row waits for its schema's id.
+    s.insert_events("Order", "o-1", 1).await;
+    let client = s.db.connect().await;
+    let first: String =
+        client.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.unwrap().get(0);
+    s.insert_events("Order", "o-1", 4).await;
+    let topic = s.topic("Order");
+    let bootstrap = services().broker.bootstrap();
+    // The first record needs its schema's id: nothing goes out while the registry is down.
+    let held = kafka::consume(bootstrap, &topic, 1, Duration::from_secs(15)).await;
+    let waiting = relay.log().contains("the schema registry does not answer");
+    let confirmed = s.db.confirmed_flush_lsn(&s.slot).await.expect("the slot");
+    own.resume();
+    println!("while the registry was paused: confirmed {confirmed}, the first row's commit before {first}");
+    assert!(held.is_empty(), "records went out with the registry down: {held:?}");
+    assert!(waiting, "the log does not say why delivery waits:\n{}", relay.log());
+    use walrelay::lsn::Lsn;
+    let (confirmed, first): (Lsn, Lsn) = (confirmed.parse().unwrap(), first.parse().unwrap());
+    assert!(confirmed < first, "the slot was confirmed past the held row: {confirmed} ≥ {first}");
+    let got = kafka::consume(bootstrap, &topic, 5, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), 5, "{}", relay.log());
+    let decoded = decode_with_confluent("avro", &url, &topic, &values(&got));
+    println!("after the registry answered again: {decoded:?}");
+    assert_eq!(decoded.len(), 5);
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_the_subjects_compatibility_refuses_is_dead_lettered_naming_the_subject() {
+    let s = Setup::new("avro_refused").await;
+    let url = registry().ccompat_url();
+    let topic = s.topic("Order");
+    let subject = format!("{topic}-value");
+    // What the subject holds: `n` a string. walrelay's value has `n` an optional int, which
+    // BACKWARD compatibility refuses.
+    let old = r#"{"type":"record","name":"payload","fields":[{"name":"n","type":"string"}]}"#;
+    registry().register(&subject, "AVRO", old);
+    registry().set_compatibility(&subject, "BACKWARD");
+    let dlq = unique("avro_dlq");
+    let config =
+        avro_config(&s, "\"table.expand.json.payload\" = true", &url, &dead_letter_section(&dlq));
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 1).await;
+    let letters =
+        kafka::consume(services().broker.bootstrap(), &dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!(letters.len(), 1, "{}", relay.log());
+    let error = letters[0].header_str("walrelay.error").unwrap_or("").to_string();
+    println!("dead letter: {error}");
+    assert!(error.contains(&subject) && error.contains("409"), "{error}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_latest_version_writes_under_the_registered_schema_and_dead_letters_a_row_missing_a_required_field(
+) {
+    let s = Setup::new("avro_latest").await;
+    let url = registry().ccompat_url();
+    let topic = s.topic("Order");
+    let subject = format!("{topic}-value");
+    // The team's contract: its own name, `amount` required, `currency` with a default.
+    let contract = r#"{"type":"record","name":"OrderCreated","namespace":"com.acme","fields":[{"name":"orderId","type":"string"},{"name":"amount","type":"long"},{"name":"currency","type":"string","default":"EUR"}]}"#;
+    let id = registry().register(&subject, "AVRO", contract);
+    let dlq = unique("avro_latest_dlq");
+    let extra = format!(
+        "auto_register = false\nuse_latest_version = true\n\n{}",
+        dead_letter_section(&dlq)
+    );
+    let config = avro_config(&s, "\"table.expand.json.payload\" = true", &url, &extra);
+    let mut relay = s.start_streaming(&config).await;
+    let rows = [
+        r#"{"orderId": "o-1", "amount": 3}"#,
+        r#"{"orderId": "o-2"}"#,
+        r#"{"orderId": "o-3", "amount": 5, "note": "not in the contract"}"#,
+    ];
+    for payload in rows {
+        s.db.insert_outbox("outbox", "Order", "o", "OrderCreated", Some(payload)).await;
+    }
+    let bootstrap = services().broker.bootstrap();
+    let got = kafka::consume(bootstrap, &topic, 2, Duration::from_secs(30)).await;
+    let letters = kafka::consume(bootstrap, &dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!((got.len(), letters.len()), (2, 1), "{}", relay.log());
+    for r in &got {
+        let v = r.value.as_ref().unwrap();
+        assert_eq!(i32::from_be_bytes(v[1..5].try_into().unwrap()), id, "the contract's id");
+    }
+    let decoded = decode_with_confluent("avro", &url, &topic, &values(&got));
+    println!("confluent-kafka's AvroDeserializer: {decoded:?}");
+    assert_eq!(
+        decoded,
+        [
+            json!({"orderId": "o-1", "amount": 3, "currency": "EUR"}),
+            json!({"orderId": "o-3", "amount": 5, "currency": "EUR"}),
+        ]
+    );
+    let error = letters[0].header_str("walrelay.error").unwrap_or("").to_string();
+    println!("dead letter: {error}");
+    assert!(error.contains("`amount`") && error.contains(&subject), "{error}");
+    // Nothing was registered over the contract.
+    assert_eq!(registry().latest(&subject).map(|(latest, _)| latest), Some(id));
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_registry_password_is_named_by_check_and_run_with_the_user_and_the_variable_and_never_printed(
+) {
+    const GOOD: &str = "Fz-s3cret-9Qx-registry-good";
+    const WRONG: &str = "Fz-s3cret-9Qx-registry-wrong";
+    let s = Setup::new("avro_login").await;
+    let own =
+        tokio::task::spawn_blocking(|| private_registry_with_login("relay", GOOD)).await.unwrap();
+    let url = own.ccompat_url();
+    let config = avro_config(&s, "", &url, "user = \"relay\"\n");
+    let check = |password: &'static str| {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            walrelay_with_env(
+                &["check"],
+                &config,
+                &[("WALRELAY_SCHEMA_REGISTRY_PASSWORD", password)],
+            )
+        })
+    };
+    let refused = check(WRONG).await.unwrap();
+    println!("check with the wrong password: {refused}");
+    let line = refused.stdout.lines().find(|l| l.contains("schema registry")).unwrap_or("");
+    assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(line.starts_with("FAIL"), "{refused}");
+    for named in ["relay", "WALRELAY_SCHEMA_REGISTRY_PASSWORD", url.as_str(), "401"] {
+        assert!(line.contains(named), "{named} not in: {line}");
+    }
+    let accepted = check(GOOD).await.unwrap();
+    let line = accepted.stdout.lines().find(|l| l.contains("schema registry")).unwrap_or("");
+    println!("check with the right password: {line}");
+    assert!(line.starts_with("ok") && line.contains("as user relay"), "{accepted}");
+
+    let mut relay =
+        RelayProcess::start_with(&config, &[], &[("WALRELAY_SCHEMA_REGISTRY_PASSWORD", WRONG)]);
+    s.wait_streaming(&mut relay).await;
+    s.insert_events("Order", "o-1", 1).await;
+    let code = tokio::task::block_in_place(|| relay.wait_exit(Duration::from_secs(60)));
+    let log = relay.log();
+    let stop = log.lines().find(|l| l.contains("refused walrelay's credentials")).unwrap_or("");
+    println!("run with the wrong password: exit {code:?}: {stop}");
+    assert!(matches!(code, Some(c) if c != 0), "{log}");
+    for named in ["relay", "WALRELAY_SCHEMA_REGISTRY_PASSWORD", url.as_str()] {
+        assert!(stop.contains(named), "{named} not in: {stop}");
+    }
+    for output in [&refused.to_string(), &accepted.to_string(), &log] {
+        assert!(!output.contains(GOOD) && !output.contains(WRONG), "a password was printed");
+    }
+    // Nothing was sent or confirmed past the row.
+    let topic = s.topic("Order");
+    let got =
+        kafka::consume(services().broker.bootstrap(), &topic, 1, Duration::from_secs(5)).await;
+    assert!(got.is_empty(), "{got:?}");
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_re_publishes_avro_values_framed_with_the_live_relays_schema_id() {
+    let s = Setup::new("avro_replay").await;
+    let url = registry().ccompat_url();
+    let config = avro_config(&s, "\"table.expand.json.payload\" = true", &url, "");
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 3).await;
+    let topic = s.topic("Order");
+    let bootstrap = services().broker.bootstrap();
+    let live = kafka::consume(bootstrap, &topic, 3, Duration::from_secs(30)).await;
+    assert_eq!(live.len(), 3, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    let side = format!("{}_replayed", s.topic_prefix);
+    let run =
+        walrelay_async(&["replay", "--since", "1h", "--to-topic", &side, "--yes"], Some(&config))
+            .await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let replayed = kafka::consume(bootstrap, &side, 3, Duration::from_secs(30)).await;
+    assert_eq!(replayed.len(), 3, "{run}");
+    let frame = |r: &kafka::Consumed| r.value.as_ref().map(|v| v[..5].to_vec());
+    let ids: Vec<_> = replayed.iter().map(frame).collect();
+    println!("live frames {:?}, replayed {ids:?}", live.iter().map(frame).collect::<Vec<_>>());
+    assert!(ids.iter().all(|f| f == &frame(&live[0]) && f.as_ref().unwrap()[1..] != [0; 4]));
+    let decoded = decode_with_confluent("avro", &url, &side, &values(&replayed));
+    assert_eq!(decoded, [json!({"n": 0}), json!({"n": 1}), json!({"n": 2})]);
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_to_the_registry_is_verified_against_the_configured_ca_and_refused_without_it() {
+    let s = Setup::new("avro_tls").await;
+    let (own, https_port, ca) =
+        tokio::task::spawn_blocking(private_registry_with_tls).await.unwrap();
+    let url = format!("https://127.0.0.1:{https_port}/apis/ccompat/v7");
+    let line = |run: &crate::support::process::Run| {
+        run.stdout.lines().find(|l| l.contains("schema registry")).unwrap_or("").to_string()
+    };
+    // The Mozilla roots do not know the harness's CA.
+    let untrusted = avro_config(&s, "", &url, "");
+    let run = walrelay_async(&["check"], Some(&untrusted)).await;
+    println!("check without ca: {}", line(&run));
+    assert!(line(&run).starts_with("FAIL") && line(&run).contains("UnknownIssuer"), "{run}");
+    assert!(line(&run).contains("[schema_registry] ca"), "the fix names the setting: {run}");
+    let config = avro_config(&s, "", &url, &format!("ca = \"{}\"\n", ca.display()));
+    let run = walrelay_async(&["check"], Some(&config)).await;
+    println!("check with ca: {}", line(&run));
+    assert!(line(&run).starts_with("ok") && line(&run).contains("https://"), "{run}");
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 2).await;
+    let topic = s.topic("Order");
+    let got =
+        kafka::consume(services().broker.bootstrap(), &topic, 2, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 2, "{}", relay.log());
+    // The same registry, read over plain HTTP by confluent-kafka.
+    let decoded = decode_with_confluent("avro", &own.ccompat_url(), &topic, &values(&got));
+    assert_eq!(decoded.len(), 2);
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_record_subjects_name_the_envelope_record_and_an_optional_payload_is_refused() {
+    let s = Setup::new("avro_subjects").await;
+    let url = registry().ccompat_url();
+    let topic = s.topic("Order");
+    let dlq = unique("avro_subjects_dlq");
+    let strategy =
+        format!("subject_name_strategy = \"topic-record\"\n\n{}", dead_letter_section(&dlq));
+    // An envelope placement makes the value a record, named as Debezium names it.
+    let envelope = "\"table.fields.additional.placement\" = \"type:envelope:eventType\"";
+    let config = avro_config(&s, envelope, &url, &strategy);
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 2).await;
+    let bootstrap = services().broker.bootstrap();
+    let got = kafka::consume(bootstrap, &topic, 2, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 2, "{}", relay.log());
+    let decoded = decode_with_confluent("avro", &url, &topic, &values(&got));
+    println!("decoded: {decoded:?}");
+    let prefix = format!("{topic}-");
+    let subjects: Vec<String> =
+        registry().subjects().into_iter().filter(|s| s.starts_with(&prefix)).collect();
+    println!("subjects of {topic}: {subjects:?}");
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    let record = subjects[0].strip_prefix(&prefix).unwrap();
+    assert!(record.ends_with(".Value") && record != "value", "{subjects:?}");
+    let (_, schema) = registry().latest(&subjects[0]).unwrap();
+    let name = serde_json::from_str::<serde_json::Value>(&schema).unwrap();
+    let full = format!(
+        "{}.{}",
+        name["namespace"].as_str().unwrap_or(""),
+        name["name"].as_str().unwrap_or("")
+    );
+    assert_eq!(full, record, "{schema}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    // Without the placement the value is an optional payload: no record to name the subject.
+    let config = avro_config(&s, "", &url, &strategy);
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-2", 1).await;
+    let letters = kafka::consume(bootstrap, &dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!(letters.len(), 1, "{}", relay.log());
+    let error = letters[0].header_str("walrelay.error").unwrap_or("").to_string();
+    println!("dead letter: {error}");
+    assert!(error.contains("not a record") && error.contains("topic-record"), "{error}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_with_use_latest_version_fails_until_the_fixed_topics_subject_holds_a_contract() {
+    let s = Setup::new("avro_contract_check").await;
+    let url = registry().ccompat_url();
+    let topic = format!("{}_all", s.topic_prefix);
+    let router = format!("\"route.topic.replacement\" = \"{topic}\"");
+    let latest = "auto_register = false\nuse_latest_version = true\n";
+    let config = avro_config(&s, &router, &url, latest);
+    let line = |run: &crate::support::process::Run| {
+        run.stdout
+            .lines()
+            .find(|l| l.contains("schema registry contracts"))
+            .unwrap_or("")
+            .to_string()
+    };
+    let before = walrelay_async(&["check"], Some(&config)).await;
+    println!("before the contract: {}", line(&before));
+    assert!(
+        line(&before).starts_with("FAIL") && line(&before).contains(&format!("{topic}-value")),
+        "{before}"
+    );
+    assert_eq!(before.code, Some(1), "{before}");
+    let contract = r#"{"type":"record","name":"Event","fields":[{"name":"n","type":"long"}]}"#;
+    let id = registry().register(&format!("{topic}-value"), "AVRO", contract);
+    let after = walrelay_async(&["check"], Some(&config)).await;
+    println!("after: {}", line(&after));
+    assert!(
+        line(&after).starts_with("ok") && line(&after).contains(&format!("id {id}")),
+        "{after}"
+    );
+    // Routed by each row's value: said, not guessed.
+    let routed = avro_config(&s, "", &url, latest);
+    let run = walrelay_async(&["check"], Some(&routed)).await;
+    println!("routed by value: {}", line(&run));
+    assert!(line(&run).starts_with("warn") && line(&run).contains("cannot be known"), "{run}");
+}
