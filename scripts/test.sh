@@ -29,6 +29,7 @@ trap 'rm -rf "$work"' EXIT
 status=0
 started=$(date +%s)
 summaries=()
+failures=() # printed last, just above the total: a CI page that shows only a log's tail shows them
 for v in $versions; do
   echo "=== walrelay test suite on PostgreSQL $v ==="
   log=$work/test-$v.log
@@ -52,10 +53,10 @@ for v in $versions; do
     /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
     END { printf "walrelay: %d passed, %d failed (%s; %d s%s)\n", p, f, server, secs, rc ? "; exit " rc : "" }' "$log")")
   while IFS= read -r t; do
-    summaries+=("    FAILED: $t")
+    failures+=("FAILED on PostgreSQL $v: $t")
     # Where it failed and the first lines of why: libtest's "---- name stdout ----" section holds
     # the panic; the summary is often all a CI page shows of a long log.
-    while IFS= read -r line; do summaries+=("      ${line:0:400}"); done < <(
+    while IFS= read -r line; do failures+=("  ${line:0:400}"); done < <(
       awk -v name="---- $t stdout ----" '$0 == name { on = 1; next } on && /^---- .* stdout ----$/ { exit }
         on && /panicked at/ { p = 1 } p && /^stack backtrace:/ { exit } p && n < 6 { print; n++ }' "$log")
   done < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
@@ -65,6 +66,7 @@ done
 
 echo
 printf '%s\n' "${summaries[@]}"
+[ ${#failures[@]} = 0 ] || printf '%s\n' "${failures[@]}"
 printf '%s\n' "${summaries[@]}" | awk -v broker="${WALRELAY_TEST_BROKER:-kafka}" -v secs=$(($(date +%s) - started)) -v versions="$(echo $versions | sed 's/ /, /g')" '
   /^walrelay: / { p += $2; f += $4; n++ }
   END { printf "walrelay total: %d passed, %d failed in %d runs (PostgreSQL %s; broker %s; %d s)\n", p, f, n, versions, broker, secs }'

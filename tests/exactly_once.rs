@@ -16,7 +16,9 @@ use crate::common::Setup;
 use crate::support::kafka_cluster::KafkaCluster;
 use crate::support::process::{freeze, thaw, RelayProcess};
 use crate::support::readback::read_back;
-use crate::support::slot::{assert_released_after_kill, slot_confirmed, terminate_walsender};
+use crate::support::slot::{
+    assert_released_after_kill, slot_confirmed, terminate_walsender, wait_confirmed, wal_insert_lsn,
+};
 use crate::support::writer::{Rng, Verdict, Writer, WriterConfig};
 use crate::support::{unique, wait_until};
 
@@ -111,13 +113,24 @@ async fn chaos(guarantee: &str) -> (Verdict, String, serde_json::Value) {
     // stand-by. With exactly-once its producer is fenced by the stand-by's init_transactions.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let report = writer.stop().await;
+    // The readers and the audit must see the same records, so nothing may still be on its way
+    // when they read: the stand-by has confirmed all the writer committed (Kafka acknowledged
+    // it), and the thawed relay has stopped. At-least-once, its librdkafka may still hold
+    // records of the old session, retried for up to message.timeout.ms (7 s): a graceful stop
+    // sends them or gives up on them before it exits, so they are counted, never left to land
+    // between the readers and the audit (a CI run's audit once counted duplicates the readers,
+    // done 2 s after their last record, had not seen).
+    let end = wal_insert_lsn(&s.db.url).await;
+    let caught_up = wait_confirmed(&s.db.url, &s.slot, end, Duration::from_secs(120)).await;
+    let thawed_exit = tokio::task::block_in_place(|| relay.terminate());
+    logs += &relay.log();
+    logs += &standby.log();
+    assert!(caught_up, "the stand-by did not confirm {end} within 120 s:\n{logs}");
     let (quiet, deadline) = (Duration::from_secs(2), Duration::from_secs(120));
     let v = read_back(cluster.bootstrap(), &topics, &[&report], quiet, deadline).await.verdict;
     let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
-    logs += &relay.log();
-    logs += &standby.log();
     println!(
-        "{guarantee} on 3 nodes: relay killed {KILLS}× (SIGKILL), partition leader {} SIGKILLed and restarted, another node hung 10 s (transaction.timeout.ms 8000), then a stand-by took over {takeover:.1?} after the active relay froze: {} events in {} transactions; {}; slot confirmed {}; fenced messages {}",
+        "{guarantee} on 3 nodes: relay killed {KILLS}× (SIGKILL), partition leader {} SIGKILLed and restarted, another node hung 10 s (transaction.timeout.ms 8000), then a stand-by took over {takeover:.1?} after the active relay froze (thawed, it exited {thawed_exit:?} on SIGTERM): {} events in {} transactions; {}; slot confirmed {}; fenced messages {}",
         leader.unwrap_or(0),
         report.events.len(),
         report.txns.len(),
@@ -125,7 +138,6 @@ async fn chaos(guarantee: &str) -> (Verdict, String, serde_json::Value) {
         confirmed,
         logs.matches("fenced").count()
     );
-    relay.kill();
     assert_eq!(standby.terminate(), Some(0), "{}", standby.log());
     // `walrelay status` names the guarantee and, exactly-once, what the progress topic holds.
     let status =

@@ -77,6 +77,13 @@ pub async fn wait_active_pid(
     None
 }
 
+/// Where PostgreSQL will write its next WAL record: everything committed so far is before it.
+pub async fn wal_insert_lsn(url: &str) -> Lsn {
+    let client = connect(url).await.expect("connect to read the WAL position");
+    let row = client.query_one("SELECT pg_current_wal_insert_lsn()", &[]).await;
+    row.expect("pg_current_wal_insert_lsn()").get(0)
+}
+
 /// Waits until the slot is confirmed at or past `lsn` (the relay confirmed what Kafka acked).
 pub async fn wait_confirmed(url: &str, slot: &str, lsn: Lsn, deadline: Duration) -> bool {
     super::wait_until(&format!("the slot confirms {lsn}"), deadline, || async move {
