@@ -14,7 +14,7 @@ use crate::common::Setup;
 use crate::support::kafka::{consume_topics, Consumed};
 use crate::support::services;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium");
 /// Every fixture row reaches walrelay's output (20 rows + the sentinel).
 const ROWS: usize = 21;
 
@@ -41,7 +41,7 @@ pub(crate) fn b64(v: &Value) -> Option<Vec<u8>> {
 }
 
 /// The fixture's statements, one at a time on one connection (rows 16–18 share a transaction).
-fn fixture_statements() -> Vec<String> {
+pub(crate) fn fixture_statements() -> Vec<String> {
     sql_statements(&format!("{FIXTURES}/fixture.sql"))
 }
 
@@ -68,6 +68,35 @@ fn is_uuid(bytes: &[u8]) -> bool {
                 c.is_ascii_hexdigit()
             }
         })
+}
+
+/// `have`'s headers are `want`'s (a golden's `[{key, value_b64}]`), in the same order; the
+/// run id, a fresh UUIDv7 per run, is compared by its format.
+pub(crate) fn assert_same_headers(what: &str, have: &Consumed, want: &Value) {
+    let want: Vec<(String, Vec<u8>)> = want
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["key"].as_str().unwrap().to_string(), b64(&h["value_b64"]).unwrap_or_default()))
+        .collect();
+    let have: Vec<(String, Vec<u8>)> =
+        have.headers.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect();
+    assert_eq!(
+        have.iter().map(|h| &h.0).collect::<Vec<_>>(),
+        want.iter().map(|h| &h.0).collect::<Vec<_>>(),
+        "{what}: header names and order"
+    );
+    for ((name, have_v), (_, want_v)) in have.iter().zip(&want) {
+        if name == "__debezium.context.runId" {
+            assert!(
+                is_uuid(have_v) && is_uuid(want_v),
+                "{what}: runId {:?}",
+                String::from_utf8_lossy(have_v)
+            );
+        } else {
+            assert_eq!(have_v, want_v, "{what}: header {name}");
+        }
+    }
 }
 
 async fn check(g: Golden) {
@@ -137,33 +166,7 @@ async fn check(g: Golden) {
             "{what}: value"
         );
         assert_eq!(have.value, want_value, "{what}: value bytes");
-        let want_headers: Vec<(String, Vec<u8>)> = want["headers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| {
-                (h["key"].as_str().unwrap().to_string(), b64(&h["value_b64"]).unwrap_or_default())
-            })
-            .collect();
-        let have_headers: Vec<(String, Vec<u8>)> =
-            have.headers.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect();
-        assert_eq!(
-            have_headers.iter().map(|h| &h.0).collect::<Vec<_>>(),
-            want_headers.iter().map(|h| &h.0).collect::<Vec<_>>(),
-            "{what}: header names and order"
-        );
-        for ((name, have_v), (_, want_v)) in have_headers.iter().zip(&want_headers) {
-            if name == "__debezium.context.runId" {
-                // A fresh UUIDv7 per run: compared by format.
-                assert!(
-                    is_uuid(have_v) && is_uuid(want_v),
-                    "{what}: runId {:?}",
-                    String::from_utf8_lossy(have_v)
-                );
-            } else {
-                assert_eq!(have_v, want_v, "{what}: header {name}");
-            }
-        }
+        assert_same_headers(&what, have, &want["headers"]);
         assert_eq!(have.partition as i64, want["partition"].as_i64().unwrap(), "{what}: partition");
         compared += 1;
     }

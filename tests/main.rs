@@ -36,6 +36,7 @@ mod migration;
 mod ops;
 mod ops_docs;
 mod quickstart;
+mod registry_goldens;
 mod replay;
 mod reporting;
 mod restarts;

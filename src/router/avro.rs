@@ -192,6 +192,31 @@ fn check_name(name: &str) -> Result<(), String> {
     ))
 }
 
+/// The schema `AvroData` gives a value without a Connect schema (`ANYTHING_SCHEMA`): one
+/// optional field per kind, as `Schema.toString()` writes it.
+pub(crate) const ANYTHING_SCHEMA: &str = concat!(
+    r#"{"type":"record","name":"Anything","namespace":"io.confluent.connect.avro","fields":["#,
+    r#"{"name":"boolean","type":["null","boolean"],"default":null},"#,
+    r#"{"name":"bytes","type":["null","bytes"],"default":null},"#,
+    r#"{"name":"double","type":["null","double"],"default":null},"#,
+    r#"{"name":"float","type":["null","float"],"default":null},"#,
+    r#"{"name":"int","type":["null","int"],"default":null},"#,
+    r#"{"name":"long","type":["null","long"],"default":null},"#,
+    r#"{"name":"string","type":["null","string"],"default":null},"#,
+    r#"{"name":"array","type":["null",{"type":"array","items":"Anything"}],"default":null},"#,
+    r#"{"name":"map","type":["null",{"type":"array","items":{"type":"record","name":"MapEntry","#,
+    r#""fields":[{"name":"key","type":"Anything"},{"name":"value","type":"Anything"}]}}],"default":null}]}"#
+);
+
+/// Appends a string without a Connect schema as an [`ANYTHING_SCHEMA`] record: its `string`
+/// field set, the eight others null.
+pub(crate) fn write_anything_string(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&[0; 6]); // boolean, bytes, double, float, int, long: null
+    out.push(2); // string: the union's second branch
+    write_bytes(out, text.as_bytes());
+    out.extend_from_slice(&[0; 2]); // array, map: null
+}
+
 /// Appends `v` as Avro's `long` (and `int`): zig-zag, then a base-128 varint.
 pub(crate) fn write_long(out: &mut Vec<u8>, v: i64) {
     let mut n = ((v << 1) ^ (v >> 63)) as u64;
@@ -354,6 +379,15 @@ mod tests {
 
     fn prim(ty: Prim, optional: bool) -> Schema {
         Schema::Prim { ty, optional, name: None, version: None }
+    }
+
+    #[test]
+    fn a_string_without_a_schema_is_the_anything_records_string_branch() {
+        // Row 12 of the registry golden avro_expand_json_payload (a top-level `[]`).
+        let mut out = Vec::new();
+        write_anything_string(&mut out, "[]");
+        assert_eq!(out, [0, 0, 0, 0, 0, 0, 2, 4, b'[', b']', 0, 0]);
+        assert!(ANYTHING_SCHEMA.starts_with(r#"{"type":"record","name":"Anything","#));
     }
 
     #[test]

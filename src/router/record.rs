@@ -268,13 +268,23 @@ impl Router {
         let tree = Self::parsed(b, text, event_id);
         let (payload_schema, data, null_schema) = self.expanded(b, tree.as_ref(), event_id);
         if null_schema {
-            // Debezium's value has no schema then, which AvroConverter writes as a bare string.
-            return Err(b.payload.invalid(
-                "the expanded payload has no schema (a top-level empty array under \
-                 `table.expand.json.payload.empty.array.behavior` = ignore), which Avro cannot \
-                 write"
-                    .into(),
-            ));
+            // Debezium's value is then the payload's text without a schema, which AvroConverter
+            // writes as its catch-all `Anything` record.
+            let text = match (text, self.cfg.has_envelope()) {
+                (Some(text), false) => text,
+                _ => {
+                    return Err(b.payload.invalid(
+                        "the expanded payload has no schema (a top-level empty array under \
+                         `table.expand.json.payload.empty.array.behavior` = ignore), which an \
+                         Avro envelope's `payload` field cannot have"
+                            .into(),
+                    ))
+                }
+            };
+            let mut out = Vec::with_capacity(text.len() + FRAME_RESERVED + 10);
+            out.extend_from_slice(&[0; FRAME_RESERVED]);
+            avro::write_anything_string(&mut out, text);
+            return Ok((out.into(), Arc::from(avro::ANYTHING_SCHEMA)));
         }
         let payload_schema = payload_schema.unwrap_or_else(|| b.payload.schema.clone());
         let mut out = Vec::with_capacity(payload_len(payload) + 16);

@@ -23,6 +23,7 @@ pub mod proxy;
 pub mod readback;
 pub mod registry;
 pub mod registry_decode;
+pub mod registry_http;
 pub mod secure_kafka;
 pub mod servers;
 pub mod slot;

@@ -1,0 +1,176 @@
+//! Byte-for-byte parity with Debezium 3.6.3 and Confluent's `AvroConverter` 7.0.16 (the one
+//! Debezium Server ships), against the suite's Apicurio registry. The fixture's rows go through
+//! PostgreSQL, walrelay and Kafka, and every record is compared with what the converter wrote
+//! (`tests/fixtures/debezium/registry`, made by `scripts/debezium-registry-goldens/run.sh`): the
+//! value's bytes after the schema id, the schema text registered under that id, the subject and
+//! version it is registered as, the key and the headers. The schema id itself depends on what
+//! the registry held before, so it is not compared.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use crate::common::{release_slot, Setup};
+use crate::dead_letters::dead_letter_section;
+use crate::goldens::{assert_same_headers, b64, fixture_statements, golden_in, FIXTURES};
+use crate::support::kafka::{consume_topics, Consumed};
+use crate::support::registry::registry;
+use crate::support::services;
+
+struct Golden {
+    name: &'static str,
+    /// The fixture rows the golden was made from (every row when empty): see run.sh.
+    rows: &'static [&'static str],
+    router: &'static str,
+}
+
+/// The fixture statements that insert `rows` (all when empty), and those that insert none;
+/// the same as run.sh's `rows.py`.
+fn fixture_rows(rows: &[&str]) -> Vec<String> {
+    let inserted = |stmt: &str| -> Vec<String> {
+        if !stmt.starts_with("INSERT") {
+            return Vec::new();
+        }
+        stmt.match_indices("'00000000-0000-0000-0000-0000000000")
+            .map(|(at, m)| stmt[at + m.len()..at + m.len() + 2].to_string())
+            .collect()
+    };
+    fixture_statements()
+        .into_iter()
+        .filter(|stmt| {
+            let ins = inserted(stmt);
+            rows.is_empty() || ins.is_empty() || ins.iter().any(|r| rows.contains(&r.as_str()))
+        })
+        .collect()
+}
+
+fn event_id(r: &Consumed) -> Option<String> {
+    r.header_str("id").map(|h| h.trim_matches('"').to_string())
+}
+
+async fn check(g: Golden) {
+    let s = Setup::new(&format!("reggold_{}", &g.name[..g.name.len().min(12)])).await;
+    let expected = golden_in(&format!("{FIXTURES}/registry"), g.name);
+    let registry = registry();
+    let dead = s.topic("dead_letters");
+    let sections = format!(
+        "[debezium]\n\"extended.headers.enabled\" = true\n\"topic.prefix\" = \"dbz\"\n\
+         \"value.converter\" = \"avro\"\n\n[schema_registry]\nurl = \"{}\"\n\n{}",
+        registry.ccompat_url(),
+        dead_letter_section(&dead)
+    );
+    let config = s.config_with(g.router, "", &sections);
+    let mut relay = crate::support::process::RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let client = s.db.connect().await;
+    for stmt in fixture_rows(g.rows) {
+        client.batch_execute(&stmt).await.unwrap_or_else(|e| panic!("{stmt}: {e}"));
+    }
+    let mut topics: BTreeSet<String> = expected
+        .iter()
+        .map(|r| format!("{}.{}", s.topic_prefix, r["topic"].as_str().unwrap()))
+        .collect();
+    topics.insert(dead.clone());
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let bootstrap = services().broker.bootstrap();
+    let got = consume_topics(bootstrap, &topic_refs, expected.len(), Duration::from_secs(60)).await;
+    assert_eq!(got.len(), expected.len(), "{}: relay log:\n{}", g.name, relay.log());
+
+    let subject = |topic: &str| format!("{}.{topic}-value", s.topic_prefix);
+    // A subject walrelay registers a schema under that Debezium did not (a row Debezium's
+    // converter refused) numbers its later versions differently: those are not compared.
+    let mut shifted: HashSet<String> = HashSet::new();
+    let (mut compared, mut refused) = (0, 0);
+    for want in &expected {
+        let id = want["event_id"].as_str().unwrap();
+        let what = format!("{} seq {} ({id})", g.name, want["seq"]);
+        let have: Vec<&Consumed> =
+            got.iter().filter(|r| event_id(r).as_deref() == Some(id)).collect();
+        assert_eq!(have.len(), 1, "{what}: {} records", have.len());
+        let have = have[0];
+        if want["sent"] == false {
+            // Debezium's converter refused it (errors.tolerance=all skipped it); walrelay's
+            // expansion takes it (mod.rs says which rows and why): it is delivered, to its topic.
+            refused += 1;
+            println!(
+                "{what}: Debezium's converter refused it ({}); walrelay sent it to {} ({} bytes)",
+                want["conversion_error"].as_str().unwrap_or_default(),
+                have.topic,
+                have.value.as_ref().map_or(0, Vec::len)
+            );
+            assert_ne!(have.topic, dead, "{what}: dead-lettered");
+            shifted.insert(subject(want["topic"].as_str().unwrap()));
+            continue;
+        }
+        let topic = have.topic.strip_prefix(&format!("{}.", s.topic_prefix)).unwrap();
+        assert_eq!(topic, want["topic"].as_str().unwrap(), "{what}: topic");
+        assert_eq!(have.key, b64(&want["key"]["bytes_b64"]), "{what}: key");
+        assert_same_headers(&what, have, &want["headers"]);
+        let w = &want["value"];
+        if w["is_null"] == true {
+            assert_eq!(have.value, None, "{what}: a tombstone");
+            compared += 1;
+            continue;
+        }
+        let value = have.value.as_deref().unwrap_or_else(|| panic!("{what}: no value"));
+        assert!(value.len() >= 5 && value[0] == 0, "{what}: not Confluent-framed: {value:?}");
+        assert_eq!(Some(value[5..].to_vec()), b64(&w["after_id_b64"]), "{what}: value bytes");
+        let schema_id = i32::from_be_bytes(value[1..5].try_into().unwrap());
+        let schema = registry.schema_by_id(schema_id).expect("the value's schema is registered");
+        assert_eq!(schema, w["schema"].as_str().unwrap(), "{what}: schema");
+        let subject = subject(topic);
+        let version = w["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["subject"] == format!("{topic}-value"))
+            .and_then(|v| v["version"].as_i64())
+            .unwrap_or_else(|| panic!("{what}: the golden has no {topic}-value"));
+        let versions = registry.versions_of(schema_id);
+        let ours = versions.iter().find(|(s, _)| *s == subject).map(|(_, v)| *v);
+        assert!(ours.is_some(), "{what}: schema {schema_id} is not under {subject}: {versions:?}");
+        if !shifted.contains(&subject) {
+            assert_eq!(ours, Some(version), "{what}: version under {subject}");
+        }
+        compared += 1;
+    }
+    println!(
+        "registry golden {}: {compared} records identical to Debezium 3.6.3 + AvroConverter 7.0.16 \
+         (value bytes, schema, subject version, key, headers); {refused} rows Debezium's \
+         converter refused and walrelay delivered",
+        g.name
+    );
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+macro_rules! registry_golden_test {
+    ($test:ident, $name:literal, $rows:expr, $router:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            check(Golden { name: $name, rows: $rows, router: $router }).await;
+        }
+    };
+}
+
+registry_golden_test!(
+    registry_golden_avro_plain_payload_matches_debeziums_avro_converter,
+    "avro_defaults",
+    &[],
+    ""
+);
+registry_golden_test!(
+    registry_golden_avro_expanded_payload_matches_debeziums_avro_converter,
+    "avro_expand_json_payload",
+    &[],
+    "\"table.expand.json.payload\" = true"
+);
+// Rows 16–18 share the payload schema `{"n": int}`: Debezium names the envelopes of 17
+// (Shipment) and 18 (Order) after 16's routed value, Invoice (it caches the envelope's schema
+// by the payload's), and so does walrelay.
+registry_golden_test!(
+    registry_golden_avro_expanded_payload_with_placements_matches_debeziums_avro_converter,
+    "avro_expand_json_payload_placements",
+    &["01", "02", "07", "08", "09", "11", "16", "17", "18", "19", "20", "99"],
+    "\"table.expand.json.payload\" = true\n\
+     \"table.fields.additional.placement\" = \"type:header:eventType,aggregatetype:envelope:aggType\""
+);
