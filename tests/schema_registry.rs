@@ -370,3 +370,57 @@ async fn check_with_use_latest_version_fails_until_the_fixed_topics_subject_hold
     println!("routed by value: {}", line(&run));
     assert!(line(&run).starts_with("warn") && line(&run).contains("cannot be known"), "{run}");
 }
+
+/// `value.converter = "protobuf"` with `auto_register = false`: a team registered the `.proto`
+/// first, walrelay looks the same text up and frames its values with its id and the message
+/// index, and confluent-kafka's `ProtobufDeserializer` decodes them (proto3 leaves a 0 out, so
+/// the first event reads `{}`). A plain payload, not expanded, is a `StringValue` under
+/// `google/protobuf/wrappers.proto`, registered by walrelay itself, and decodes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_values_under_a_registered_proto_decode_with_confluents_deserializer() {
+    let s = Setup::new("proto_registered").await;
+    let url = registry().ccompat_url();
+    let topic = s.topic("Order");
+    let proto = "syntax = \"proto3\";\n\nmessage payload {\n  int32 n = 1;\n}\n";
+    let id = registry().register(&format!("{topic}-value"), "PROTOBUF", proto);
+    let sections = format!(
+        "[debezium]\n\"value.converter\" = \"protobuf\"\n\n[schema_registry]\nurl = \"{url}\"\n\
+         auto_register = false\n"
+    );
+    let config = s.config_with("\"table.expand.json.payload\" = true", "", &sections);
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 3).await;
+    let got =
+        kafka::consume(services().broker.bootstrap(), &topic, 3, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 3, "{}", relay.log());
+    for r in &got {
+        let v = r.value.as_ref().unwrap();
+        assert_eq!(
+            (v[0], u32::from_be_bytes(v[1..5].try_into().unwrap()), v[5]),
+            (0, id as u32, 0)
+        );
+    }
+    let decoded = decode_with_confluent("protobuf", &url, &topic, &values(&got));
+    println!("confluent-kafka's ProtobufDeserializer: {decoded:?}");
+    assert_eq!(decoded, [json!({}), json!({"n": 1}), json!({"n": 2})]);
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    // Not expanded: the payload is a google.protobuf.StringValue.
+    let config = s.config_with(
+        "",
+        "",
+        &format!("[debezium]\n\"value.converter\" = \"protobuf\"\n\n[schema_registry]\nurl = \"{url}\"\n"),
+    );
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let plain = s.topic("Plain");
+    s.insert_events("Plain", "p-1", 1).await;
+    let got =
+        kafka::consume(services().broker.bootstrap(), &plain, 1, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1, "{}", relay.log());
+    let decoded = decode_with_confluent("protobuf", &url, &plain, &values(&got));
+    println!("confluent-kafka's ProtobufDeserializer, a plain payload: {decoded:?}");
+    assert_eq!(decoded, [json!({"value": "{\"n\": 0}"})]);
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}

@@ -36,8 +36,9 @@
 //!   `avro-latest` is `avro` with `auto_register = false` and `use_latest_version = true`: before
 //!   the drain a contract (its own record name, a subset of the payload's fields, one field the
 //!   payload lacks with a default) is registered under each topic's subject, so every value is
-//!   rewritten under it — the contract-first path's cost.
-//!   The registry starts before the first repetition, only when `avro` is asked for, and the two
+//!   rewritten under it — the contract-first path's cost. `protobuf-registry` is `avro` with
+//!   Confluent's ProtobufConverter (`value.converter = "protobuf"`; `protobuf` is the envelope).
+//!   The registry starts before the first repetition, only when a registry shape is asked for, and the two
 //!   swap places every other repetition. The read-back checks topic, key and `id` header, which
 //!   neither converter touches; after each drain one record's value is described (JSON's first
 //!   bytes; Avro's framing and whether its registered schema holds the expanded payload).
@@ -66,6 +67,8 @@ pub enum Shape {
     /// `avro` written under contracts registered before the drain (`use_latest_version`).
     AvroLatest,
     Avro,
+    /// Confluent's ProtobufConverter against the registry (not the `protobuf` envelope).
+    ProtobufRegistry,
 }
 
 impl Shape {
@@ -88,6 +91,7 @@ impl Shape {
             crate::converters::JSON_EXPANDED => Some(Shape::JsonExpanded),
             crate::converters::AVRO => Some(Shape::Avro),
             crate::converters::AVRO_LATEST => Some(Shape::AvroLatest),
+            crate::converters::PROTOBUF_REGISTRY => Some(Shape::ProtobufRegistry),
             _ => None,
         }
     }
@@ -112,6 +116,9 @@ impl Shape {
             Shape::JsonExpanded => "walrelay, JSON values, payload expanded, schemas off",
             Shape::Avro => "walrelay, Avro values, payload expanded, registry auto-register",
             Shape::AvroLatest => "walrelay, Avro values rewritten under registered contracts",
+            Shape::ProtobufRegistry => {
+                "walrelay, Protobuf values, payload expanded, registry auto-register"
+            }
         }
     }
 
@@ -134,7 +141,8 @@ impl Shape {
             | Shape::TracingExport
             | Shape::JsonExpanded
             | Shape::Avro
-            | Shape::AvroLatest => vec!["outbox".into()],
+            | Shape::AvroLatest
+            | Shape::ProtobufRegistry => vec!["outbox".into()],
             Shape::TwoTables => vec!["outbox".into(), "billing.outbox".into()],
             Shape::Messages => Vec::new(),
             Shape::Tenants(n) => (1..=n).map(|t| format!("t{t}.outbox")).collect(),
@@ -171,6 +179,7 @@ impl Shape {
             Shape::JsonExpanded => crate::converters::JSON_EXPANDED_OUTBOX,
             // Its [schema_registry] section is added in `drain`, with the registry's URL.
             Shape::Avro | Shape::AvroLatest => crate::converters::AVRO_OUTBOX,
+            Shape::ProtobufRegistry => crate::converters::PROTOBUF_OUTBOX,
         }
     }
 }
@@ -214,7 +223,8 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::ExactlyOnce
         | Shape::JsonExpanded
         | Shape::Avro
-        | Shape::AvroLatest => db.create_outbox("outbox").await,
+        | Shape::AvroLatest
+        | Shape::ProtobufRegistry => db.create_outbox("outbox").await,
         Shape::Tenants(_) => {
             let mut sql = String::new();
             for table in shape.tables() {
@@ -276,14 +286,17 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         sink = Some(received);
     }
     let subjects_before = match shape {
-        Shape::Avro | Shape::AvroLatest => {
+        Shape::Avro | Shape::AvroLatest | Shape::ProtobufRegistry => {
             outbox += &crate::converters::registry_section(shape == Shape::AvroLatest).await;
             Some(crate::converters::subjects().await)
         }
         _ => None,
     };
     let d = walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), &outbox).await;
-    if matches!(shape, Shape::JsonExpanded | Shape::Avro | Shape::AvroLatest) {
+    if matches!(
+        shape,
+        Shape::JsonExpanded | Shape::Avro | Shape::AvroLatest | Shape::ProtobufRegistry
+    ) {
         crate::converters::describe_value(shape.system(), subjects_before).await;
     }
     if let Some(received) = sink {

@@ -91,6 +91,8 @@ CONFIGS=(
   'avro_expand_json_payload|string|avro|transforms.outbox.table.expand.json.payload=true'
   'avro_expand_json_payload_placements|string|avro|transforms.outbox.table.expand.json.payload=true transforms.outbox.table.fields.additional.placement=type:header:eventType,aggregatetype:envelope:aggType|01 02 07 08 09 11 16 17 18 19 20 99'
   'avro_keys|avro|avro|'
+  'protobuf_defaults|string|protobuf|'
+  'protobuf_expand_json_payload|string|protobuf|transforms.outbox.table.expand.json.payload=true'
   'protobuf_expand_json_payload_placements|string|protobuf|transforms.outbox.table.expand.json.payload=true transforms.outbox.table.fields.additional.placement=type:header:eventType,aggregatetype:envelope:aggType|01 02 07 08 09 11 16 17 18 19 20 99'
 )
 

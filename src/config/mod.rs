@@ -187,6 +187,28 @@ impl Config {
                 ),
             });
         }
+        if let (Some("protobuf"), Some(r)) = (router.registry_converter(), &schema_registry) {
+            // Contract-first and record-named subjects read the registered schema as Avro.
+            if r.use_latest_version {
+                return Err(invalid(
+                    "schema_registry",
+                    "use_latest_version",
+                    "true",
+                    "is for value.converter = \"avro\" only: with \"protobuf\", register \
+                     under the subject what walrelay derives (auto_register), or look it up \
+                     (auto_register = false)",
+                ));
+            }
+            if r.subject_name_strategy != SubjectNameStrategy::Topic {
+                return Err(invalid(
+                    "schema_registry",
+                    "subject_name_strategy",
+                    r.subject_name_strategy.as_str(),
+                    "is for value.converter = \"avro\" only: with \"protobuf\" the subject is \
+                     the topic's (\"topic\", <topic>-value)",
+                ));
+            }
+        }
         if outbox.is_message_only() && messages.is_none() {
             return Err(invalid(
                 "outbox",

@@ -393,3 +393,25 @@ fn tracing_section_takes_an_http_otlp_endpoint_and_turns_relay_spans_on() {
         assert!(err.to_string().contains(needle), "{section}: {err}");
     }
 }
+
+#[test]
+fn protobuf_values_refuse_what_only_avro_does_naming_the_key() {
+    let base = format!(
+        "{MINIMAL}\n[debezium]\n\"value.converter\" = \"protobuf\"\n[schema_registry]\nurl = \"http://r\"\n"
+    );
+    let ok = Config::parse(&base).unwrap();
+    assert_eq!(ok.router.registry_converter(), Some("protobuf"));
+    for (line, key) in [
+        ("auto_register = false\nuse_latest_version = true\n", "use_latest_version"),
+        ("subject_name_strategy = \"record\"\n", "subject_name_strategy"),
+    ] {
+        let e = Config::parse(&format!("{base}{line}")).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains("avro"), "{e}");
+    }
+    let key = Config::parse(&format!(
+        "{MINIMAL}\n[debezium]\n\"key.converter\" = \"protobuf\"\n[schema_registry]\nurl = \"http://r\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(key.contains("Protobuf values only"), "{key}");
+}

@@ -1,6 +1,9 @@
-//! An Avro value converter's registry options, carried to `[schema_registry]`.
+//! A registry value converter's options (Avro's, Confluent's Protobuf), carried to
+//! `[schema_registry]`.
 
 use super::Builder;
+
+const PROTOBUF_CONVERTER: &str = "io.confluent.connect.protobuf.ProtobufConverter";
 
 impl Builder {
     /// An Avro value converter's registry: Confluent's `schema.registry.url`, or Apicurio's
@@ -8,7 +11,8 @@ impl Builder {
     /// `basic.auth.user.info` (its password is a secret, not copied).
     pub(super) fn convert_registry(&mut self) {
         let avro = self.get("value.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
-        if !avro {
+        let protobuf = self.get("value.converter") == Some(PROTOBUF_CONVERTER);
+        if !avro && !protobuf {
             return;
         }
         let get = |k: &str| self.get(&format!("value.converter.{k}")).map(str::to_string);
@@ -19,10 +23,10 @@ impl Builder {
             false => get("auto.register.schemas"),
         };
         let info = get("basic.auth.user.info");
-        let latest = get("use.latest.version");
+        let mut latest = get("use.latest.version");
         let as_confluent = get("apicurio.registry.as-confluent").is_some_and(|v| v == "true");
         let source = get("basic.auth.credentials.source");
-        let strategy = get("value.subject.name.strategy");
+        let mut strategy = get("value.subject.name.strategy");
         let url = get("schema.registry.url").or_else(|| {
             get("apicurio.registry.url").map(|u| {
                 let base = u.trim_end_matches('/');
@@ -38,7 +42,7 @@ impl Builder {
             }
             None => {
                 self.schema_registry.insert("url".into(), "http://schema-registry:8081".into());
-                self.warn("value.converter is an Avro converter without value.converter.schema.registry.url: [schema_registry] url is a placeholder, http://schema-registry:8081 — set it to the registry's Confluent-compatible API");
+                self.warn("value.converter is a registry converter without value.converter.schema.registry.url: [schema_registry] url is a placeholder, http://schema-registry:8081 — set it to the registry's Confluent-compatible API");
             }
         }
         if let Some(info) = info {
@@ -48,6 +52,18 @@ impl Builder {
         }
         if let Some(auto) = auto {
             self.schema_registry.insert("auto_register".into(), auto);
+        }
+        if protobuf && latest.as_deref() == Some("true") {
+            latest = None;
+            self.warn("value.converter.use.latest.version = true is not carried: with Protobuf walrelay writes under the schema it derives (registered, or looked up with auto_register = false), never a subject's latest — register exactly that .proto, or keep Debezium for this connector");
+        }
+        if protobuf
+            && strategy
+                .as_deref()
+                .is_some_and(|s| !s.ends_with("TopicNameStrategy") && s != "topic")
+        {
+            strategy = None;
+            self.warn("value.converter.value.subject.name.strategy is not carried: with Protobuf walrelay names the subject after the topic (<topic>-value) only");
         }
         if let Some(latest) = latest {
             self.schema_registry.insert("use_latest_version".into(), latest);

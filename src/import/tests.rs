@@ -545,3 +545,22 @@ fn import_maps_debezium_servers_avro_format_to_the_avro_converter() {
     assert_eq!(config.schema_registry.expect("[schema_registry]").urls, ["http://sr:8081"]);
     assert!(imported.toml.contains("io.confluent.connect.avro.AvroConverter"), "{}", imported.toml);
 }
+
+#[test]
+fn import_carries_confluents_protobuf_converter_without_what_walrelay_does_only_for_avro() {
+    let connector = r#"{"database.dbname": "app", "bootstrap.servers": "k:9092",
+      "value.converter": "io.confluent.connect.protobuf.ProtobufConverter",
+      "value.converter.schema.registry.url": "http://sr:8081",
+      "value.converter.auto.register.schemas": "false",
+      "value.converter.use.latest.version": "true"}"#;
+    let (config, imported) = import_ok(connector, None);
+    let registry = config.schema_registry.expect("[schema_registry]");
+    assert_eq!(registry.urls, ["http://sr:8081"]);
+    assert!(!registry.auto_register && !registry.use_latest_version);
+    assert_eq!(config.router.registry_converter(), Some("protobuf"));
+    assert!(
+        warned(&imported, "use.latest.version = true is not carried"),
+        "{:?}",
+        imported.warnings
+    );
+}

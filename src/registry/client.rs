@@ -29,22 +29,31 @@ pub enum CallError {
     Refused { status: u16, message: String },
 }
 
-/// Registers `schema` (Avro) under `subject`; returns its id.
+/// A schema's type, as the registry's API names it; Avro is its default and goes unnamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaType {
+    Avro,
+    Protobuf,
+}
+
+/// Registers `schema` under `subject`; returns its id.
 pub async fn register(
     cfg: &SchemaRegistryConfig,
     subject: &str,
     schema: &str,
+    ty: SchemaType,
 ) -> Result<u32, CallError> {
-    schema_id(cfg, &format!("/subjects/{}/versions", encode_path(subject)), schema).await
+    schema_id(cfg, &format!("/subjects/{}/versions", encode_path(subject)), schema, ty).await
 }
 
-/// The id of `schema` (Avro) if it is registered under `subject` already; a 404 refuses it.
+/// The id of `schema` if it is registered under `subject` already; a 404 refuses it.
 pub async fn lookup(
     cfg: &SchemaRegistryConfig,
     subject: &str,
     schema: &str,
+    ty: SchemaType,
 ) -> Result<u32, CallError> {
-    schema_id(cfg, &format!("/subjects/{}", encode_path(subject)), schema).await
+    schema_id(cfg, &format!("/subjects/{}", encode_path(subject)), schema, ty).await
 }
 
 /// The latest schema registered under `subject`: its id and its text. A subject without one,
@@ -91,8 +100,17 @@ pub async fn compatibility(cfg: &SchemaRegistryConfig) -> Result<String, CallErr
 }
 
 /// POSTs `schema` to `path` and reads the `id` of the answer: both calls answer so.
-async fn schema_id(cfg: &SchemaRegistryConfig, path: &str, schema: &str) -> Result<u32, CallError> {
-    let body = serde_json::json!({ "schema": schema }).to_string();
+async fn schema_id(
+    cfg: &SchemaRegistryConfig,
+    path: &str,
+    schema: &str,
+    ty: SchemaType,
+) -> Result<u32, CallError> {
+    let body = match ty {
+        SchemaType::Avro => serde_json::json!({ "schema": schema }),
+        SchemaType::Protobuf => serde_json::json!({ "schema": schema, "schemaType": "PROTOBUF" }),
+    }
+    .to_string();
     let answer = call(cfg, Method::POST, path, Some(body)).await?;
     answer
         .get("id")

@@ -29,12 +29,14 @@ pub mod client;
 mod resolve;
 mod schema;
 
-use self::client::CallError;
+use self::client::{CallError, SchemaType};
 use self::schema::Parsed;
 
 /// The plans known, per topic and derived schema, for one run.
 pub struct Registry {
     cfg: SchemaRegistryConfig,
+    /// The value converter's: one per run.
+    schema_type: SchemaType,
     plans: HashMap<(Arc<str>, Arc<str>), Arc<Plan>>,
     /// The last (topic, schema, plan) used: records in a row mostly share both, and the same
     /// `Arc`s, so a pointer comparison spares the hashing.
@@ -83,7 +85,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl Registry {
     pub fn new(cfg: SchemaRegistryConfig) -> Registry {
-        Registry { cfg, plans: HashMap::new(), last: None, metrics: None }
+        let schema_type = SchemaType::Avro;
+        Registry { cfg, schema_type, plans: HashMap::new(), last: None, metrics: None }
+    }
+
+    /// Registers the values' schemas as Protobuf (`value.converter = "protobuf"`).
+    pub fn for_protobuf(mut self) -> Registry {
+        self.schema_type = SchemaType::Protobuf;
+        self
     }
 
     /// Says in `metrics` while the registry is unreachable (`/readyz`).
@@ -200,12 +209,12 @@ impl Registry {
         loop {
             let answer = match (self.cfg.use_latest_version, self.cfg.auto_register) {
                 (true, _) => client::latest(&self.cfg, subject).await.map(|(id, t)| (id, Some(t))),
-                (false, true) => {
-                    client::register(&self.cfg, subject, schema).await.map(|id| (id, None))
-                }
-                (false, false) => {
-                    client::lookup(&self.cfg, subject, schema).await.map(|id| (id, None))
-                }
+                (false, true) => client::register(&self.cfg, subject, schema, self.schema_type)
+                    .await
+                    .map(|id| (id, None)),
+                (false, false) => client::lookup(&self.cfg, subject, schema, self.schema_type)
+                    .await
+                    .map(|id| (id, None)),
             };
             match answer {
                 Ok((id, latest)) => {

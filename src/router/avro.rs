@@ -353,15 +353,7 @@ fn write_leaf(out: &mut Vec<u8>, node: &Node, ty: Prim) -> Result<(), String> {
             write_long(out, i64::from(*v))
         }
         (Node::Num(Num::Long(v)), Prim::Int64) => write_long(out, *v),
-        (Node::Num(n), Prim::Float64) => {
-            let v = match n {
-                Num::Int(v) => f64::from(*v),
-                Num::Long(v) => *v as f64,
-                Num::Double(v) => *v,
-                Num::Big(digits) => digits.parse::<f64>().map_err(|e| e.to_string())?,
-            };
-            out.extend_from_slice(&v.to_le_bytes());
-        }
+        (Node::Num(n), Prim::Float64) => out.extend_from_slice(&n.as_f64()?.to_le_bytes()),
         (node, ty) => {
             return Err(format!(
                 "a JSON {} does not fit its inferred type {ty:?}",

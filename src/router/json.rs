@@ -27,6 +27,18 @@ pub(crate) enum Num<'a> {
     Double(f64),
 }
 
+impl Num<'_> {
+    /// The number as a FLOAT64 field holds it (`Number.doubleValue()`).
+    pub(crate) fn as_f64(&self) -> Result<f64, String> {
+        Ok(match self {
+            Num::Int(v) => f64::from(*v),
+            Num::Long(v) => *v as f64,
+            Num::Double(v) => *v,
+            Num::Big(digits) => digits.parse::<f64>().map_err(|e| e.to_string())?,
+        })
+    }
+}
+
 /// A parsed JSON value (Jackson's `JsonNode`), borrowing from the payload text.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Node<'a> {

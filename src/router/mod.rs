@@ -64,6 +64,7 @@ mod expand;
 mod json;
 mod message_content;
 mod options;
+mod protobuf;
 mod record;
 mod topic;
 mod trace_context;
@@ -253,8 +254,9 @@ pub struct Router {
     /// so a lookup allocates nothing.
     topic_key: Vec<u8>,
     schema_names: HashMap<SchemaNameKey, Arc<str>>,
-    /// AvroConverter: the Avro schema text per Connect schema (bounded like `schema_names`).
-    avro_schemas: HashMap<Schema, Arc<str>>,
+    /// Registry converters: the registered schema text per Connect schema, and the Protobuf
+    /// message indexes (bounded like `schema_names`).
+    registry_schemas: HashMap<Schema, (Arc<str>, &'static [u8])>,
     /// Ids of the relay's spans and of the traces it starts.
     span_ids: SpanIds,
     /// Relations whose invalid span context was logged already: once each.
@@ -289,7 +291,7 @@ impl Router {
             topics: HashMap::new(),
             topic_key: Vec::new(),
             schema_names: HashMap::new(),
-            avro_schemas: HashMap::new(),
+            registry_schemas: HashMap::new(),
             span_ids: SpanIds::default(),
             trace_warned: HashSet::new(),
             metrics: None,
@@ -451,13 +453,17 @@ impl Router {
                     let route_text = String::from_utf8_lossy(&route_value);
                     Some(self.json_value(b, vals, &payload, schemas, &route_text, &event_id)?)
                 }
-                // A null value, as AvroConverter serializes it: no bytes and no schema (with
-                // envelope placements the value is a struct whose `payload` is null).
-                Converter::Avro if matches!(*payload, Cv::Null) && !self.cfg.has_envelope() => None,
-                Converter::Avro => {
+                // A null value, as the registry converters serialize it: no bytes and no schema
+                // (with envelope placements the value is a struct whose `payload` is null).
+                Converter::Avro | Converter::Protobuf
+                    if matches!(*payload, Cv::Null) && !self.cfg.has_envelope() =>
+                {
+                    None
+                }
+                Converter::Avro | Converter::Protobuf => {
                     let route_text = String::from_utf8_lossy(&route_value);
                     let (value, schema) =
-                        self.avro_value(b, vals, &payload, &route_text, &event_id)?;
+                        self.registry_value(b, vals, &payload, &route_text, &event_id)?;
                     value_schema = Some(schema);
                     Some(value)
                 }

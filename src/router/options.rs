@@ -64,6 +64,7 @@ const AVRO_CONVERTER_CLASSES: [&str; 2] = [
     "io.confluent.connect.avro.AvroConverter",
     "io.apicurio.registry.utils.converter.AvroConverter",
 ];
+const PROTOBUF_CONVERTER_CLASS: &str = "io.confluent.connect.protobuf.ProtobufConverter";
 const SIMPLE_HEADER_CONVERTER_CLASS: &str =
     "org.apache.kafka.connect.storage.SimpleHeaderConverter";
 
@@ -121,6 +122,9 @@ pub(crate) enum Converter {
     /// Confluent's `AvroConverter`: Avro binary, framed with the schema's registry id
     /// (`avro.rs`, `crate::registry`). Values only.
     Avro,
+    /// Confluent's `ProtobufConverter`: proto3 binary after the message indexes, framed the
+    /// same way (`protobuf.rs`). Values only.
+    Protobuf,
 }
 
 /// A Kafka Connect header converter.
@@ -287,7 +291,11 @@ impl RouterConfig {
 
     /// The name of the value converter when it needs a schema registry.
     pub(crate) fn registry_converter(&self) -> Option<&'static str> {
-        (self.value_converter == Converter::Avro).then_some("avro")
+        match self.value_converter {
+            Converter::Avro => Some("avro"),
+            Converter::Protobuf => Some("protobuf"),
+            _ => None,
+        }
     }
 
     /// Whether any converter writes JsonConverter's `{"schema": …, "payload": …}` envelope.
@@ -516,13 +524,26 @@ impl Section<'_> {
                 }
                 return Ok(Converter::Avro);
             }
+            Some(v) if v == PROTOBUF_CONVERTER_CLASS || v == "protobuf" => {
+                if key != "value.converter" {
+                    return Err(self.invalid(
+                        key,
+                        v,
+                        "walrelay writes Protobuf values only, not keys: keep the key a string \
+                         (the aggregate id), or keep Debezium for this connector until it does"
+                            .into(),
+                    ));
+                }
+                return Ok(Converter::Protobuf);
+            }
             Some(v) => {
                 return Err(self.invalid(
                     key,
                     v,
                     format!(
                         "expected \"string\" ({STRING_CONVERTER_CLASS}), \"json\" \
-                         ({JSON_CONVERTER_CLASS}) or \"avro\" ({})",
+                         ({JSON_CONVERTER_CLASS}), \"avro\" ({}) or \"protobuf\" \
+                         ({PROTOBUF_CONVERTER_CLASS})",
                         AVRO_CONVERTER_CLASSES[0]
                     ),
                 ))

@@ -14,6 +14,7 @@ use super::convert::{
 use super::expand::{self, Data, Expanded};
 use super::json::{self, Node};
 use super::options::{Converter, HeaderConverter};
+use super::protobuf;
 use super::{topic, Binding, Col, RouteError, Router, SchemaNameKey, Values};
 use super::{DEEP_STACK_BYTES, INLINE_DEPTH, SCHEMA_NAME_CACHE_LIMIT, TOPIC_CACHE_LIMIT};
 
@@ -59,7 +60,7 @@ impl Router {
     pub(super) fn key(&self, col: &Col, cv: &Cv) -> Result<Option<Bytes>, RouteError> {
         match self.cfg.key_converter {
             // Keys under a registry converter are refused when the options are read.
-            Converter::String | Converter::Avro => Ok(string_bytes(cv)),
+            Converter::String | Converter::Avro | Converter::Protobuf => Ok(string_bytes(cv)),
             Converter::Json { schemas } => json_bytes(cv, schemas.then_some(&*col.schema_json))
                 .map(Some)
                 .map_err(|r| col.invalid(r)),
@@ -93,9 +94,9 @@ impl Router {
         })
     }
 
-    /// The value under AvroConverter (`avro.rs`): its Avro body, after five bytes the
-    /// registry's framing fills in, and the Avro schema it was written with.
-    pub(super) fn avro_value(
+    /// The value under a registry converter (`avro.rs`, `protobuf.rs`): its body, after five
+    /// bytes the registry's framing fills in, and the schema text it was written with.
+    pub(super) fn registry_value(
         &mut self,
         b: &Binding,
         vals: Values<'_>,
@@ -105,7 +106,7 @@ impl Router {
     ) -> Result<(Bytes, Arc<str>), RouteError> {
         let text = self.expandable(b, payload)?;
         self.on_a_deep_enough_stack(b, text, |r| {
-            r.avro_value_on_this_stack(b, vals, payload, text, route_text, event_id)
+            r.registry_value_on_this_stack(b, vals, payload, text, route_text, event_id)
         })
     }
 
@@ -255,8 +256,8 @@ impl Router {
         Ok(out.into())
     }
 
-    /// The value under AvroConverter, on this stack (see [`Router::avro_value`]).
-    fn avro_value_on_this_stack(
+    /// The value under a registry converter, on this stack (see [`Router::registry_value`]).
+    fn registry_value_on_this_stack(
         &mut self,
         b: &Binding,
         vals: Values<'_>,
@@ -265,18 +266,19 @@ impl Router {
         route_text: &str,
         event_id: &str,
     ) -> Result<(Bytes, Arc<str>), RouteError> {
+        let protobuf = self.cfg.value_converter == Converter::Protobuf;
         let tree = Self::parsed(b, text, event_id);
         let (payload_schema, data, null_schema) = self.expanded(b, tree.as_ref(), event_id);
         if null_schema {
             // Debezium's value is then the payload's text without a schema, which AvroConverter
-            // writes as its catch-all `Anything` record.
-            let text = match (text, self.cfg.has_envelope()) {
+            // writes as its catch-all `Anything` record (ProtobufConverter fails on it).
+            let text = match (text, self.cfg.has_envelope() || protobuf) {
                 (Some(text), false) => text,
                 _ => {
                     return Err(b.payload.invalid(
                         "the expanded payload has no schema (a top-level empty array under \
                          `table.expand.json.payload.empty.array.behavior` = ignore), which an \
-                         Avro envelope's `payload` field cannot have"
+                         Avro envelope's `payload` field and Protobuf cannot have"
                             .into(),
                     ))
                 }
@@ -287,39 +289,76 @@ impl Router {
             return Ok((out.into(), Arc::from(avro::ANYTHING_SCHEMA)));
         }
         let payload_schema = payload_schema.unwrap_or_else(|| b.payload.schema.clone());
+        let schema = match self.cfg.has_envelope() {
+            true => self.envelope_schema(b, vals, payload_schema, route_text)?,
+            false => payload_schema,
+        };
+        let (text, indexes) = self.registry_schema(&schema).map_err(|r| b.payload.invalid(r))?;
         let mut out = Vec::with_capacity(payload_len(payload) + 16);
         out.extend_from_slice(&[0; FRAME_RESERVED]);
-        let write_payload = |out: &mut Vec<u8>| match &data {
-            Some(d) => avro::write_data(out, d, &payload_schema),
-            None => avro::write_cv(out, payload, &payload_schema),
-        };
-        let schema = if self.cfg.has_envelope() {
-            write_payload(&mut out).map_err(|r| b.payload.invalid(r))?;
-            for (alias, col) in &b.envelope {
-                avro::write_cv(&mut out, &*vals.read(col)?, &col.schema)
-                    .map_err(|r| col.invalid(format!("envelope field `{alias}`: {r}")))?;
-            }
-            self.envelope_schema(b, vals, payload_schema, route_text)?
-        } else {
-            write_payload(&mut out).map_err(|r| b.payload.invalid(r))?;
-            payload_schema
-        };
-        let text = self.avro_schema(&schema).map_err(|r| b.payload.invalid(r))?;
+        out.extend_from_slice(indexes);
+        let envelope: Vec<_> =
+            b.envelope.iter().map(|(_, col)| vals.read(col)).collect::<Result<_, _>>()?;
+        if protobuf {
+            let payload_value = match &data {
+                Some(d) => protobuf::Value::Data(d),
+                None => protobuf::Value::Cv(payload),
+            };
+            let fields: Vec<protobuf::Value> = match (self.cfg.has_envelope(), &data) {
+                (true, _) => std::iter::once(payload_value)
+                    .chain(envelope.iter().map(|v| protobuf::Value::Cv(v)))
+                    .collect(),
+                // The payload is the message: its fields are the root's.
+                (false, _) => protobuf::root_values(&schema, payload_value),
+            };
+            protobuf::write_root(&mut out, &schema, &fields).map_err(|r| b.payload.invalid(r))?;
+            return Ok((out.into(), text));
+        }
+        match &data {
+            Some(d) => avro::write_data(
+                &mut out,
+                d,
+                match &schema {
+                    Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
+                    s => s,
+                },
+            ),
+            None => avro::write_cv(
+                &mut out,
+                payload,
+                match &schema {
+                    Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
+                    s => s,
+                },
+            ),
+        }
+        .map_err(|r| b.payload.invalid(r))?;
+        for ((alias, col), value) in b.envelope.iter().zip(&envelope) {
+            avro::write_cv(&mut out, value, &col.schema)
+                .map_err(|r| col.invalid(format!("envelope field `{alias}`: {r}")))?;
+        }
         Ok((out.into(), text))
     }
 
-    /// The Avro schema text of `schema`, cached: the registry's cache is keyed by it, and a
+    /// The registered text of `schema` under the value converter, and the message indexes
+    /// written before a Protobuf body; cached: the registry's cache is keyed by the text, and a
     /// payload's schema repeats from record to record.
-    fn avro_schema(&mut self, schema: &Schema) -> Result<Arc<str>, String> {
-        if let Some(text) = self.avro_schemas.get(schema) {
-            return Ok(text.clone());
+    fn registry_schema(&mut self, schema: &Schema) -> Result<(Arc<str>, &'static [u8]), String> {
+        if let Some(known) = self.registry_schemas.get(schema) {
+            return Ok(known.clone());
         }
-        let text: Arc<str> = Arc::from(avro::schema_text(schema)?);
-        if self.avro_schemas.len() >= SCHEMA_NAME_CACHE_LIMIT {
-            self.avro_schemas.clear();
+        let known: (Arc<str>, &'static [u8]) = match self.cfg.value_converter {
+            Converter::Protobuf => {
+                let p = protobuf::schema_text(schema)?;
+                (Arc::from(p.text), p.indexes)
+            }
+            _ => (Arc::from(avro::schema_text(schema)?), &[]),
+        };
+        if self.registry_schemas.len() >= SCHEMA_NAME_CACHE_LIMIT {
+            self.registry_schemas.clear();
         }
-        self.avro_schemas.insert(schema.clone(), text.clone());
-        Ok(text)
+        self.registry_schemas.insert(schema.clone(), known.clone());
+        Ok(known)
     }
 
     /// The `{payload, <envelope aliases>…}` struct's schema, named as Debezium names it.
