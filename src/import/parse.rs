@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{AVRO_CONVERTER, JSON_CONVERTER};
+use super::{AVRO_CONVERTER, JSON_CONVERTER, PROTOBUF_CONVERTER};
 
 /// `{"name": …, "config": {…}}` or the flat `{…}`; values as text.
 pub(super) fn parse_json(text: &str) -> Result<(Option<String>, BTreeMap<String, String>), String> {
@@ -182,9 +182,12 @@ pub(super) fn normalize_debezium_server(
                     // Debezium Server's `avro` is Confluent's AvroConverter; its
                     // `debezium.format.value.*` options are the converter's (below).
                     out.insert(format!("{which}.converter"), AVRO_CONVERTER.to_string());
+                } else if v == "protobuf" {
+                    // Debezium Server's `protobuf` is Confluent's ProtobufConverter.
+                    out.insert(format!("{which}.converter"), PROTOBUF_CONVERTER.to_string());
                 } else {
                     warnings.push(format!(
-                        "`{k}` = {v}: walrelay writes json, string and (values) avro only; using json"
+                        "`{k}` = {v}: walrelay writes json, string and (values) avro and protobuf only; using json"
                     ));
                     out.insert(format!("{which}.converter"), JSON_CONVERTER.to_string());
                 }

@@ -1,9 +1,7 @@
 //! A registry value converter's options (Avro's, Confluent's Protobuf), carried to
 //! `[schema_registry]`.
 
-use super::Builder;
-
-const PROTOBUF_CONVERTER: &str = "io.confluent.connect.protobuf.ProtobufConverter";
+use super::{Builder, PROTOBUF_CONVERTER};
 
 impl Builder {
     /// An Avro value converter's registry: Confluent's `schema.registry.url`, or Apicurio's

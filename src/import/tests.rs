@@ -544,6 +544,9 @@ fn import_maps_debezium_servers_avro_format_to_the_avro_converter() {
     let (config, imported) = import_ok(props, None);
     assert_eq!(config.schema_registry.expect("[schema_registry]").urls, ["http://sr:8081"]);
     assert!(imported.toml.contains("io.confluent.connect.avro.AvroConverter"), "{}", imported.toml);
+    let protobuf = props.replace("format.value=avro", "format.value=protobuf");
+    let (config, _) = import_ok(&protobuf, None);
+    assert_eq!(config.router.registry_converter(), Some("protobuf"));
 }
 
 #[test]

@@ -111,9 +111,12 @@ fn options_bad_enum_boolean_and_converter_values_list_the_choices() {
     assert!(err.contains("ignore, optional_bytes"), "{err}");
     let err = parse(&[("route.tombstone.on.empty.payload", "yes")], &[]).unwrap_err().to_string();
     assert!(err.contains("expected true or false"), "{err}");
-    let err = parse(&[], &[("value.converter", "protobuf")]).unwrap_err().to_string();
+    let err = parse(&[], &[("value.converter", "json-schema")]).unwrap_err().to_string();
     assert!(
-        err.contains("\"string\"") && err.contains("\"json\"") && err.contains("\"avro\""),
+        err.contains("\"string\"")
+            && err.contains("\"json\"")
+            && err.contains("\"avro\"")
+            && err.contains("\"protobuf\""),
         "{err}"
     );
     let err = parse(&[], &[("key.converter", "avro")]).unwrap_err().to_string();
