@@ -261,12 +261,8 @@ fn write_field(
                 Value::Data(d) => struct_values(d).ok_or("a value that is not an object")?,
                 _ => return Err(mismatch(value, schema)),
             };
-            let mut body = Vec::new();
-            write_root(&mut body, schema, &values)?;
             key(out, number, 2);
-            varint(out, body.len() as u64);
-            out.extend_from_slice(&body);
-            Ok(())
+            delimited(out, |out| write_root(out, schema, &values))
         }
         Schema::Array { items, .. } => {
             let elements: Vec<Value> = match value {
@@ -283,14 +279,10 @@ fn write_field(
                     if elements.is_empty() {
                         return Ok(());
                     }
-                    let mut body = Vec::new();
-                    for e in &elements {
-                        scalar_bytes(&mut body, e, *ty)?;
-                    }
                     key(out, number, 2);
-                    varint(out, body.len() as u64);
-                    out.extend_from_slice(&body);
-                    Ok(())
+                    delimited(out, |out| {
+                        elements.iter().try_for_each(|e| scalar_bytes(out, e, *ty))
+                    })
                 }
                 Schema::Array { .. } => Err("an array of arrays has no Protobuf field".into()),
                 element => {
@@ -316,35 +308,52 @@ fn write_element(
     match schema {
         Schema::Struct { .. } => write_field(out, number, value, schema),
         Schema::Prim { ty, .. } => {
-            let mut body = Vec::new();
-            scalar_bytes(&mut body, value, *ty)?;
             key(out, number, 2);
-            out.extend_from_slice(&body);
-            Ok(())
+            scalar_bytes(out, value, *ty)
         }
         Schema::Array { .. } => Err("an array of arrays has no Protobuf field".into()),
     }
 }
 
-/// A singular scalar field, left out at its default value, as proto3 does.
+/// A singular scalar field, left out at its default value, as proto3 does: written, then taken
+/// back when its bytes are the default's (a varint 0, an empty string, +0.0).
 fn write_scalar(out: &mut Vec<u8>, number: u32, value: &Value, ty: Prim) -> Result<(), String> {
-    let mut body = Vec::new();
-    scalar_bytes(&mut body, value, ty)?;
-    let default = match ty {
-        Prim::Float64 => body == [0; 8],
-        Prim::String | Prim::Bytes => body == [0],
-        _ => body == [0],
-    };
-    if default {
-        return Ok(());
-    }
     let wire = match ty {
         Prim::Float64 => 1,
         Prim::String | Prim::Bytes => 2,
         _ => 0,
     };
+    let start = out.len();
     key(out, number, wire);
-    out.extend_from_slice(&body);
+    let at = out.len();
+    scalar_bytes(out, value, ty)?;
+    let default = match ty {
+        Prim::Float64 => out[at..] == [0; 8],
+        _ => out[at..] == [0],
+    };
+    if default {
+        out.truncate(start);
+    }
+    Ok(())
+}
+
+/// A length-delimited body written by `body` straight into `out`, its length put in front after
+/// (one byte reserved: most bodies are shorter than 128 bytes).
+fn delimited(
+    out: &mut Vec<u8>,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+) -> Result<(), String> {
+    let at = out.len();
+    out.push(0);
+    body(out)?;
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(4);
+        varint(&mut prefix, len as u64);
+        out.splice(at..at + 1, prefix);
+    }
     Ok(())
 }
 
