@@ -314,23 +314,14 @@ impl Router {
             protobuf::write_root(&mut out, &schema, &fields).map_err(|r| b.payload.invalid(r))?;
             return Ok((out.into(), text));
         }
+        // Avro writes a record's fields one after the other: the payload, then the aliases.
+        let payload_schema = match &schema {
+            Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
+            s => s,
+        };
         match &data {
-            Some(d) => avro::write_data(
-                &mut out,
-                d,
-                match &schema {
-                    Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
-                    s => s,
-                },
-            ),
-            None => avro::write_cv(
-                &mut out,
-                payload,
-                match &schema {
-                    Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
-                    s => s,
-                },
-            ),
+            Some(d) => avro::write_data(&mut out, d, payload_schema),
+            None => avro::write_cv(&mut out, payload, payload_schema),
         }
         .map_err(|r| b.payload.invalid(r))?;
         for ((alias, col), value) in b.envelope.iter().zip(&envelope) {
