@@ -54,11 +54,13 @@ for v in $versions; do
     END { printf "walrelay: %d passed, %d failed (%s; %d s%s)\n", p, f, server, secs, rc ? "; exit " rc : "" }' "$log")")
   while IFS= read -r t; do
     failures+=("FAILED on PostgreSQL $v: $t")
-    # Where it failed and the first lines of why: libtest's "---- name stdout ----" section holds
-    # the panic; the summary is often all a CI page shows of a long log.
+    # Where it failed and why: libtest's "---- name stdout ----" section holds the panic; the
+    # summary is often all a CI page shows of a long log. A panic message that carries a log is
+    # cut to its first 4 and last 8 lines (the end of a log says most about how it ended).
     while IFS= read -r line; do failures+=("  ${line:0:400}"); done < <(
       awk -v name="---- $t stdout ----" '$0 == name { on = 1; next } on && /^---- .* stdout ----$/ { exit }
-        on && /panicked at/ { p = 1 } p && /^stack backtrace:/ { exit } p && n < 6 { print; n++ }' "$log")
+        on && /panicked at/ { p = 1 } p && (/^stack backtrace:/ || /^note: run with/) { exit } p { l[n++] = $0 }
+        END { for (i = 0; i < n; i++) if (i < 4 || i >= n - 8) print l[i]; else if (i == 4) print "  [" n - 12 " line(s) cut]" }' "$log")
   done < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log")
   # Tests that ran on another server than the selected one say so (TLS, pg_stat_statements, ...).
   while IFS= read -r line; do summaries+=("    ${line#\[support\] }"); done < <(grep -v 'services up in' "$notes" | sort -u)

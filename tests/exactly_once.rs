@@ -17,7 +17,7 @@ use crate::support::kafka_cluster::KafkaCluster;
 use crate::support::process::{freeze, thaw, RelayProcess};
 use crate::support::readback::read_back;
 use crate::support::slot::{
-    assert_released_after_kill, slot_confirmed, terminate_walsender, wait_confirmed, wal_insert_lsn,
+    assert_released_after_kill, end_walsender, slot_confirmed, wait_confirmed, wal_insert_lsn,
 };
 use crate::support::writer::{Rng, Verdict, Writer, WriterConfig};
 use crate::support::{unique, wait_until};
@@ -101,7 +101,8 @@ async fn chaos(guarantee: &str) -> (Verdict, String, serde_json::Value) {
     tokio::time::sleep(rng.millis(300, 800)).await;
     freeze(relay.pid());
     let frozen_at = Instant::now();
-    terminate_walsender(&s.db.url, &s.slot).await;
+    let ended = end_walsender(&s.db.url, &s.slot, Duration::from_secs(15)).await;
+    let (_, signals) = ended.unwrap_or_else(|e| panic!("the frozen relay keeps the slot: {e}"));
     let took_over = wait_until("the stand-by streams", Duration::from_secs(30), || async {
         standby.log().lines().any(|l| l.contains("streaming") && l.contains("resume_lsn"))
     })
@@ -130,7 +131,7 @@ async fn chaos(guarantee: &str) -> (Verdict, String, serde_json::Value) {
     let v = read_back(cluster.bootstrap(), &topics, &[&report], quiet, deadline).await.verdict;
     let confirmed = slot_confirmed(&s.db.url, &s.slot).await.unwrap_or_default();
     println!(
-        "{guarantee} on 3 nodes: relay killed {KILLS}× (SIGKILL), partition leader {} SIGKILLed and restarted, another node hung 10 s (transaction.timeout.ms 8000), then a stand-by took over {takeover:.1?} after the active relay froze (thawed, it exited {thawed_exit:?} on SIGTERM): {} events in {} transactions; {}; slot confirmed {}; fenced messages {}",
+        "{guarantee} on 3 nodes: relay killed {KILLS}× (SIGKILL), partition leader {} SIGKILLed and restarted, another node hung 10 s (transaction.timeout.ms 8000), then a stand-by took over {takeover:.1?} after the active relay froze and its walsender got {signals} pg_terminate_backend (thawed, it exited {thawed_exit:?} on SIGTERM): {} events in {} transactions; {}; slot confirmed {}; fenced messages {}",
         leader.unwrap_or(0),
         report.events.len(),
         report.txns.len(),

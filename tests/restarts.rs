@@ -1,6 +1,7 @@
 //! The relay, its walsender or PostgreSQL taken away mid-stream: the relay killed
 //! again and again, the walsender terminated, PostgreSQL restarted fast (also while the relay
-//! waits for Kafka's acks), and a second relay standing by on the same slot.
+//! waits for Kafka's acks), and a second relay standing by on the same slot, taking over from a
+//! killed relay and from a frozen one.
 //!
 //! Each test checks, from Kafka and from the slot, the property in its name. Restarting
 //! PostgreSQL would disturb every other test, so those tests use a private PostgreSQL.
@@ -18,8 +19,8 @@ use crate::support::readback::{
     assert_no_loss_in_order, read_back, write_and_await_delivery, QUIET,
 };
 use crate::support::slot::{
-    assert_released_after_kill, slot_active_pid, slot_confirmed, terminate_walsender,
-    wait_active_pid,
+    assert_released_after_kill, backend_state, end_walsender, sent_lsn, slot_active_pid,
+    slot_confirmed, terminate_walsender, wait_active_pid,
 };
 use crate::support::writer::{Rng, Writer, WriterConfig};
 use crate::support::{free_port, services, wait_until};
@@ -311,6 +312,63 @@ async fn two_relays_on_one_slot_second_stands_by_and_takes_over_within_15s_of_th
     );
     assert_no_loss_in_order(&v, &second.log());
     assert!(takeover <= Duration::from_secs(15), "takeover took {takeover:?}\n{}", second.log());
+    assert_eq!(second.terminate(), Some(0), "{}", second.log());
+    release_slot(&s).await;
+}
+
+/// A relay frozen (SIGSTOP) while PostgreSQL streams to it: its walsender fills the socket and
+/// blocks, and outlives the first `pg_terminate_backend` (it then blocks sending its FATAL
+/// message on that socket, slot held); the second ends it, and a stand-by takes over from the
+/// slot's confirmed position: every event arrives, in order per aggregate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_relays_walsender_outlives_one_terminate_and_a_stand_by_takes_over_after_the_second(
+) {
+    let s = Setup::new("frozen").await;
+    let mut first = s.start_streaming(&s.config()).await;
+    let mut second = s.start_relay();
+    assert!(second.wait_for_log("standing by", Duration::from_secs(15)).await, "{}", second.log());
+    // Rows of 20 kB, written while the first relay is frozen, fill its socket.
+    let mut wcfg = WriterConfig::new(&s.db.url, &s.topic_prefix, &["Order"], 5);
+    wcfg.pad = 20_000;
+    wcfg.max_events = Some(3_000);
+    let topics = wcfg.topics();
+    let writer = Writer::spawn(wcfg);
+    assert!(writer.wait_committed(50, Duration::from_secs(30)).await);
+    freeze(first.pid());
+    let holder = slot_active_pid(&s.db.url, &s.slot).await.expect("walsender pid");
+    let url = &s.db.url;
+    // Blocked on a full socket: waiting on WalSenderWriteData with sent_lsn standing still for
+    // 2 s (while the client's receive buffer still takes data, the walsender moves on).
+    let (mut seen, mut still, start) = (None, 0, Instant::now());
+    while still < 4 && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = (backend_state(url, holder).await, sent_lsn(url, holder).await);
+        still = if now.0.contains("WalSenderWriteData") && Some(&now) == seen.as_ref() {
+            still + 1
+        } else {
+            0
+        };
+        seen = Some(now);
+    }
+    assert!(still >= 4, "walsender {holder} never blocked on its socket: {seen:?}");
+
+    let frozen = Instant::now();
+    let ended = end_walsender(url, &s.slot, Duration::from_secs(15)).await;
+    let (_, signals) = ended.unwrap_or_else(|e| panic!("the frozen relay keeps the slot: {e}"));
+    let taken = wait_active_pid(url, &s.slot, Some(holder), Duration::from_secs(30)).await;
+    let takeover = frozen.elapsed();
+    thaw(first.pid());
+    assert!(taken.is_some(), "nobody took the slot over:\n{}", second.log());
+    let report = writer.join().await;
+    let bootstrap = services().broker.bootstrap();
+    let v = read_back(bootstrap, &topics, &[&report], QUIET, Duration::from_secs(60)).await.verdict;
+    println!(
+        "walsender {holder} of the frozen relay ended after {signals} pg_terminate_backend; stand-by streaming {takeover:.1?} after the first signal; {}",
+        v.summary()
+    );
+    assert!(signals >= 2, "one pg_terminate_backend ended the blocked walsender {holder}");
+    assert_no_loss_in_order(&v, &format!("{}\n--- stand-by ---\n{}", first.log(), second.log()));
+    first.terminate();
     assert_eq!(second.terminate(), Some(0), "{}", second.log());
     release_slot(&s).await;
 }

@@ -58,6 +58,68 @@ pub fn walsender_timed_out(pg_log: &str, pids: &HashSet<i32>) -> Vec<String> {
         .collect()
 }
 
+/// Ends the walsender holding `slot` even when its client is frozen: `pg_terminate_backend`
+/// once a second until the slot is free or held by another walsender. Returns the pid ended and
+/// how many signals it took, or why the slot is still held at the deadline.
+///
+/// One signal is not always enough. A walsender whose client stopped reading (a frozen process,
+/// a paused VM) blocks in a write once the socket buffer is full; the first SIGTERM turns that
+/// into a FATAL error, whose message it then tries to send on the same full socket, waiting in
+/// `ClientWrite` with the slot still held. A second SIGTERM makes it exit without sending
+/// (seen on PostgreSQL 15 and 18; a CI run's stand-by once waited 30 s for a slot held so).
+pub async fn end_walsender(
+    url: &str,
+    slot: &str,
+    deadline: Duration,
+) -> Result<(i32, u32), String> {
+    let Some(pid) = terminate_walsender(url, slot).await else {
+        return Err(format!("no walsender holds {slot}"));
+    };
+    let (start, mut signals) = (Instant::now(), 1);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if slot_active_pid(url, slot).await != Some(pid) {
+            return Ok((pid, signals));
+        }
+        if start.elapsed() > deadline {
+            return Err(format!(
+                "walsender {pid} still holds {slot} after {signals} pg_terminate_backend in \
+                 {deadline:?}: {}",
+                backend_state(url, pid).await
+            ));
+        }
+        if start.elapsed() >= Duration::from_secs(signals as u64) {
+            terminate_walsender(url, slot).await;
+            signals += 1;
+        }
+    }
+}
+
+/// `sent_lsn` of walsender `pid` in `pg_stat_replication`: how far it has sent.
+pub async fn sent_lsn(url: &str, pid: i32) -> Option<Lsn> {
+    let client = connect(url).await.ok()?;
+    let sql = "SELECT sent_lsn FROM pg_stat_replication WHERE pid = $1";
+    let row = client.query_opt(sql, &[&pid]).await.ok().flatten()?;
+    row.get::<_, Option<Lsn>>(0)
+}
+
+/// What a backend waits on, from `pg_stat_activity`, for a failure message.
+pub async fn backend_state(url: &str, pid: i32) -> String {
+    let Ok(client) = connect(url).await else { return "PostgreSQL unreachable".into() };
+    let row = client
+        .query_opt(
+            "SELECT format('%s, waiting on %s/%s', state, wait_event_type, wait_event) \
+             FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await;
+    match row {
+        Ok(Some(row)) => row.get(0),
+        Ok(None) => format!("pid {pid} has exited"),
+        Err(e) => format!("pg_stat_activity: {e}"),
+    }
+}
+
 /// Waits until the slot is streaming to a walsender other than `not` (a relay (re)connected).
 pub async fn wait_active_pid(
     url: &str,
