@@ -1,13 +1,18 @@
-//! `walrelay audit` against the real services: a clean window, events a skipped slot lost and
-//! their repair, duplicates a replay made on purpose, records Kafka deleted (expired), events
-//! in the wrong order, bad input, and the same lost-and-repaired case under cloudevents-binary on
-//! a partitioned outbox. The chaos runs of exactly_once.rs audit their cluster too.
+//! `walrelay audit` against the real services, its verdicts: a clean window, duplicates a replay
+//! made on purpose, records Kafka deleted (expired, unverifiable), events in the wrong order,
+//! foreign records, bad input. `repair.rs` holds the events a skipped slot lost and their repair
+//! (also under cloudevents-binary on a partitioned outbox, and protobuf), `inside_run.rs` the
+//! audit `walrelay run` makes on its own. The chaos runs of exactly_once.rs audit their cluster
+//! too.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::{ids, Setup};
 use crate::support::process::{walrelay_async, RelayProcess};
+
+mod inside_run;
+mod repair;
 
 /// `audit --json` on `config`, with every row settled: (exit code, the report).
 async fn audit(config: &str, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
@@ -123,87 +128,6 @@ async fn audit_of_a_clean_window_finds_every_event_once_where_the_router_puts_it
         assert_eq!(table.code, Some(0), "{table}");
         assert!(table.stdout.contains("clean: every settled event is in Kafka once"), "{table}");
     }
-    assert_eq!(relay.terminate(), Some(0));
-    crate::common::release_slot(&s).await;
-}
-
-/// The slot moved past 500 rows while the relay was down: exactly those are missing, by id,
-/// and the audit exits 1; `--repair` re-publishes them and its second audit is clean.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_names_exactly_the_events_a_skipped_slot_lost_and_its_repair_republishes_them() {
-    let s = Setup::new("audit_lost").await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
-    let mut written = insert(&s, 50).await;
-    assert!(s.read_ids("Order", &written).await.len() >= 50, "{}", relay.log());
-    let lost = lose(&s, relay, 500).await;
-    let mut relay = RelayProcess::start(&s.config());
-    s.wait_streaming(&mut relay).await;
-    written.extend(insert(&s, 50).await);
-    assert!(s.read_ids("Order", &written).await.len() >= 100, "{}", relay.log());
-
-    let (code, report, run) = audit(&s.config(), &["--details", "1000"]).await;
-    println!("[audit] after a skipped slot: {}", report["total"]);
-    assert_eq!(code, Some(1), "{run}");
-    let missing: BTreeSet<String> = report["problems"]
-        .as_array()
-        .expect("problems")
-        .iter()
-        .filter(|p| p["kind"] == "missing")
-        .map(|p| p["event_id"].as_str().unwrap_or_default().to_string())
-        .collect();
-    let delivered: Vec<usize> =
-        lost.iter().enumerate().filter(|(_, id)| !missing.contains(*id)).map(|(i, _)| i).collect();
-    assert_eq!(
-        missing,
-        lost.iter().cloned().collect::<BTreeSet<_>>(),
-        "delivered #{delivered:?}: {run}"
-    );
-    assert_eq!(report["total"]["missing"], 500, "{run}");
-    let (dup, _) = duplicates(&held(&s).await);
-    assert_eq!(report["total"]["duplicated"], dup, "{run}");
-    assert_eq!(report["total"]["delivered_once"], 100 - dup, "{run}");
-
-    // `--repair --dry-run` says what it would send and sends nothing.
-    let dry = ["audit", "--since", "1h", "--settle", "0s", "--repair", "--dry-run", "--json"];
-    let dry = walrelay_async(&dry, Some(&s.config())).await;
-    let json: serde_json::Value = serde_json::from_str(dry.stdout.trim()).unwrap_or_default();
-    assert_eq!((dry.code, &json["repair"]["would_send"]), (Some(1), &500.into()), "{dry}");
-    assert_eq!(json["repair"]["sent"], 0, "{dry}");
-    // `--repair` re-publishes exactly those, and its second audit is clean.
-    let (code, report, run) = audit(&s.config(), &["--repair", "--yes"]).await;
-    println!("[audit] repair: {} then {}", report["repair"], report["after"]["total"]);
-    assert_eq!(report["before"]["total"]["missing"], 500, "{run}");
-    assert_eq!(report["repair"]["sent"], 500, "{run}");
-    let (dup, by_replay) = duplicates(&held(&s).await);
-    let after = &report["after"]["total"];
-    assert_eq!(after["missing"], 0, "{run}");
-    assert_eq!(after["duplicated"], dup, "{run}");
-    assert_eq!(after["duplicated_by_replay"], by_replay, "{run}");
-    // The repaired events sit after later events of their keys: repaired, not out of order.
-    assert_eq!(after["repaired"], 500, "{run}");
-    assert_eq!(after["out_of_order"], 0, "{run}");
-    assert_eq!(after["delivered_once"], 100 - dup, "{run}");
-    assert_eq!(code, Some(if dup == by_replay { 0 } else { 1 }), "{run}");
-    // And a third audit of the same window, on its own, is clean again.
-    let (code, again, run) = audit(&s.config(), &[]).await;
-    assert_eq!(again["total"]["missing"], 0, "{run}");
-    assert_eq!(
-        (&again["total"]["repaired"], &again["total"]["out_of_order"]),
-        (&500.into(), &0.into()),
-        "{run}"
-    );
-    if dup == by_replay {
-        assert_eq!((code, &again["clean"]), (Some(0), &serde_json::json!(true)), "{run}");
-    }
-    let copies = held(&s).await;
-    for id in &lost {
-        assert_eq!(copies.get(id).map(|c| c.1), Some(1), "{id}: one copy from the repair: {run}");
-    }
-    let all: Vec<String> = written.iter().chain(&lost).cloned().collect();
-    let consumers: BTreeSet<String> = ids(&s.read_ids("Order", &all).await).into_iter().collect();
-    let all: BTreeSet<String> = all.into_iter().collect();
-    assert_eq!(consumers, all);
     assert_eq!(relay.terminate(), Some(0));
     crate::common::release_slot(&s).await;
 }
@@ -475,130 +399,6 @@ async fn audit_refuses_bad_input_with_exit_code_2_and_the_fix() {
     crate::common::release_slot(&s).await;
 }
 
-/// Under `envelope` (and on a range-partitioned outbox when `partitioned`): the events a
-/// skipped slot lost are missing by id, the others delivered once, and a repair makes the window
-/// clean.
-async fn lost_and_repaired_under(name: &str, envelope: &str, partitioned: bool) {
-    let s = Setup::new(name).await;
-    if partitioned {
-        crate::common::partitioned_outbox(&s).await;
-    }
-    let config = s.config_with("", "", &format!("[envelope]\nformat = \"{envelope}\"\n"));
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
-    let mut written = insert(&s, 40).await;
-    assert!(s.read_ids("Order", &written).await.len() >= 40, "{}", relay.log());
-    let lost = lose(&s, relay, 60).await;
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
-    written.extend(insert(&s, 40).await);
-    assert!(s.read_ids("Order", &written).await.len() >= 80, "{}", relay.log());
-
-    let (code, report, run) = audit(&config, &["--details", "100"]).await;
-    println!(
-        "[audit] {envelope}, partitioned {partitioned}, 60 lost: {} (ids from {})",
-        report["total"], report["event_id_in"]
-    );
-    assert_eq!(code, Some(1), "{run}");
-    let missing: BTreeSet<String> = report["problems"]
-        .as_array()
-        .expect("problems")
-        .iter()
-        .filter(|p| p["kind"] == "missing")
-        .map(|p| p["event_id"].as_str().unwrap_or_default().to_string())
-        .collect();
-    assert_eq!(missing, lost.iter().cloned().collect::<BTreeSet<_>>(), "{run}");
-    let (dup, _) = duplicates(&held(&s).await);
-    assert_eq!(report["total"]["delivered_once"], 80 - dup, "{run}");
-
-    let (code, report, run) = audit(&config, &["--repair", "--yes"]).await;
-    assert_eq!(report["repair"]["sent"], 60, "{run}");
-    assert_eq!(report["after"]["total"]["missing"], 0, "{run}");
-    let (dup, by_replay) = duplicates(&held(&s).await);
-    assert_eq!(report["after"]["total"]["delivered_once"], 80 - dup, "{run}");
-    assert_eq!(report["after"]["total"]["repaired"], 60, "{run}");
-    assert_eq!(code, Some(if dup == by_replay { 0 } else { 1 }), "{run}");
-    assert_eq!(relay.terminate(), Some(0));
-    crate::common::release_slot(&s).await;
-}
-
-/// cloudevents-binary carries the id in the `ce_id` header; the outbox is range-partitioned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_under_cloudevents_binary_of_a_partitioned_outbox_names_the_lost_and_repairs_them() {
-    lost_and_repaired_under("audit_ce_parted", "cloudevents-binary", true).await;
-}
-
-/// protobuf carries the id only in the value (`walrelay.v1.Event` field 1).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_under_protobuf_names_the_lost_and_repairs_them() {
-    lost_and_repaired_under("audit_proto", "protobuf", false).await;
-}
-
-/// `[audit]` inside `walrelay run`: the relay audits its trailing window every 2 s, the last
-/// audit's counts reach `/metrics`, and events a skipped slot lost show there as missing, with a
-/// warning in the log.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_inside_run_exports_the_last_audits_counts_and_a_loss_as_missing() {
-    use crate::support::process::{http_get, metric};
-    let s = Setup::new("audit_in_run").await;
-    let port = crate::support::free_port();
-    let extra = format!(
-        "[http]\nlisten = \"127.0.0.1:{port}\"\n\n[audit]\ninterval = \"2s\"\nwindow = \"1h\"\nsettle = \"0s\"\n"
-    );
-    let config = s.config_with("", "", &extra);
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
-    let written = insert(&s, 30).await;
-    assert!(s.read_ids("Order", &written).await.len() >= 30, "{}", relay.log());
-    let gauge = |text: &str, result: &str| {
-        metric(text, &format!("walrelay_audit_events{{result=\"{result}\"}}")).unwrap_or(-1.0)
-    };
-    let counted =
-        crate::support::wait_until("an audit counts the 30", Duration::from_secs(30), || async {
-            let text = http_get(port, "/metrics").await.unwrap_or_default();
-            gauge(&text, "delivered_once") + gauge(&text, "duplicated") == 30.0
-        })
-        .await;
-    let text = http_get(port, "/metrics").await.unwrap_or_default();
-    assert!(
-        counted,
-        "{}\n{}",
-        text.lines().filter(|l| l.contains("audit")).collect::<Vec<_>>().join("\n"),
-        relay.log()
-    );
-    assert_eq!(metric(&text, "walrelay_audit_interval_seconds"), Some(2.0), "{text}");
-    assert!(metric(&text, "walrelay_audit_last_success_seconds").unwrap_or(0.0) > 0.0, "{text}");
-
-    let lost = lose(&s, relay, 20).await;
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
-    let missing = crate::support::wait_until(
-        "an audit counts the 20 missing",
-        Duration::from_secs(30),
-        || async {
-            let text = http_get(port, "/metrics").await.unwrap_or_default();
-            gauge(&text, "missing") == 20.0
-        },
-    )
-    .await;
-    let text = http_get(port, "/metrics").await.unwrap_or_default();
-    assert!(
-        missing,
-        "lost {}: {}\n{}",
-        lost.len(),
-        text.lines().filter(|l| l.contains("audit")).collect::<Vec<_>>().join("\n"),
-        relay.log()
-    );
-    let log = relay.log();
-    assert!(log.contains("audit: the last 1h is not clean"), "{log}");
-    assert!(
-        log.contains(&lost[0]) || lost.iter().any(|id| log.contains(id.as_str())),
-        "the warning names a lost event: {log}"
-    );
-    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
-    crate::common::release_slot(&s).await;
-}
-
 /// The topics of a window hold a record with an id no outbox table can hold and one with no
 /// id at all (another producer's): both are counted as foreign and named, and the audit runs
 /// on and judges the outbox's events (it used to stop on the first).
@@ -692,76 +492,6 @@ async fn audit_of_an_empty_window_exits_0_and_says_it_was_empty() {
     crate::common::release_slot(&s).await;
 }
 
-/// A compacted topic keeps only the latest record of a key: its absent events are unverifiable,
-/// and the repair refuses to put an old event after the newest of its key (every compacted
-/// reader would take it as the key's state) unless `--allow-compacted-rollback`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_repair_refuses_a_compacted_topic_unless_allowed_to_roll_compacted_readers_back() {
-    let s = Setup::new("audit_compacted").await;
-    let bootstrap = crate::support::services().broker.bootstrap().to_string();
-    let topic = s.topic("Order");
-    let compact = [("cleanup.policy", "compact")];
-    crate::support::kafka::create_topic_with(&bootstrap, &topic, 2, 1, &compact).await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
-    let written = insert(&s, 10).await;
-    assert!(s.read_ids("Order", &written).await.len() >= 10, "{}", relay.log());
-    let lost = lose(&s, relay, 6).await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
-    let (code, report, run) = audit(&s.config(), &[]).await;
-    assert_eq!((code, &report["total"]["unverifiable"]), (Some(1), &6.into()), "{run}");
-    assert_eq!(report["total"]["missing"], 0, "{run}");
-
-    let (code, _, run) = audit(&s.config(), &["--repair", "--yes"]).await;
-    assert_eq!(code, Some(2), "{run}");
-    assert!(run.contains("--allow-compacted-rollback") && run.contains(&topic), "{run}");
-    assert!(held(&s).await.values().all(|(_, replayed)| *replayed == 0), "nothing was sent");
-
-    let allowed = ["--repair", "--yes", "--allow-compacted-rollback"];
-    let (code, report, run) = audit(&s.config(), &allowed).await;
-    assert_eq!(report["repair"]["sent"], 6, "{run}");
-    assert_eq!(report["after"]["total"]["repaired"], 6, "{run}");
-    let copies = held(&s).await;
-    for id in &lost {
-        assert_eq!(copies.get(id).map(|c| c.1), Some(1), "{id}: {run}");
-    }
-    let (dup, by_replay) = duplicates(&copies);
-    assert_eq!(code, Some(if dup == by_replay { 0 } else { 1 }), "{run}");
-    assert_eq!(relay.terminate(), Some(0));
-    crate::common::release_slot(&s).await;
-}
-
-/// The relay is down and its slot behind the events the audit finds absent: they are pending,
-/// not lost (the relay sends them when it runs), so the repair sends nothing and says why; once
-/// the relay ran, the window is clean with no repair.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_repair_sends_nothing_the_slot_has_not_confirmed_past() {
-    let s = Setup::new("audit_pending").await;
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
-    let first = insert(&s, 5).await;
-    assert!(s.read_ids("Order", &first).await.len() >= 5, "{}", relay.log());
-    assert_eq!(relay.terminate(), Some(0));
-    let behind = insert(&s, 5).await;
-    let (code, report, run) = audit(&s.config(), &["--repair", "--yes"]).await;
-    assert_eq!(code, Some(2), "{run}");
-    assert!(run.contains("pending, not lost"), "{run}");
-    assert_eq!(report["total"]["missing"], 5, "the audit alone cannot tell: {run}");
-    assert!(held(&s).await.values().all(|(_, replayed)| *replayed == 0), "nothing was sent");
-    let mut relay = s.start_relay();
-    s.wait_streaming(&mut relay).await;
-    assert!(s.read_ids("Order", &behind).await.len() >= 5, "{}", relay.log());
-    let (_, report, run) = audit(&s.config(), &[]).await;
-    assert_eq!(
-        (&report["total"]["missing"], &report["total"]["repaired"]),
-        (&0.into(), &0.into()),
-        "{run}"
-    );
-    assert_eq!(relay.terminate(), Some(0));
-    crate::common::release_slot(&s).await;
-}
-
 /// On the quickstart's broker (tansu), whose end offsets lag its records, a clean window of
 /// 2,000 events audits clean: the audit reads past the end offsets it is told (it found "97
 /// missing" of 20,000 there, and "34 missing" of 2,000).
@@ -810,66 +540,4 @@ async fn audit_of_a_clean_window_on_the_quickstarts_broker_is_clean() {
     assert_eq!(relay.terminate(), Some(0));
     crate::common::release_slot(&s).await;
     drop(broker);
-}
-
-/// `[audit]` every second over a 3 s window: a transaction that stays open across several
-/// audits writes a row whose timestamp (its start) is older than any window when it commits.
-/// The in-run audit still judges it (it reaches back to the transactions it saw open), where it
-/// used to fall between windows and never be judged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_inside_run_judges_the_row_of_a_transaction_committed_long_after_it_began() {
-    use crate::support::process::{http_get, metric};
-    let s = Setup::new("audit_long_txn").await;
-    let port = crate::support::free_port();
-    let extra = format!(
-        "[http]\nlisten = \"127.0.0.1:{port}\"\n\n[audit]\ninterval = \"1s\"\nwindow = \"3s\"\nsettle = \"1s\"\n"
-    );
-    let config = s.config_with("", "", &extra);
-    let mut relay = RelayProcess::start(&config);
-    s.wait_streaming(&mut relay).await;
-    let last_audit = || async {
-        let text = http_get(port, "/metrics").await.unwrap_or_default();
-        metric(&text, "walrelay_audit_last_success_seconds").unwrap_or(0.0)
-    };
-    let ran = crate::support::wait_until("a first audit runs", Duration::from_secs(30), || async {
-        last_audit().await > 0.0
-    })
-    .await;
-    assert!(ran, "no audit ran: {}", relay.log());
-    let client = s.db.connect().await;
-    client.batch_execute("BEGIN").await.unwrap();
-    let row = client
-        .query_one(
-            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
-             VALUES (gen_random_uuid(), 'Order', 'o-1', 'Late', '{}') RETURNING id::text",
-            &[],
-        )
-        .await
-        .unwrap();
-    let id: String = row.get(0);
-    // Open across audits that finish 6 s apart: the row's timestamp is older than the window.
-    let began = last_audit().await;
-    let later = crate::support::wait_until(
-        "audits run while it is open",
-        Duration::from_secs(30),
-        || async { last_audit().await >= began + 6.0 },
-    )
-    .await;
-    assert!(later, "no audit ran: {}", relay.log());
-    client.batch_execute("COMMIT").await.unwrap();
-    assert!(!s.read_ids("Order", std::slice::from_ref(&id)).await.is_empty(), "{}", relay.log());
-    let judged = crate::support::wait_until(
-        "an audit judges the late row",
-        Duration::from_secs(30),
-        || async {
-            let text = http_get(port, "/metrics").await.unwrap_or_default();
-            metric(&text, "walrelay_audit_events{result=\"delivered_once\"}") == Some(1.0)
-        },
-    )
-    .await;
-    let text = http_get(port, "/metrics").await.unwrap_or_default();
-    let audits: Vec<&str> = text.lines().filter(|l| l.starts_with("walrelay_audit")).collect();
-    assert!(judged, "{id} was never judged: {audits:#?}\n{}", relay.log());
-    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
-    crate::common::release_slot(&s).await;
 }
