@@ -2,7 +2,10 @@
 //! (StringConverter value, `id` header), with an extra header placement, and with
 //! `table.expand.json.payload` + JsonConverter; and `Router::route_message` on the same event as
 //! a logical message's content (payload as JSON text in a string, as `outbox_emit` sends it, and
-//! as a JSON object). The `envelope_*` cases route the same row and wrap it in each
+//! as a JSON object). `expand_<converter>[_envelope]` expand the payload under each value
+//! converter, JSON and the registry ones, with and without an `envelope` field beside the
+//! payload (the registry converters need the value's schema per row). The `envelope_*` cases
+//! route the same row and wrap it in each
 //! `[envelope] format` (`Encoder::row`, as the relay calls it; `envelope_debezium` is the
 //! default format through the same call). Run: `cargo bench --bench route`.
 
@@ -22,6 +25,11 @@ fn router(router: &[(&str, &str)], debezium: &[(&str, &str)]) -> Router {
     };
     let cfg = RouterConfig::parse(&opts(router), &opts(debezium)).expect("valid router config");
     Router::new(cfg)
+}
+
+/// A case's name, kept for the run.
+fn leak(name: String) -> &'static str {
+    Box::leak(name.into_boxed_str())
 }
 
 fn route(c: &mut Criterion) {
@@ -46,6 +54,22 @@ fn route(c: &mut Criterion) {
             router(&[("table.expand.json.payload", "true")], &[("value.converter", "json")]),
         ),
     ];
+    // The registry converters (the value before the registry's frame), and each converter with
+    // an envelope field beside the payload, whose schema a registry value also needs.
+    let envelope = ("table.fields.additional.placement", "aggregatetype:envelope:aggType");
+    let expand = ("table.expand.json.payload", "true");
+    let schemas_off = ("value.converter.schemas.enable", "false");
+    let mut cases = cases;
+    for (name, converter) in [
+        ("json", "json"),
+        ("avro", "avro"),
+        ("protobuf", "protobuf"),
+        ("json_schema", "json-schema"),
+    ] {
+        let value = [("value.converter", converter), schemas_off];
+        cases.push((leak(format!("expand_{name}")), router(&[expand], &value)));
+        cases.push((leak(format!("expand_{name}_envelope")), router(&[expand, envelope], &value)));
+    }
     let mut g = c.benchmark_group("router_route");
     g.throughput(Throughput::Elements(1));
     for (name, mut r) in cases {

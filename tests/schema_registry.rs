@@ -1,9 +1,12 @@
-//! `value.converter = "avro"` against a real schema registry (Apicurio, its Confluent-compatible
-//! API): what walrelay writes is decoded by confluent-kafka's own `AvroDeserializer`, a registry
-//! that does not answer holds delivery without losing a record, a schema the registry refuses
-//! is dead-lettered with the subject, `use_latest_version` writes under a team's registered
-//! contract (and dead-letters a row that does not fit it, naming the field), and a wrong
-//! password is named by `check` and `run` without being printed.
+//! Registry converters against a real schema registry (Apicurio, its Confluent-compatible API).
+//! `value.converter = "avro"`: what walrelay writes is decoded by confluent-kafka's own
+//! `AvroDeserializer`, a registry that does not answer holds delivery without losing a record, a
+//! schema the registry refuses is dead-lettered with the subject, `use_latest_version` writes
+//! under a team's registered contract (and dead-letters a row that does not fit it, naming the
+//! field), and a wrong password is named by `check` and `run` without being printed. Then
+//! `"protobuf"` under a registered .proto, and `"json-schema"` registered, looked up or validated
+//! against a team's contract, each decoded by confluent-kafka's deserializer of its kind.
+//! `tls.rs`: HTTPS to the registry, its CA and a client certificate.
 
 use std::time::Duration;
 
@@ -12,11 +15,11 @@ use serde_json::json;
 use crate::common::{release_slot, Setup};
 use crate::dead_letters::dead_letter_section;
 use crate::support::process::{walrelay_async, walrelay_with_env, RelayProcess};
-use crate::support::registry::{
-    private_registry, private_registry_with_login, private_registry_with_tls, registry,
-};
+use crate::support::registry::{private_registry, private_registry_with_login, registry};
 use crate::support::registry_decode::decode_with_confluent;
 use crate::support::{kafka, services, unique};
+
+mod tls;
 
 fn avro_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> String {
     let sections = format!(
@@ -27,6 +30,34 @@ fn avro_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> Stri
 
 fn values(records: &[kafka::Consumed]) -> Vec<Vec<u8>> {
     records.iter().map(|r| r.value.clone().expect("a value")).collect()
+}
+
+/// Relays Order events of `rows` (payloads) under `config`, all but one delivered framed with
+/// schema `id` and one dead-lettered to `dlq`. Returns the relay, the delivered values decoded by
+/// confluent-kafka's `kind` deserializer, and the dead letter's `walrelay.error`.
+async fn contract_run(
+    s: &Setup,
+    config: &str,
+    (dlq, id, kind): (&str, i32, &str),
+    rows: &[&str],
+) -> (RelayProcess, Vec<serde_json::Value>, String) {
+    let relay = s.start_streaming(config).await;
+    for payload in rows {
+        s.db.insert_outbox("outbox", "Order", "o", "OrderCreated", Some(payload)).await;
+    }
+    let (bootstrap, topic) = (services().broker.bootstrap(), s.topic("Order"));
+    let got = kafka::consume(bootstrap, &topic, rows.len() - 1, Duration::from_secs(30)).await;
+    let letters = kafka::consume(bootstrap, dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!((got.len(), letters.len()), (rows.len() - 1, 1), "{}", relay.log());
+    for r in &got {
+        let v = r.value.as_ref().unwrap();
+        assert_eq!(i32::from_be_bytes(v[1..5].try_into().unwrap()), id, "the subject's id");
+    }
+    let decoded = decode_with_confluent(kind, &registry().ccompat_url(), &topic, &values(&got));
+    println!("confluent-kafka's {kind} deserializer: {decoded:?}");
+    let error = letters[0].header_str("walrelay.error").unwrap_or("").to_string();
+    println!("dead letter: {error}");
+    (relay, decoded, error)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,25 +166,12 @@ async fn use_latest_version_writes_under_the_registered_schema_and_dead_letters_
         dead_letter_section(&dlq)
     );
     let config = avro_config(&s, "\"table.expand.json.payload\" = true", &url, &extra);
-    let mut relay = s.start_streaming(&config).await;
     let rows = [
         r#"{"orderId": "o-1", "amount": 3}"#,
         r#"{"orderId": "o-2"}"#,
         r#"{"orderId": "o-3", "amount": 5, "note": "not in the contract"}"#,
     ];
-    for payload in rows {
-        s.db.insert_outbox("outbox", "Order", "o", "OrderCreated", Some(payload)).await;
-    }
-    let bootstrap = services().broker.bootstrap();
-    let got = kafka::consume(bootstrap, &topic, 2, Duration::from_secs(30)).await;
-    let letters = kafka::consume(bootstrap, &dlq, 1, Duration::from_secs(30)).await;
-    assert_eq!((got.len(), letters.len()), (2, 1), "{}", relay.log());
-    for r in &got {
-        let v = r.value.as_ref().unwrap();
-        assert_eq!(i32::from_be_bytes(v[1..5].try_into().unwrap()), id, "the contract's id");
-    }
-    let decoded = decode_with_confluent("avro", &url, &topic, &values(&got));
-    println!("confluent-kafka's AvroDeserializer: {decoded:?}");
+    let (mut relay, decoded, error) = contract_run(&s, &config, (&dlq, id, "avro"), &rows).await;
     assert_eq!(
         decoded,
         [
@@ -161,8 +179,6 @@ async fn use_latest_version_writes_under_the_registered_schema_and_dead_letters_
             json!({"orderId": "o-3", "amount": 5, "currency": "EUR"}),
         ]
     );
-    let error = letters[0].header_str("walrelay.error").unwrap_or("").to_string();
-    println!("dead letter: {error}");
     assert!(error.contains("`amount`") && error.contains(&subject), "{error}");
     // Nothing was registered over the contract.
     assert_eq!(registry().latest(&subject).map(|(latest, _)| latest), Some(id));
@@ -251,38 +267,6 @@ async fn replay_re_publishes_avro_values_framed_with_the_live_relays_schema_id()
     assert!(ids.iter().all(|f| f == &frame(&live[0]) && f.as_ref().unwrap()[1..] != [0; 4]));
     let decoded = decode_with_confluent("avro", &url, &side, &values(&replayed));
     assert_eq!(decoded, [json!({"n": 0}), json!({"n": 1}), json!({"n": 2})]);
-    release_slot(&s).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn https_to_the_registry_is_verified_against_the_configured_ca_and_refused_without_it() {
-    let s = Setup::new("avro_tls").await;
-    let (own, https_port, ca) =
-        tokio::task::spawn_blocking(private_registry_with_tls).await.unwrap();
-    let url = format!("https://127.0.0.1:{https_port}/apis/ccompat/v7");
-    let line = |run: &crate::support::process::Run| {
-        run.stdout.lines().find(|l| l.contains("schema registry")).unwrap_or("").to_string()
-    };
-    // The Mozilla roots do not know the harness's CA.
-    let untrusted = avro_config(&s, "", &url, "");
-    let run = walrelay_async(&["check"], Some(&untrusted)).await;
-    println!("check without ca: {}", line(&run));
-    assert!(line(&run).starts_with("FAIL") && line(&run).contains("UnknownIssuer"), "{run}");
-    assert!(line(&run).contains("[schema_registry] ca"), "the fix names the setting: {run}");
-    let config = avro_config(&s, "", &url, &format!("ca = \"{}\"\n", ca.display()));
-    let run = walrelay_async(&["check"], Some(&config)).await;
-    println!("check with ca: {}", line(&run));
-    assert!(line(&run).starts_with("ok") && line(&run).contains("https://"), "{run}");
-    let mut relay = s.start_streaming(&config).await;
-    s.insert_events("Order", "o-1", 2).await;
-    let topic = s.topic("Order");
-    let got =
-        kafka::consume(services().broker.bootstrap(), &topic, 2, Duration::from_secs(30)).await;
-    assert_eq!(got.len(), 2, "{}", relay.log());
-    // The same registry, read over plain HTTP by confluent-kafka.
-    let decoded = decode_with_confluent("avro", &own.ccompat_url(), &topic, &values(&got));
-    assert_eq!(decoded.len(), 2);
-    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }
 
@@ -421,6 +405,136 @@ async fn protobuf_values_under_a_registered_proto_decode_with_confluents_deseria
     let decoded = decode_with_confluent("protobuf", &url, &plain, &values(&got));
     println!("confluent-kafka's ProtobufDeserializer, a plain payload: {decoded:?}");
     assert_eq!(decoded, [json!({"value": "{\"n\": 0}"})]);
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+fn json_schema_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> String {
+    let sections = format!(
+        "[debezium]\n\"value.converter\" = \"json-schema\"\n\n[schema_registry]\nurl = \"{registry_url}\"\n\n{extra}"
+    );
+    s.config_with(router, "", &sections)
+}
+
+/// The text Confluent's JsonSchemaConverter registers for an expanded `{"n": <int>}` payload
+/// with an `aggregatetype:envelope:aggType` placement, topic prefix `dbz` (walrelay's default is
+/// `walrelay`): the last
+/// line of tests/fixtures/debezium/registry/json_schema_texts.jsonl, written by Confluent's own
+/// JsonSchemaData.
+const ENVELOPE_JSON_SCHEMA: &str = r#"{"type":"object","title":"dbz.public.outbox.Order.Value","properties":{"payload":{"connect.index":0,"oneOf":[{"type":"null"},{"type":"object","title":"payload","properties":{"n":{"connect.index":0,"oneOf":[{"type":"null"},{"type":"integer","connect.type":"int32"}]}}}]},"aggType":{"type":"string","connect.index":1}}}"#;
+
+const EXPANDED_WITH_ENVELOPE: &str = "\"table.expand.json.payload\" = true\n\
+     \"table.fields.additional.placement\" = \"aggregatetype:envelope:aggType\"";
+
+/// `value.converter = "json-schema"`: walrelay registers the JSON Schema Confluent's
+/// JsonSchemaConverter derives (byte for byte Confluent's text), frames the plain JSON value with
+/// its id, and confluent-kafka's `JSONDeserializer` decodes each record and validates it against
+/// the schema it fetches by id. A value whose schema is a `oneOf` at the root (an optional
+/// payload, here not expanded) is refused by Apicurio, and the dead letter says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_values_register_confluents_schema_and_decode_and_validate_with_confluents_deserializer(
+) {
+    let s = Setup::new("json_schema").await;
+    let url = registry().ccompat_url();
+    let config = json_schema_config(&s, EXPANDED_WITH_ENVELOPE, &url, "");
+    let mut relay = s.start_streaming(&config).await;
+    s.insert_events("Order", "o-1", 3).await;
+    let topic = s.topic("Order");
+    let bootstrap = services().broker.bootstrap();
+    let got = kafka::consume(bootstrap, &topic, 3, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 3, "{}", relay.log());
+    let subject = format!("{topic}-value");
+    let (id, schema) = registry().latest(&subject).expect("the subject exists");
+    println!("{subject}: {schema}");
+    assert_eq!(schema, ENVELOPE_JSON_SCHEMA.replace("\"dbz.public.", "\"walrelay.public."));
+    for (i, r) in got.iter().enumerate() {
+        let v = r.value.as_ref().unwrap();
+        assert_eq!((v[0], i32::from_be_bytes(v[1..5].try_into().unwrap())), (0, id));
+        let body = format!("{{\"payload\":{{\"n\":{i}}},\"aggType\":\"Order\"}}");
+        assert_eq!(std::str::from_utf8(&v[5..]), Ok(body.as_str()), "plain JSON after the frame");
+    }
+    let decoded = decode_with_confluent("json", &url, &topic, &values(&got));
+    println!("confluent-kafka's JSONDeserializer: {decoded:?}");
+    let expected: Vec<_> =
+        (0..3).map(|n| json!({"payload": {"n": n}, "aggType": "Order"})).collect();
+    assert_eq!(decoded, expected);
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    // Not expanded, no placement: the value's schema is {"oneOf":[null, string]}.
+    let dlq = unique("json_schema_oneof_dlq");
+    let config = json_schema_config(&s, "", &url, &dead_letter_section(&dlq));
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    s.insert_events("Plain", "p-1", 1).await;
+    let letters = kafka::consume(bootstrap, &dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!(letters.len(), 1, "{}", relay.log());
+    let error = letters[0].header_str("walrelay.error").unwrap_or("").to_string();
+    println!("dead letter: {error}");
+    assert!(error.contains("422") && error.contains("envelope placement"), "{error}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+/// Contract-first without auto-registration: the subject holds the JSON Schema Debezium's
+/// converter registered, walrelay looks up the schema it derives for each payload, and a payload
+/// of another shape (`n` a string) is refused and dead-lettered naming the subject, while later
+/// rows flow under the registered id and validate with confluent-kafka's `JSONDeserializer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_without_auto_register_dead_letters_a_payload_the_registered_schema_does_not_hold(
+) {
+    let s = Setup::new("json_schema_lookup").await;
+    let url = registry().ccompat_url();
+    let topic = s.topic("Order");
+    let subject = format!("{topic}-value");
+    let registered = ENVELOPE_JSON_SCHEMA.replace("\"dbz.public.", "\"walrelay.public.");
+    let id = registry().register(&subject, "JSON", &registered);
+    let dlq = unique("json_schema_dlq");
+    let extra = format!("auto_register = false\n\n{}", dead_letter_section(&dlq));
+    let config = json_schema_config(&s, EXPANDED_WITH_ENVELOPE, &url, &extra);
+    let rows = [r#"{"n": 1}"#, r#"{"n": "one"}"#, r#"{"n": 2}"#];
+    let (mut relay, decoded, error) = contract_run(&s, &config, (&dlq, id, "json"), &rows).await;
+    let expected: Vec<_> = [1, 2].map(|n| json!({"payload": {"n": n}, "aggType": "Order"})).into();
+    assert_eq!(decoded, expected);
+    assert!(error.contains(&subject) && error.contains("404"), "{error}");
+    assert_eq!(registry().latest(&subject).map(|(latest, _)| latest), Some(id));
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+    release_slot(&s).await;
+}
+
+/// Contract-first with `use_latest_version`: the subject holds a team's hand-written JSON Schema
+/// (required fields, types); each value is written as it is under the contract's id once it
+/// validates, and one that does not is dead-lettered naming the field, while later rows flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_use_latest_version_validates_against_the_registered_contract_and_dead_letters_a_misfit_naming_the_field(
+) {
+    let s = Setup::new("json_schema_latest").await;
+    let url = registry().ccompat_url();
+    let topic = s.topic("Order");
+    let subject = format!("{topic}-value");
+    let contract = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"OrderCreated","type":"object","properties":{"orderId":{"type":"string"},"amount":{"type":"integer","minimum":0}},"required":["orderId","amount"]}"#;
+    let id = registry().register(&subject, "JSON", contract);
+    let dlq = unique("json_schema_latest_dlq");
+    let extra = format!(
+        "auto_register = false\nuse_latest_version = true\n\n{}",
+        dead_letter_section(&dlq)
+    );
+    let config = json_schema_config(&s, "\"table.expand.json.payload\" = true", &url, &extra);
+    let rows = [
+        r#"{"orderId": "o-1", "amount": 3}"#,
+        r#"{"orderId": "o-2", "amount": -1}"#,
+        r#"{"orderId": "o-3", "amount": 5, "note": "not in the contract"}"#,
+    ];
+    let (mut relay, decoded, error) = contract_run(&s, &config, (&dlq, id, "json"), &rows).await;
+    let note = "not in the contract";
+    assert_eq!(
+        decoded,
+        [
+            json!({"orderId": "o-1", "amount": 3}),
+            json!({"orderId": "o-3", "amount": 5, "note": note})
+        ]
+    );
+    assert!(error.contains("at /amount") && error.contains(&subject), "{error}");
+    assert_eq!(registry().latest(&subject).map(|(latest, _)| latest), Some(id));
     assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }

@@ -37,7 +37,10 @@
 //!   the drain a contract (its own record name, a subset of the payload's fields, one field the
 //!   payload lacks with a default) is registered under each topic's subject, so every value is
 //!   rewritten under it — the contract-first path's cost. `protobuf-registry` is `avro` with
-//!   Confluent's ProtobufConverter (`value.converter = "protobuf"`; `protobuf` is the envelope).
+//!   Confluent's ProtobufConverter (`value.converter = "protobuf"`; `protobuf` is the envelope),
+//!   `json-schema-registry` with its JsonSchemaConverter (`value.converter = "json-schema"`) and
+//!   `aggregatetype` as an envelope field (Apicurio refuses the bare `oneOf` schema of an
+//!   optional payload at the root).
 //!   The registry starts before the first repetition, only when a registry shape is asked for, and the two
 //!   swap places every other repetition. The read-back checks topic, key and `id` header, which
 //!   neither converter touches; after each drain one record's value is described (JSON's first
@@ -69,6 +72,8 @@ pub enum Shape {
     Avro,
     /// Confluent's ProtobufConverter against the registry (not the `protobuf` envelope).
     ProtobufRegistry,
+    /// Confluent's JsonSchemaConverter against the registry.
+    JsonSchemaRegistry,
 }
 
 impl Shape {
@@ -92,6 +97,7 @@ impl Shape {
             crate::converters::AVRO => Some(Shape::Avro),
             crate::converters::AVRO_LATEST => Some(Shape::AvroLatest),
             crate::converters::PROTOBUF_REGISTRY => Some(Shape::ProtobufRegistry),
+            crate::converters::JSON_SCHEMA_REGISTRY => Some(Shape::JsonSchemaRegistry),
             _ => None,
         }
     }
@@ -119,7 +125,18 @@ impl Shape {
             Shape::ProtobufRegistry => {
                 "walrelay, Protobuf values, payload expanded, registry auto-register"
             }
+            Shape::JsonSchemaRegistry => {
+                "walrelay, JSON Schema values, payload expanded in an envelope, registry auto-register"
+            }
         }
+    }
+
+    /// Whether the shape's values are framed with a schema registry's ids.
+    pub fn uses_registry(self) -> bool {
+        matches!(
+            self,
+            Shape::Avro | Shape::AvroLatest | Shape::ProtobufRegistry | Shape::JsonSchemaRegistry
+        )
     }
 
     /// The row name of the shape's decoding ceiling.
@@ -142,7 +159,8 @@ impl Shape {
             | Shape::JsonExpanded
             | Shape::Avro
             | Shape::AvroLatest
-            | Shape::ProtobufRegistry => vec!["outbox".into()],
+            | Shape::ProtobufRegistry
+            | Shape::JsonSchemaRegistry => vec!["outbox".into()],
             Shape::TwoTables => vec!["outbox".into(), "billing.outbox".into()],
             Shape::Messages => Vec::new(),
             Shape::Tenants(n) => (1..=n).map(|t| format!("t{t}.outbox")).collect(),
@@ -180,6 +198,7 @@ impl Shape {
             // Its [schema_registry] section is added in `drain`, with the registry's URL.
             Shape::Avro | Shape::AvroLatest => crate::converters::AVRO_OUTBOX,
             Shape::ProtobufRegistry => crate::converters::PROTOBUF_OUTBOX,
+            Shape::JsonSchemaRegistry => crate::converters::JSON_SCHEMA_OUTBOX,
         }
     }
 }
@@ -224,7 +243,8 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::JsonExpanded
         | Shape::Avro
         | Shape::AvroLatest
-        | Shape::ProtobufRegistry => db.create_outbox("outbox").await,
+        | Shape::ProtobufRegistry
+        | Shape::JsonSchemaRegistry => db.create_outbox("outbox").await,
         Shape::Tenants(_) => {
             let mut sql = String::new();
             for table in shape.tables() {
@@ -286,17 +306,14 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         sink = Some(received);
     }
     let subjects_before = match shape {
-        Shape::Avro | Shape::AvroLatest | Shape::ProtobufRegistry => {
+        _ if shape.uses_registry() => {
             outbox += &crate::converters::registry_section(shape == Shape::AvroLatest).await;
             Some(crate::converters::subjects().await)
         }
         _ => None,
     };
     let d = walrelay_drain(ctx, &db, &slot, &publication, &load, shape.system(), &outbox).await;
-    if matches!(
-        shape,
-        Shape::JsonExpanded | Shape::Avro | Shape::AvroLatest | Shape::ProtobufRegistry
-    ) {
+    if shape == Shape::JsonExpanded || shape.uses_registry() {
         crate::converters::describe_value(shape.system(), subjects_before).await;
     }
     if let Some(received) = sink {

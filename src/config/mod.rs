@@ -187,16 +187,21 @@ impl Config {
                 ),
             });
         }
-        if let (Some("protobuf"), Some(r)) = (router.registry_converter(), &schema_registry) {
-            // Contract-first and record-named subjects read the registered schema as Avro.
-            if r.use_latest_version {
+        if let (Some(c @ ("protobuf" | "json-schema")), Some(r)) =
+            (router.registry_converter(), &schema_registry)
+        {
+            // Record-named subjects read the registered schema as Avro, and so does Protobuf's
+            // contract-first (JSON Schema's validates against the latest schema).
+            if r.use_latest_version && c == "protobuf" {
                 return Err(invalid(
                     "schema_registry",
                     "use_latest_version",
                     "true",
-                    "is for value.converter = \"avro\" only: with \"protobuf\", register \
-                     under the subject what walrelay derives (auto_register), or look it up \
-                     (auto_register = false)",
+                    &format!(
+                        "is for value.converter = \"avro\" and \"json-schema\": with {c:?}, \
+                         register under the subject what walrelay derives (auto_register), or \
+                         look it up (auto_register = false)"
+                    ),
                 ));
             }
             if r.subject_name_strategy != SubjectNameStrategy::Topic {
@@ -204,8 +209,10 @@ impl Config {
                     "schema_registry",
                     "subject_name_strategy",
                     r.subject_name_strategy.as_str(),
-                    "is for value.converter = \"avro\" only: with \"protobuf\" the subject is \
-                     the topic's (\"topic\", <topic>-value)",
+                    &format!(
+                        "is for value.converter = \"avro\" only: with {c:?} the subject is the \
+                         topic's (\"topic\", <topic>-value)"
+                    ),
                 ));
             }
         }

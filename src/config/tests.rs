@@ -395,23 +395,29 @@ fn tracing_section_takes_an_http_otlp_endpoint_and_turns_relay_spans_on() {
 }
 
 #[test]
-fn protobuf_values_refuse_what_only_avro_does_naming_the_key() {
-    let base = format!(
-        "{MINIMAL}\n[debezium]\n\"value.converter\" = \"protobuf\"\n[schema_registry]\nurl = \"http://r\"\n"
-    );
-    let ok = Config::parse(&base).unwrap();
-    assert_eq!(ok.router.registry_converter(), Some("protobuf"));
-    for (line, key) in [
-        ("auto_register = false\nuse_latest_version = true\n", "use_latest_version"),
-        ("subject_name_strategy = \"record\"\n", "subject_name_strategy"),
-    ] {
-        let e = Config::parse(&format!("{base}{line}")).unwrap_err().to_string();
-        assert!(e.contains(key) && e.contains("avro"), "{e}");
+fn protobuf_and_json_schema_values_refuse_what_walrelay_does_only_for_avro_naming_the_key() {
+    for (converter, what) in [("protobuf", "Protobuf"), ("json-schema", "JSON Schema")] {
+        let base = format!(
+            "{MINIMAL}\n[debezium]\n\"value.converter\" = \"{converter}\"\n[schema_registry]\nurl = \"http://r\"\n"
+        );
+        let ok = Config::parse(&base).unwrap();
+        assert_eq!(ok.router.registry_converter(), Some(converter));
+        let latest = "auto_register = false\nuse_latest_version = true\n";
+        let mut refused = vec![("subject_name_strategy = \"record\"\n", "subject_name_strategy")];
+        match converter {
+            "protobuf" => refused.push((latest, "use_latest_version")),
+            // JSON Schema's contract-first validates values against the latest schema.
+            _ => assert!(Config::parse(&format!("{base}{latest}")).is_ok()),
+        }
+        for (line, key) in refused {
+            let e = Config::parse(&format!("{base}{line}")).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("avro") && e.contains(converter), "{e}");
+        }
+        let key = Config::parse(&format!(
+            "{MINIMAL}\n[debezium]\n\"key.converter\" = \"{converter}\"\n[schema_registry]\nurl = \"http://r\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(key.contains(&format!("{what} values only")), "{key}");
     }
-    let key = Config::parse(&format!(
-        "{MINIMAL}\n[debezium]\n\"key.converter\" = \"protobuf\"\n[schema_registry]\nurl = \"http://r\"\n"
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(key.contains("Protobuf values only"), "{key}");
 }

@@ -79,11 +79,9 @@ impl Encoder {
         let database = conn.get_dbname().or(conn.get_user()).unwrap_or_default();
         let mut encoder =
             Encoder::from_parts(config.router.clone(), config.envelope.clone(), database);
-        let protobuf = config.router.registry_converter() == Some("protobuf");
-        encoder.registry = config.schema_registry.clone().map(|cfg| match protobuf {
-            true => Registry::new(cfg).for_protobuf(),
-            false => Registry::new(cfg),
-        });
+        let converter = config.router.registry_converter().unwrap_or("avro");
+        encoder.registry =
+            config.schema_registry.clone().map(|cfg| Registry::new(cfg).for_converter(converter));
         encoder
     }
 

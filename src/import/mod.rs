@@ -61,6 +61,7 @@ const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
 /// Debezium Server's `debezium.format.value = avro`.
 const AVRO_CONVERTER: &str = "io.confluent.connect.avro.AvroConverter";
 const PROTOBUF_CONVERTER: &str = "io.confluent.connect.protobuf.ProtobufConverter";
+const JSON_SCHEMA_CONVERTER: &str = "io.confluent.connect.json.JsonSchemaConverter";
 const BOOTSTRAP_PLACEHOLDER: &str = "bootstrap.servers.placeholder:9092";
 
 /// `walrelay import-debezium FILE` (`-`: standard input): the TOML on stdout, warnings on

@@ -1,7 +1,7 @@
-//! A registry value converter's options (Avro's, Confluent's Protobuf), carried to
-//! `[schema_registry]`.
+//! A registry value converter's options (Avro's, Confluent's Protobuf and JSON Schema), carried
+//! to `[schema_registry]`.
 
-use super::{Builder, PROTOBUF_CONVERTER};
+use super::{Builder, JSON_SCHEMA_CONVERTER, PROTOBUF_CONVERTER};
 
 impl Builder {
     /// An Avro value converter's registry: Confluent's `schema.registry.url`, or Apicurio's
@@ -9,8 +9,14 @@ impl Builder {
     /// `basic.auth.user.info` (its password is a secret, not copied).
     pub(super) fn convert_registry(&mut self) {
         let avro = self.get("value.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
-        let protobuf = self.get("value.converter") == Some(PROTOBUF_CONVERTER);
-        if !avro && !protobuf {
+        // What walrelay names subjects for only by the topic (and Protobuf: writes only under
+        // the schema it derives, never a subject's latest).
+        let derived_only = match self.get("value.converter") {
+            Some(PROTOBUF_CONVERTER) => Some("Protobuf"),
+            Some(JSON_SCHEMA_CONVERTER) => Some("JSON Schema"),
+            _ => None,
+        };
+        if !avro && derived_only.is_none() {
             return;
         }
         let get = |k: &str| self.get(&format!("value.converter.{k}")).map(str::to_string);
@@ -51,17 +57,17 @@ impl Builder {
         if let Some(auto) = auto {
             self.schema_registry.insert("auto_register".into(), auto);
         }
-        if protobuf && latest.as_deref() == Some("true") {
+        // JSON Schema's contract-first is carried: values validated against the latest schema.
+        let latest_refused = derived_only.filter(|w| *w == "Protobuf");
+        if let Some(what) = latest_refused.filter(|_| latest.as_deref() == Some("true")) {
             latest = None;
-            self.warn("value.converter.use.latest.version = true is not carried: with Protobuf walrelay writes under the schema it derives (registered, or looked up with auto_register = false), never a subject's latest — register exactly that .proto, or keep Debezium for this connector");
+            self.warn(format!("value.converter.use.latest.version = true is not carried: with {what} walrelay writes under the schema it derives (registered, or looked up with auto_register = false), never a subject's latest — register exactly that schema, or keep Debezium for this connector"));
         }
-        if protobuf
-            && strategy
-                .as_deref()
-                .is_some_and(|s| !s.ends_with("TopicNameStrategy") && s != "topic")
-        {
+        let other_strategy =
+            strategy.as_deref().is_some_and(|s| !s.ends_with("TopicNameStrategy") && s != "topic");
+        if let Some(what) = derived_only.filter(|_| other_strategy) {
             strategy = None;
-            self.warn("value.converter.value.subject.name.strategy is not carried: with Protobuf walrelay names the subject after the topic (<topic>-value) only");
+            self.warn(format!("value.converter.value.subject.name.strategy is not carried: with {what} walrelay names the subject after the topic (<topic>-value) only"));
         }
         if let Some(latest) = latest {
             self.schema_registry.insert("use_latest_version".into(), latest);

@@ -550,20 +550,28 @@ fn import_maps_debezium_servers_avro_format_to_the_avro_converter() {
 }
 
 #[test]
-fn import_carries_confluents_protobuf_converter_without_what_walrelay_does_only_for_avro() {
-    let connector = r#"{"database.dbname": "app", "bootstrap.servers": "k:9092",
-      "value.converter": "io.confluent.connect.protobuf.ProtobufConverter",
-      "value.converter.schema.registry.url": "http://sr:8081",
-      "value.converter.auto.register.schemas": "false",
-      "value.converter.use.latest.version": "true"}"#;
-    let (config, imported) = import_ok(connector, None);
-    let registry = config.schema_registry.expect("[schema_registry]");
-    assert_eq!(registry.urls, ["http://sr:8081"]);
-    assert!(!registry.auto_register && !registry.use_latest_version);
-    assert_eq!(config.router.registry_converter(), Some("protobuf"));
-    assert!(
-        warned(&imported, "use.latest.version = true is not carried"),
-        "{:?}",
-        imported.warnings
-    );
+fn import_carries_confluents_protobuf_and_json_schema_converters_and_says_what_it_does_not_carry() {
+    for (class, converter) in [
+        ("io.confluent.connect.protobuf.ProtobufConverter", "protobuf"),
+        ("io.confluent.connect.json.JsonSchemaConverter", "json-schema"),
+    ] {
+        let connector = format!(
+            r#"{{"database.dbname": "app", "bootstrap.servers": "k:9092",
+          "value.converter": "{class}",
+          "value.converter.schema.registry.url": "http://sr:8081",
+          "value.converter.auto.register.schemas": "false",
+          "value.converter.use.latest.version": "true",
+          "value.converter.value.subject.name.strategy": "io.confluent.kafka.serializers.subject.RecordNameStrategy"}}"#
+        );
+        let (config, imported) = import_ok(&connector, None);
+        let registry = config.schema_registry.expect("[schema_registry]");
+        assert_eq!(registry.urls, ["http://sr:8081"]);
+        assert!(!registry.auto_register);
+        assert_eq!(config.router.registry_converter(), Some(converter));
+        assert!(warned(&imported, "strategy is not carried"), "{class}: {:?}", imported.warnings);
+        // JSON Schema's contract-first is carried (values validated against the latest).
+        let latest_warned = warned(&imported, "use.latest.version = true is not carried");
+        assert_eq!(registry.use_latest_version, converter == "json-schema");
+        assert_eq!(latest_warned, converter == "protobuf", "{:?}", imported.warnings);
+    }
 }

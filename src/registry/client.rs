@@ -34,6 +34,18 @@ pub enum CallError {
 pub enum SchemaType {
     Avro,
     Protobuf,
+    Json,
+}
+
+impl SchemaType {
+    /// The registry API's `schemaType`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaType::Avro => "AVRO",
+            SchemaType::Protobuf => "PROTOBUF",
+            SchemaType::Json => "JSON",
+        }
+    }
 }
 
 /// Registers `schema` under `subject`; returns its id.
@@ -57,15 +69,19 @@ pub async fn lookup(
 }
 
 /// The latest schema registered under `subject`: its id and its text. A subject without one,
-/// or one that is not Avro, is refused.
-pub async fn latest(cfg: &SchemaRegistryConfig, subject: &str) -> Result<(u32, String), CallError> {
+/// or one of another type than `ty`, is refused.
+pub async fn latest(
+    cfg: &SchemaRegistryConfig,
+    subject: &str,
+    ty: SchemaType,
+) -> Result<(u32, String), CallError> {
     let path = format!("/subjects/{}/versions/latest", encode_path(subject));
     let answer = call(cfg, Method::GET, &path, None).await?;
     let kind = answer.get("schemaType").and_then(Value::as_str).unwrap_or("AVRO");
-    if kind != "AVRO" {
+    if kind != ty.name() {
         return Err(CallError::Refused {
             status: 200,
-            message: format!("the latest schema is {kind}, not AVRO"),
+            message: format!("the latest schema is {kind}, not {}", ty.name()),
         });
     }
     let id = answer.get("id").and_then(Value::as_u64).and_then(|id| u32::try_from(id).ok());
@@ -108,7 +124,7 @@ async fn schema_id(
 ) -> Result<u32, CallError> {
     let body = match ty {
         SchemaType::Avro => serde_json::json!({ "schema": schema }),
-        SchemaType::Protobuf => serde_json::json!({ "schema": schema, "schemaType": "PROTOBUF" }),
+        other => serde_json::json!({ "schema": schema, "schemaType": other.name() }),
     }
     .to_string();
     let answer = call(cfg, Method::POST, path, Some(body)).await?;
@@ -185,7 +201,7 @@ async fn once(
         .map_err(|e| unreachable(&e))?;
     let stream = tokio::net::TcpStream::connect(&address).await.map_err(|e| unreachable(&e))?;
     let (status, bytes) = match https {
-        false => exchange(stream, request).await,
+        false => exchange(stream, request).await.map_err(|e| unreachable(&e))?,
         true => {
             // Built per call from the files: calls happen once per new schema.
             let identity = cfg.identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
@@ -198,11 +214,39 @@ async fn once(
                 .connect(name, stream)
                 .await
                 .map_err(|e| unreachable(&format!("TLS handshake: {e}")))?;
-            exchange(stream, request).await
+            exchange(stream, request).await.map_err(|e| match refused_certificate(cfg, &e) {
+                Some(why) => CallError::Unauthorized(format!("{url}: {why}")),
+                None => unreachable(&e),
+            })?
         }
-    }
-    .map_err(|e| unreachable(&e))?;
+    };
     answer(url, status, &bytes)
+}
+
+/// TLS alerts by which a server refuses the client's certificate, or its lack of one. In TLS
+/// 1.3 they come after the handshake, on the connection's first read.
+const CERTIFICATE_ALERTS: [&str; 7] = [
+    "CertificateRequired",
+    "BadCertificate",
+    "UnknownCA",
+    "CertificateUnknown",
+    "CertificateExpired",
+    "CertificateRevoked",
+    "AccessDenied",
+];
+
+/// Why the registry refused the TLS session at walrelay's client certificate, when `why` (an
+/// exchange's error) is such a refusal: no retry helps until the configuration changes.
+fn refused_certificate(cfg: &SchemaRegistryConfig, why: &str) -> Option<String> {
+    let alert = CERTIFICATE_ALERTS.iter().find(|a| why.contains(&format!("alert: {a}")))?;
+    let sent = match &cfg.identity {
+        Some((certificate, _)) => format!("the client certificate {}", certificate.display()),
+        None => "no client certificate".to_string(),
+    };
+    Some(format!(
+        "the registry refused the TLS session at walrelay's client certificate ({alert}; walrelay \
+         sent {sent}): {why}"
+    ))
 }
 
 /// One request on a connection: the status and the body.
@@ -213,12 +257,25 @@ where
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| chain(&e))?;
     tokio::spawn(conn);
-    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| chain(&e))?;
     let status = response.status();
-    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let body = response.into_body().collect().await.map_err(|e| chain(&e))?.to_bytes();
     Ok((status, body))
+}
+
+/// An error and its sources, `: `-joined: hyper's "connection error" alone hides the TLS alert
+/// beneath it.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// What a response says: its JSON, or why it gave none.

@@ -5,8 +5,8 @@
 //! nothing.
 //!
 //! With `use_latest_version`, the id is that of the subject's latest schema, and a value whose
-//! derived schema differs from it is rewritten under it (`resolve`): a value that does not fit
-//! is refused, naming the field.
+//! derived schema differs from it is rewritten under it (Avro, `resolve`) or validated against
+//! it (JSON Schema, `json_contract`): a value that does not fit is refused, naming the field.
 //!
 //! A registry that is down when a new id is needed holds the record, like a broker outage:
 //! [`Registry::frame`] asks again until it answers (the relay loop's stop ends the wait), so
@@ -26,10 +26,12 @@ use crate::metrics::Metrics;
 use crate::router::{Record, FRAME_RESERVED};
 
 pub mod client;
+mod json_contract;
 mod resolve;
 mod schema;
 
 use self::client::{CallError, SchemaType};
+use self::json_contract::JsonContract;
 use self::schema::Parsed;
 
 /// The plans known, per topic and derived schema, for one run.
@@ -44,12 +46,22 @@ pub struct Registry {
     metrics: Option<Arc<Metrics>>,
 }
 
-/// How the values of one topic and derived schema are framed: under `id`; with
-/// `use_latest_version` and a registered schema other than the derived one, rewritten under it
-/// first.
+/// How the values of one topic and derived schema are framed: under `id`, as they are or, with
+/// `use_latest_version` and a registered schema other than the derived one, fitted to it first.
 struct Plan {
     id: u32,
-    rewrite: Option<Rewrite>,
+    fit: Fit,
+}
+
+enum Fit {
+    AsIs,
+    /// Avro: the value rewritten under the registered schema.
+    Rewrite(Rewrite),
+    /// JSON Schema: the value kept, once it validates against the registered schema.
+    Validate {
+        subject: String,
+        contract: JsonContract,
+    },
 }
 
 struct Rewrite {
@@ -89,9 +101,14 @@ impl Registry {
         Registry { cfg, schema_type, plans: HashMap::new(), last: None, metrics: None }
     }
 
-    /// Registers the values' schemas as Protobuf (`value.converter = "protobuf"`).
-    pub fn for_protobuf(mut self) -> Registry {
-        self.schema_type = SchemaType::Protobuf;
+    /// Registers the values' schemas as the value converter writes them: `converter` is
+    /// `RouterConfig::registry_converter` ("avro", "protobuf" or "json-schema").
+    pub fn for_converter(mut self, converter: &str) -> Registry {
+        self.schema_type = match converter {
+            "protobuf" => SchemaType::Protobuf,
+            "json-schema" => SchemaType::Json,
+            _ => SchemaType::Avro,
+        };
         self
     }
 
@@ -161,21 +178,30 @@ impl Registry {
             }
         };
         let value = record.value.take().expect("checked above");
-        let value = match &plan.rewrite {
-            None => value,
-            Some(r) => {
+        let misfit = |record: &mut Record, value, subject: &str, misfit: String| {
+            record.value = Some(value);
+            Err(FrameError::Refused(format!(
+                "the value does not fit the latest schema of subject {subject} (id {}): \
+                 {misfit}; change the row's payload, or register a schema it fits",
+                plan.id
+            )))
+        };
+        let value = match &plan.fit {
+            Fit::AsIs => value,
+            Fit::Rewrite(r) => {
                 let mut out = Vec::with_capacity(value.len() + 16);
                 out.resize(FRAME_RESERVED, 0);
                 let body = &value[FRAME_RESERVED..];
-                if let Err(misfit) = resolve::transcode(&r.derived, &r.registered, body, &mut out) {
-                    record.value = Some(value);
-                    return Err(FrameError::Refused(format!(
-                        "the value does not fit the latest schema of subject {} (id {}): \
-                         {misfit}; change the row's payload, or register a schema it fits",
-                        r.subject, plan.id
-                    )));
+                if let Err(m) = resolve::transcode(&r.derived, &r.registered, body, &mut out) {
+                    return misfit(record, value, &r.subject, m.to_string());
                 }
                 Bytes::from(out)
+            }
+            Fit::Validate { subject, contract } => {
+                if let Err(m) = contract.check(&value[FRAME_RESERVED..]) {
+                    return misfit(record, value, subject, m);
+                }
+                value
             }
         };
         // Taken, not cloned: the router's buffer is then unique and the id is written in place.
@@ -188,17 +214,21 @@ impl Registry {
         let subject = self.subject(topic, schema)?;
         let (id, latest) = self.ask(&subject, schema).await?;
         let Some(latest) = latest.filter(|l| l != schema) else {
-            return Ok(Plan { id, rewrite: None });
+            return Ok(Plan { id, fit: Fit::AsIs });
         };
         let unreadable = |whose: &str, e: String| {
             FrameError::Refused(format!(
                 "the latest schema of subject {subject} (id {id}) cannot be used: {whose} {e}"
             ))
         };
+        if self.schema_type == SchemaType::Json {
+            let contract = JsonContract::parse(&latest).map_err(|e| unreadable("it is", e))?;
+            return Ok(Plan { id, fit: Fit::Validate { subject, contract } });
+        }
         let registered = Parsed::parse(&latest).map_err(|e| unreadable("it is not read:", e))?;
         let derived = Parsed::parse(schema)
             .map_err(|e| unreadable("the value's own schema is not read:", e))?;
-        Ok(Plan { id, rewrite: Some(Rewrite { subject, derived, registered }) })
+        Ok(Plan { id, fit: Fit::Rewrite(Rewrite { subject, derived, registered }) })
     }
 
     /// The id under `subject` (registered, looked up, or the latest's, by the configuration),
@@ -208,7 +238,9 @@ impl Registry {
         let mut warned = false;
         loop {
             let answer = match (self.cfg.use_latest_version, self.cfg.auto_register) {
-                (true, _) => client::latest(&self.cfg, subject).await.map(|(id, t)| (id, Some(t))),
+                (true, _) => client::latest(&self.cfg, subject, self.schema_type)
+                    .await
+                    .map(|(id, t)| (id, Some(t))),
                 (false, true) => client::register(&self.cfg, subject, schema, self.schema_type)
                     .await
                     .map(|id| (id, None)),
@@ -234,6 +266,13 @@ impl Registry {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
+                Err(CallError::Unauthorized(why)) if why.contains("client certificate") => {
+                    self.set_unreachable(None);
+                    return Err(FrameError::Unauthorized(format!(
+                        "{why}; set [schema_registry] certificate and key to a client \
+                         certificate (PEM) the registry's CA signed, and its key"
+                    )));
+                }
                 Err(CallError::Unauthorized(why)) => {
                     self.set_unreachable(None);
                     return Err(FrameError::Unauthorized(format!(
@@ -244,11 +283,13 @@ impl Registry {
                 }
                 Err(CallError::Refused { status, message }) => {
                     self.set_unreachable(None);
+                    let latest = format!(
+                        "with use_latest_version the subject must hold a registered {} schema: \
+                         register one",
+                        self.schema_type.name()
+                    );
                     let fix = match (self.cfg.use_latest_version, self.cfg.auto_register) {
-                        (true, _) => {
-                            "with use_latest_version the subject must hold a registered Avro \
-                             schema: register one"
-                        }
+                        (true, _) => latest.as_str(),
                         (false, true) => {
                             "a schema the subject's compatibility level refuses is refused: \
                              change the payload, or the subject's compatibility"
@@ -257,6 +298,22 @@ impl Registry {
                             "with auto_register = false the schema must be registered \
                              under the subject already: register it, or change the payload"
                         }
+                    };
+                    // Apicurio takes a JSON Schema only with top-level `properties` or a
+                    // json-schema.org `$schema`; Confluent's text for an optional value is a
+                    // bare `oneOf`.
+                    let apicurio_json = "an Apicurio registry takes a JSON Schema only with \
+                        top-level `properties` (or a json-schema.org `$schema`), and Confluent's \
+                        JsonSchemaConverter writes an optional value's (a nullable payload \
+                        column, an expanded payload) as a bare `oneOf`: add an envelope \
+                        placement (table.fields.additional.placement = \"…:envelope:…\", the \
+                        value becomes a required object), or use a registry that takes any JSON \
+                        Schema (Confluent's, Karapace)";
+                    let fix = match self.schema_type == SchemaType::Json
+                        && message.contains("discover artifact type")
+                    {
+                        true => apicurio_json,
+                        false => fix,
                     };
                     return Err(FrameError::Refused(format!(
                         "the schema registry refused the value's schema under subject {subject} \

@@ -132,6 +132,29 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(s.len() + 2);
     out.push(b'"');
+    write_escaped(out, s);
+    out.push(b'"');
+}
+
+/// `s` as a JSON string literal the way Jackson writes one into a `String`
+/// (`writeValueAsString`, its character generator): as [`write_str`], but a character outside
+/// the BMP stays as it is (the byte generator, `writeValueAsBytes`, writes an escaped surrogate
+/// pair). Confluent's registered JSON Schema texts are written so.
+pub(crate) fn write_str_chars(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let mut rest = s;
+    while let Some(i) = rest.find(|c: char| c.len_utf8() == 4) {
+        write_escaped(out, &rest[..i]);
+        out.extend_from_slice(&rest.as_bytes()[i..i + 4]);
+        rest = &rest[i + 4..];
+    }
+    write_escaped(out, rest);
+    out.push(b'"');
+}
+
+/// The inside of [`write_str`]'s literal.
+fn write_escaped(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
     let mut i = 0;
@@ -178,7 +201,6 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
         start = i;
     }
     out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
 }
 
 /// How many bytes at the start of `bytes` Jackson writes as they are: all but `"`, `\`,

@@ -62,6 +62,7 @@ mod convert;
 mod event;
 mod expand;
 mod json;
+mod json_schema;
 mod message_content;
 mod options;
 mod protobuf;
@@ -242,6 +243,9 @@ pub(super) fn text_header(converter: HeaderConverter, value: &str) -> Bytes {
     }
 }
 
+/// An envelope's schema, its registered text and Protobuf message indexes.
+type EnvelopeKnown = (Arc<Schema>, Arc<str>, &'static [u8]);
+
 /// Routes outbox rows to Kafka records. Holds the per-run caches.
 #[derive(Debug)]
 pub struct Router {
@@ -257,6 +261,9 @@ pub struct Router {
     /// Registry converters: the registered schema text per Connect schema, and the Protobuf
     /// message indexes (bounded like `schema_names`).
     registry_schemas: HashMap<Schema, (Arc<str>, &'static [u8])>,
+    /// Registry converters with envelope placements: per table and payload schema, the
+    /// envelope's schema and its registered text (bounded like `schema_names`).
+    envelope_schemas: HashMap<Arc<str>, HashMap<Schema, EnvelopeKnown>>,
     /// Ids of the relay's spans and of the traces it starts.
     span_ids: SpanIds,
     /// Relations whose invalid span context was logged already: once each.
@@ -292,6 +299,7 @@ impl Router {
             topic_key: Vec::new(),
             schema_names: HashMap::new(),
             registry_schemas: HashMap::new(),
+            envelope_schemas: HashMap::new(),
             span_ids: SpanIds::default(),
             trace_warned: HashSet::new(),
             metrics: None,
@@ -453,14 +461,15 @@ impl Router {
                     let route_text = String::from_utf8_lossy(&route_value);
                     Some(self.json_value(b, vals, &payload, schemas, &route_text, &event_id)?)
                 }
-                // A null value, as the registry converters serialize it: no bytes and no schema
-                // (with envelope placements the value is a struct whose `payload` is null).
+                // A null value, as Avro's and Protobuf's converters serialize it: no bytes and
+                // no schema (with envelope placements the value is a struct whose `payload` is
+                // null). JsonSchemaConverter writes a framed `null` under the payload's schema.
                 Converter::Avro | Converter::Protobuf
                     if matches!(*payload, Cv::Null) && !self.cfg.has_envelope() =>
                 {
                     None
                 }
-                Converter::Avro | Converter::Protobuf => {
+                Converter::Avro | Converter::Protobuf | Converter::JsonSchema => {
                     let route_text = String::from_utf8_lossy(&route_value);
                     let (value, schema) =
                         self.registry_value(b, vals, &payload, &route_text, &event_id)?;

@@ -65,6 +65,7 @@ const AVRO_CONVERTER_CLASSES: [&str; 2] = [
     "io.apicurio.registry.utils.converter.AvroConverter",
 ];
 const PROTOBUF_CONVERTER_CLASS: &str = "io.confluent.connect.protobuf.ProtobufConverter";
+const JSON_SCHEMA_CONVERTER_CLASS: &str = "io.confluent.connect.json.JsonSchemaConverter";
 const SIMPLE_HEADER_CONVERTER_CLASS: &str =
     "org.apache.kafka.connect.storage.SimpleHeaderConverter";
 
@@ -125,6 +126,22 @@ pub(crate) enum Converter {
     /// Confluent's `ProtobufConverter`: proto3 binary after the message indexes, framed the
     /// same way (`protobuf.rs`). Values only.
     Protobuf,
+    /// Confluent's `JsonSchemaConverter`: the value as plain JSON, framed the same way, under
+    /// the JSON Schema `json_schema.rs` derives. Values only.
+    JsonSchema,
+}
+
+/// A registry converter by its short name or Connect class, and what it writes.
+fn registry_converter(name: &str) -> Option<(Converter, &'static str)> {
+    if AVRO_CONVERTER_CLASSES.contains(&name) || name == "avro" {
+        Some((Converter::Avro, "Avro"))
+    } else if name == PROTOBUF_CONVERTER_CLASS || name == "protobuf" {
+        Some((Converter::Protobuf, "Protobuf"))
+    } else if name == JSON_SCHEMA_CONVERTER_CLASS || name == "json-schema" {
+        Some((Converter::JsonSchema, "JSON Schema"))
+    } else {
+        None
+    }
 }
 
 /// A Kafka Connect header converter.
@@ -294,6 +311,7 @@ impl RouterConfig {
         match self.value_converter {
             Converter::Avro => Some("avro"),
             Converter::Protobuf => Some("protobuf"),
+            Converter::JsonSchema => Some("json-schema"),
             _ => None,
         }
     }
@@ -512,41 +530,32 @@ impl Section<'_> {
         let json = match self.opts.get(key).map(|v| v.trim()) {
             None | Some("string") | Some(STRING_CONVERTER_CLASS) => false,
             Some("json") | Some(JSON_CONVERTER_CLASS) => true,
-            Some(v) if AVRO_CONVERTER_CLASSES.contains(&v) || v == "avro" => {
-                if key != "value.converter" {
-                    return Err(self.invalid(
-                        key,
-                        v,
-                        "walrelay writes Avro values only, not yet keys: keep the key a string \
-                         (the aggregate id), or keep Debezium for this connector until it does"
-                            .into(),
-                    ));
-                }
-                return Ok(Converter::Avro);
-            }
-            Some(v) if v == PROTOBUF_CONVERTER_CLASS || v == "protobuf" => {
-                if key != "value.converter" {
-                    return Err(self.invalid(
-                        key,
-                        v,
-                        "walrelay writes Protobuf values only, not keys: keep the key a string \
-                         (the aggregate id), or keep Debezium for this connector until it does"
-                            .into(),
-                    ));
-                }
-                return Ok(Converter::Protobuf);
-            }
             Some(v) => {
-                return Err(self.invalid(
-                    key,
-                    v,
-                    format!(
-                        "expected \"string\" ({STRING_CONVERTER_CLASS}), \"json\" \
-                         ({JSON_CONVERTER_CLASS}), \"avro\" ({}) or \"protobuf\" \
-                         ({PROTOBUF_CONVERTER_CLASS})",
-                        AVRO_CONVERTER_CLASSES[0]
-                    ),
-                ))
+                let Some((converter, what)) = registry_converter(v) else {
+                    return Err(self.invalid(
+                        key,
+                        v,
+                        format!(
+                            "expected \"string\" ({STRING_CONVERTER_CLASS}), \"json\" \
+                             ({JSON_CONVERTER_CLASS}), \"avro\" ({}), \"protobuf\" \
+                             ({PROTOBUF_CONVERTER_CLASS}) or \"json-schema\" \
+                             ({JSON_SCHEMA_CONVERTER_CLASS})",
+                            AVRO_CONVERTER_CLASSES[0]
+                        ),
+                    ));
+                };
+                if key != "value.converter" {
+                    return Err(self.invalid(
+                        key,
+                        v,
+                        format!(
+                            "walrelay writes {what} values only, not yet keys: keep the key a \
+                             string (the aggregate id), or keep Debezium for this connector \
+                             until it does"
+                        ),
+                    ));
+                }
+                return Ok(converter);
             }
         };
         // Kafka Connect's JsonConverter writes schemas unless told otherwise; the key is

@@ -111,16 +111,19 @@ fn options_bad_enum_boolean_and_converter_values_list_the_choices() {
     assert!(err.contains("ignore, optional_bytes"), "{err}");
     let err = parse(&[("route.tombstone.on.empty.payload", "yes")], &[]).unwrap_err().to_string();
     assert!(err.contains("expected true or false"), "{err}");
-    let err = parse(&[], &[("value.converter", "json-schema")]).unwrap_err().to_string();
+    let err = parse(&[], &[("value.converter", "jsonschema")]).unwrap_err().to_string();
     assert!(
         err.contains("\"string\"")
             && err.contains("\"json\"")
             && err.contains("\"avro\"")
-            && err.contains("\"protobuf\""),
+            && err.contains("\"protobuf\"")
+            && err.contains("\"json-schema\" (io.confluent.connect.json.JsonSchemaConverter)"),
         "{err}"
     );
     let err = parse(&[], &[("key.converter", "avro")]).unwrap_err().to_string();
     assert!(err.contains("Avro values only"), "{err}");
+    let err = parse(&[], &[("key.converter", "json-schema")]).unwrap_err().to_string();
+    assert!(err.contains("JSON Schema values only"), "{err}");
     let err = parse(&[], &[("topic.prefix", "a b")]).unwrap_err().to_string();
     assert!(err.contains("topic.prefix"), "{err}");
 }

@@ -1,6 +1,7 @@
 //! Per-row encoding: topic lookup, key and header conversion, and the JsonConverter value
 //! (payload alone or the `{payload, …}` envelope, with optional JSON expansion).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -14,8 +15,8 @@ use super::convert::{
 use super::expand::{self, Data, Expanded};
 use super::json::{self, Node};
 use super::options::{Converter, HeaderConverter};
-use super::protobuf;
-use super::{topic, Binding, Col, RouteError, Router, SchemaNameKey, Values};
+use super::{json_schema, protobuf};
+use super::{topic, Binding, Col, EnvelopeKnown, RouteError, Router, SchemaNameKey, Values};
 use super::{DEEP_STACK_BYTES, INLINE_DEPTH, SCHEMA_NAME_CACHE_LIMIT, TOPIC_CACHE_LIMIT};
 
 impl Router {
@@ -60,7 +61,9 @@ impl Router {
     pub(super) fn key(&self, col: &Col, cv: &Cv) -> Result<Option<Bytes>, RouteError> {
         match self.cfg.key_converter {
             // Keys under a registry converter are refused when the options are read.
-            Converter::String | Converter::Avro | Converter::Protobuf => Ok(string_bytes(cv)),
+            Converter::String | Converter::Avro | Converter::Protobuf | Converter::JsonSchema => {
+                Ok(string_bytes(cv))
+            }
             Converter::Json { schemas } => json_bytes(cv, schemas.then_some(&*col.schema_json))
                 .map(Some)
                 .map_err(|r| col.invalid(r)),
@@ -94,8 +97,9 @@ impl Router {
         })
     }
 
-    /// The value under a registry converter (`avro.rs`, `protobuf.rs`): its body, after five
-    /// bytes the registry's framing fills in, and the schema text it was written with.
+    /// The value under a registry converter (`avro.rs`, `protobuf.rs`, `json_schema.rs`): its
+    /// body, after five bytes the registry's framing fills in, and the schema text it was
+    /// written with.
     pub(super) fn registry_value(
         &mut self,
         b: &Binding,
@@ -208,52 +212,59 @@ impl Router {
     ) -> Result<Bytes, RouteError> {
         let tree = Self::parsed(b, text, event_id);
         let (payload_schema, data, null_schema) = self.expanded(b, tree.as_ref(), event_id);
-        let write_payload = |out: &mut Vec<u8>| -> Result<(), RouteError> {
-            match (&data, &payload_schema) {
-                (Some(d), Some(s)) => {
-                    expand::write_data(out, d, s);
-                    Ok(())
-                }
-                _ => write_cv_json(out, payload).map_err(|r| b.payload.invalid(r)),
-            }
-        };
-
         let mut out = Vec::with_capacity(payload_len(payload) + 64);
-        if !self.cfg.has_envelope() {
-            if schemas {
-                let schema_json = match (&payload_schema, null_schema) {
-                    (Some(s), _) => Some(s.to_json()),
-                    (None, true) => None,
-                    (None, false) => Some(b.payload.schema_json.to_string()),
-                };
-                write_envelope_start(&mut out, schema_json.as_deref());
-                write_payload(&mut out)?;
-                out.push(b'}');
-            } else {
-                write_payload(&mut out)?;
-            }
-            return Ok(out.into());
-        }
-
-        // Envelope struct: {payload, <envelope aliases>…}.
         if schemas {
-            let payload_schema = payload_schema.clone().unwrap_or_else(|| b.payload.schema.clone());
-            let schema = self.envelope_schema(b, vals, payload_schema, route_text)?;
-            write_envelope_start(&mut out, Some(&schema.to_json()));
+            let schema_json = match (self.cfg.has_envelope(), &payload_schema, null_schema) {
+                (true, _, _) => {
+                    let payload_schema =
+                        payload_schema.clone().unwrap_or_else(|| b.payload.schema.clone());
+                    Some(self.envelope_schema(b, vals, payload_schema, route_text)?.to_json())
+                }
+                (false, Some(s), _) => Some(s.to_json()),
+                (false, None, true) => None,
+                (false, None, false) => Some(b.payload.schema_json.to_string()),
+            };
+            write_envelope_start(&mut out, schema_json.as_deref());
         }
-        out.extend_from_slice(b"{\"payload\":");
-        write_payload(&mut out)?;
-        for (alias, col) in &b.envelope {
-            out.push(b',');
-            convert::write_str(&mut out, alias);
-            out.push(b':');
-            write_cv_json(&mut out, &*vals.read(col)?).map_err(|r| col.invalid(r))?;
-        }
-        out.push(b'}');
+        let expanded = data.as_ref().zip(payload_schema.as_ref());
+        self.write_plain_json(&mut out, b, vals, payload, expanded)?;
         if schemas {
             out.push(b'}');
         }
         Ok(out.into())
+    }
+
+    /// The value as plain JSON, as JsonConverter writes it without schemas and
+    /// JsonSchemaConverter always: the payload (`expanded`, or the column's value), or the
+    /// `{payload, <envelope aliases>…}` struct.
+    fn write_plain_json(
+        &self,
+        out: &mut Vec<u8>,
+        b: &Binding,
+        vals: Values<'_>,
+        payload: &Cv,
+        expanded: Option<(&Data<'_, '_>, &Schema)>,
+    ) -> Result<(), RouteError> {
+        let write_payload = |out: &mut Vec<u8>| match expanded {
+            Some((data, schema)) => {
+                expand::write_data(out, data, schema);
+                Ok(())
+            }
+            None => write_cv_json(out, payload).map_err(|r| b.payload.invalid(r)),
+        };
+        if !self.cfg.has_envelope() {
+            return write_payload(out);
+        }
+        out.extend_from_slice(b"{\"payload\":");
+        write_payload(out)?;
+        for (alias, col) in &b.envelope {
+            out.push(b',');
+            convert::write_str(out, alias);
+            out.push(b':');
+            write_cv_json(out, &*vals.read(col)?).map_err(|r| col.invalid(r))?;
+        }
+        out.push(b'}');
+        Ok(())
     }
 
     /// The value under a registry converter, on this stack (see [`Router::registry_value`]).
@@ -266,19 +277,20 @@ impl Router {
         route_text: &str,
         event_id: &str,
     ) -> Result<(Bytes, Arc<str>), RouteError> {
-        let protobuf = self.cfg.value_converter == Converter::Protobuf;
+        let converter = self.cfg.value_converter;
         let tree = Self::parsed(b, text, event_id);
         let (payload_schema, data, null_schema) = self.expanded(b, tree.as_ref(), event_id);
         if null_schema {
             // Debezium's value is then the payload's text without a schema, which AvroConverter
-            // writes as its catch-all `Anything` record (ProtobufConverter fails on it).
-            let text = match (text, self.cfg.has_envelope() || protobuf) {
+            // writes as its catch-all `Anything` record (ProtobufConverter and
+            // JsonSchemaConverter fail on it).
+            let text = match (text, self.cfg.has_envelope() || converter != Converter::Avro) {
                 (Some(text), false) => text,
                 _ => {
                     return Err(b.payload.invalid(
                         "the expanded payload has no schema (a top-level empty array under \
                          `table.expand.json.payload.empty.array.behavior` = ignore), which an \
-                         Avro envelope's `payload` field and Protobuf cannot have"
+                         Avro envelope's `payload` field, Protobuf and JSON Schema cannot have"
                             .into(),
                     ))
                 }
@@ -289,17 +301,36 @@ impl Router {
             return Ok((out.into(), Arc::from(avro::ANYTHING_SCHEMA)));
         }
         let payload_schema = payload_schema.unwrap_or_else(|| b.payload.schema.clone());
-        let schema = match self.cfg.has_envelope() {
-            true => self.envelope_schema(b, vals, payload_schema, route_text)?,
-            false => payload_schema,
+        let (schema, text, indexes) = match (self.cfg.has_envelope(), &b.schema_version) {
+            (true, None) => self.envelope_known(b, vals, payload_schema, route_text)?,
+            (true, Some(_)) => {
+                let schema = self.envelope_schema(b, vals, payload_schema, route_text)?;
+                let (text, indexes) =
+                    self.registry_schema(&schema).map_err(|r| b.payload.invalid(r))?;
+                (Arc::new(schema), text, indexes)
+            }
+            (false, None | Some(_)) => {
+                let (text, indexes) =
+                    self.registry_schema(&payload_schema).map_err(|r| b.payload.invalid(r))?;
+                (Arc::new(payload_schema), text, indexes)
+            }
         };
-        let (text, indexes) = self.registry_schema(&schema).map_err(|r| b.payload.invalid(r))?;
         let mut out = Vec::with_capacity(payload_len(payload) + 16);
         out.extend_from_slice(&[0; FRAME_RESERVED]);
         out.extend_from_slice(indexes);
+        // The payload's own schema (inside the envelope's, when there is one).
+        let payload_schema = match &*schema {
+            Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
+            s => s,
+        };
+        if self.cfg.value_converter == Converter::JsonSchema {
+            let expanded = data.as_ref().map(|d| (d, payload_schema));
+            self.write_plain_json(&mut out, b, vals, payload, expanded)?;
+            return Ok((out.into(), text));
+        }
         let envelope: Vec<_> =
             b.envelope.iter().map(|(_, col)| vals.read(col)).collect::<Result<_, _>>()?;
-        if protobuf {
+        if converter == Converter::Protobuf {
             let payload_value = match &data {
                 Some(d) => protobuf::Value::Data(d),
                 None => protobuf::Value::Cv(payload),
@@ -315,10 +346,6 @@ impl Router {
             return Ok((out.into(), text));
         }
         // Avro writes a record's fields one after the other: the payload, then the aliases.
-        let payload_schema = match &schema {
-            Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
-            s => s,
-        };
         match &data {
             Some(d) => avro::write_data(&mut out, d, payload_schema),
             None => avro::write_cv(&mut out, payload, payload_schema),
@@ -343,12 +370,50 @@ impl Router {
                 let p = protobuf::schema_text(schema)?;
                 (Arc::from(p.text), p.indexes)
             }
+            Converter::JsonSchema => (Arc::from(json_schema::schema_text(schema)), &[]),
             _ => (Arc::from(avro::schema_text(schema)?), &[]),
         };
         if self.registry_schemas.len() >= SCHEMA_NAME_CACHE_LIMIT {
             self.registry_schemas.clear();
         }
         self.registry_schemas.insert(schema.clone(), known.clone());
+        Ok(known)
+    }
+
+    /// With envelope placements (and no schema version column): the envelope's schema and its
+    /// registered text, kept per table and payload schema, so a row whose payload's schema is
+    /// known builds, clones and hashes no envelope schema. A relation whose envelope columns
+    /// changed finds its entry stale and replaces it.
+    fn envelope_known(
+        &mut self,
+        b: &Binding,
+        vals: Values<'_>,
+        payload_schema: Schema,
+        route_text: &str,
+    ) -> Result<EnvelopeKnown, RouteError> {
+        let current = |known: &EnvelopeKnown| match &*known.0 {
+            Schema::Struct { fields, .. } => {
+                fields.len() == b.envelope.len() + 1
+                    && fields[1..].iter().zip(&b.envelope).all(|((name, schema), (alias, col))| {
+                        name.as_str() == &**alias && *schema == col.schema
+                    })
+            }
+            _ => false,
+        };
+        let known = self.envelope_schemas.get(&b.table).and_then(|m| m.get(&payload_schema));
+        if let Some(known) = known.filter(|k| current(k)) {
+            return Ok(known.clone());
+        }
+        let schema = self.envelope_schema(b, vals, payload_schema.clone(), route_text)?;
+        let (text, indexes) = self.registry_schema(&schema).map_err(|r| b.payload.invalid(r))?;
+        let known: EnvelopeKnown = (Arc::new(schema), text, indexes);
+        if self.envelope_schemas.values().map(HashMap::len).sum::<usize>()
+            >= SCHEMA_NAME_CACHE_LIMIT
+        {
+            self.envelope_schemas.clear();
+        }
+        let per_table = self.envelope_schemas.entry(b.table.clone()).or_default();
+        per_table.insert(payload_schema, known.clone());
         Ok(known)
     }
 

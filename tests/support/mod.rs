@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod fuzz;
 pub mod kafka;
 pub mod kafka_cluster;
+pub mod mtls_proxy;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

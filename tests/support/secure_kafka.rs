@@ -307,15 +307,21 @@ keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
 subjectAltName = IP:127.0.0.1, DNS:localhost
 authorityKeyIdentifier = keyid
+[client]
+basicConstraints = CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+authorityKeyIdentifier = keyid
 ";
 
 /// A CA, and a server certificate it signs for 127.0.0.1 and localhost, in a PKCS12 keystore
-/// for the broker (and as PEM files, for the schema registry).
+/// for the broker (and as PEM files, for the schema registry); and a client certificate it
+/// signs, `client.pem` and `client.key` beside `ca.pem`.
 pub fn make_certificates(dir: &Path) -> Result<Tls, String> {
     let tls = dir.join("tls");
     std::fs::create_dir_all(&tls).map_err(|e| format!("create {}: {e}", tls.display()))?;
     std::fs::write(tls.join("openssl.cnf"), OPENSSL_CNF).map_err(|e| e.to_string())?;
-    let steps: [&[&str]; 4] = [
+    let steps: [&[&str]; 6] = [
         &[
             "req",
             "-x509",
@@ -384,6 +390,40 @@ pub fn make_certificates(dir: &Path) -> Result<Tls, String> {
             "broker.p12",
             "-passout",
             &format!("pass:{KEYSTORE_PASSWORD}"),
+        ],
+        &[
+            "req",
+            "-new",
+            "-config",
+            "openssl.cnf",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+            "-subj",
+            "/CN=walrelay",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "client.pem",
+            "-days",
+            "7",
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            "client",
         ],
     ];
     for args in steps {

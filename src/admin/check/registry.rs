@@ -34,6 +34,14 @@ pub(super) async fn run(config: &Config, r: &mut Report) {
                 contracts(config, cfg, &subjects, r).await;
             }
         }
+        Err(CallError::Unauthorized(why)) if why.contains("client certificate") => r.fail(
+            what,
+            why,
+            match &cfg.identity {
+                Some(_) => "the registry's TLS front does not take [schema_registry] certificate: check that the CA it trusts signed it, that it has not expired, and that key is its key",
+                None => "the registry asks for a client certificate: set [schema_registry] certificate and key to a client certificate (PEM) the CA it trusts signed, and its key",
+            },
+        ),
         Err(CallError::Unauthorized(why)) => r.fail(
             what,
             format!(
@@ -77,11 +85,15 @@ async fn contracts(
     match (cfg.subject_name_strategy, fixed) {
         (SubjectNameStrategy::Topic, Some(topic)) => {
             let subject = format!("{topic}-value");
-            match client::latest(cfg, &subject).await {
+            let ty = match config.router.registry_converter() {
+                Some("json-schema") => client::SchemaType::Json,
+                _ => client::SchemaType::Avro,
+            };
+            match client::latest(cfg, &subject, ty).await {
                 Ok((id, _)) => r.ok(what, format!("subject {subject} holds a schema (id {id}), which every value is written under")),
                 Err(e) => r.fail(
                     what,
-                    format!("subject {subject} has no Avro schema to write values under: {}", said(&e)),
+                    format!("subject {subject} has no {} schema to write values under: {}", ty.name(), said(&e)),
                     format!("register the events' contract under {subject} before the first row; until then every row is refused"),
                 ),
             }
