@@ -11,12 +11,12 @@ impl Builder {
         let avro = self.get("value.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
         // What walrelay names subjects for only by the topic (and Protobuf: writes only under
         // the schema it derives, never a subject's latest).
-        let derived_only = match self.get("value.converter") {
+        let topic_subjects_only = match self.get("value.converter") {
             Some(PROTOBUF_CONVERTER) => Some("Protobuf"),
             Some(JSON_SCHEMA_CONVERTER) => Some("JSON Schema"),
             _ => None,
         };
-        if !avro && derived_only.is_none() {
+        if !avro && topic_subjects_only.is_none() {
             return;
         }
         let get = |k: &str| self.get(&format!("value.converter.{k}")).map(str::to_string);
@@ -58,14 +58,14 @@ impl Builder {
             self.schema_registry.insert("auto_register".into(), auto);
         }
         // JSON Schema's contract-first is carried: values validated against the latest schema.
-        let latest_refused = derived_only.filter(|w| *w == "Protobuf");
+        let latest_refused = topic_subjects_only.filter(|w| *w == "Protobuf");
         if let Some(what) = latest_refused.filter(|_| latest.as_deref() == Some("true")) {
             latest = None;
             self.warn(format!("value.converter.use.latest.version = true is not carried: with {what} walrelay writes under the schema it derives (registered, or looked up with auto_register = false), never a subject's latest — register exactly that schema, or keep Debezium for this connector"));
         }
         let other_strategy =
             strategy.as_deref().is_some_and(|s| !s.ends_with("TopicNameStrategy") && s != "topic");
-        if let Some(what) = derived_only.filter(|_| other_strategy) {
+        if let Some(what) = topic_subjects_only.filter(|_| other_strategy) {
             strategy = None;
             self.warn(format!("value.converter.value.subject.name.strategy is not carried: with {what} walrelay names the subject after the topic (<topic>-value) only"));
         }

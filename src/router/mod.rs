@@ -59,6 +59,7 @@ mod avro;
 mod binding;
 mod column;
 mod convert;
+mod converters;
 mod event;
 mod expand;
 mod json;
@@ -94,11 +95,11 @@ use self::column::{Cv, Kind};
 use self::convert::{json_bytes, simple_header_bytes, string_bytes, Schema};
 /// For the envelopes' own JSON and base64 (`crate::envelope`).
 pub(crate) use self::convert::{write_base64, write_str as write_json_string};
+use self::converters::{Converter, HeaderConverter};
 pub use self::event::{EventFields, PayloadKind};
 pub use self::message_content::event_id as message_event_id;
 #[cfg(test)]
 pub(crate) use self::options::NullBehavior;
-use self::options::{Converter, HeaderConverter};
 pub use self::options::{InvalidOpBehavior, Options, RouterConfig};
 pub use self::topic::validate_topic;
 use crate::metrics::Metrics;

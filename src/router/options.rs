@@ -7,6 +7,11 @@
 
 use std::sync::Arc;
 
+use super::converters::{
+    registry_converter, Converter, HeaderConverter, AVRO_CONVERTER_CLASSES, JSON_CONVERTER_CLASS,
+    JSON_SCHEMA_CONVERTER_CLASS, PROTOBUF_CONVERTER_CLASS, SIMPLE_HEADER_CONVERTER_CLASS,
+    STRING_CONVERTER_CLASS,
+};
 use super::topic::TopicRouter;
 use crate::options::ConfigError;
 
@@ -56,19 +61,6 @@ pub(crate) const DEBEZIUM_KEYS: &[&str] = &[
     "fields.null.include",
 ];
 
-const STRING_CONVERTER_CLASS: &str = "org.apache.kafka.connect.storage.StringConverter";
-const JSON_CONVERTER_CLASS: &str = "org.apache.kafka.connect.json.JsonConverter";
-/// Confluent's Avro converter, and Apicurio's (with `apicurio.registry.as-confluent`, its
-/// framing is Confluent's).
-const AVRO_CONVERTER_CLASSES: [&str; 2] = [
-    "io.confluent.connect.avro.AvroConverter",
-    "io.apicurio.registry.utils.converter.AvroConverter",
-];
-const PROTOBUF_CONVERTER_CLASS: &str = "io.confluent.connect.protobuf.ProtobufConverter";
-const JSON_SCHEMA_CONVERTER_CLASS: &str = "io.confluent.connect.json.JsonSchemaConverter";
-const SIMPLE_HEADER_CONVERTER_CLASS: &str =
-    "org.apache.kafka.connect.storage.SimpleHeaderConverter";
-
 /// What to do with an UPDATE of an outbox row (`table.op.invalid.behavior`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InvalidOpBehavior {
@@ -111,47 +103,6 @@ pub(crate) enum NullBehavior {
 pub(crate) enum EmptyArrayBehavior {
     Ignore,
     OptionalString,
-}
-
-/// A Kafka Connect key or value converter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Converter {
-    /// `StringConverter`: the value's text as UTF-8 (a `bytea` passes through as raw bytes).
-    String,
-    /// `JsonConverter`, with or without the `{"schema":…,"payload":…}` envelope.
-    Json { schemas: bool },
-    /// Confluent's `AvroConverter`: Avro binary, framed with the schema's registry id
-    /// (`avro.rs`, `crate::registry`). Values only.
-    Avro,
-    /// Confluent's `ProtobufConverter`: proto3 binary after the message indexes, framed the
-    /// same way (`protobuf.rs`). Values only.
-    Protobuf,
-    /// Confluent's `JsonSchemaConverter`: the value as plain JSON, framed the same way, under
-    /// the JSON Schema `json_schema.rs` derives. Values only.
-    JsonSchema,
-}
-
-/// A registry converter by its short name or Connect class, and what it writes.
-fn registry_converter(name: &str) -> Option<(Converter, &'static str)> {
-    if AVRO_CONVERTER_CLASSES.contains(&name) || name == "avro" {
-        Some((Converter::Avro, "Avro"))
-    } else if name == PROTOBUF_CONVERTER_CLASS || name == "protobuf" {
-        Some((Converter::Protobuf, "Protobuf"))
-    } else if name == JSON_SCHEMA_CONVERTER_CLASS || name == "json-schema" {
-        Some((Converter::JsonSchema, "JSON Schema"))
-    } else {
-        None
-    }
-}
-
-/// A Kafka Connect header converter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeaderConverter {
-    /// `SimpleHeaderConverter`: `Values.convertToString` as UTF-8.
-    Simple,
-    Json {
-        schemas: bool,
-    },
 }
 
 /// The parsed `[router]` and `[debezium]` sections.

@@ -12,9 +12,9 @@ use super::convert::{
     self, json_bytes, simple_header_bytes, string_bytes, write_cv_json, write_envelope_start, Prim,
     Schema,
 };
+use super::converters::{Converter, HeaderConverter};
 use super::expand::{self, Data, Expanded};
 use super::json::{self, Node};
-use super::options::{Converter, HeaderConverter};
 use super::{json_schema, protobuf};
 use super::{topic, Binding, Col, EnvelopeKnown, RouteError, Router, SchemaNameKey, Values};
 use super::{DEEP_STACK_BYTES, INLINE_DEPTH, SCHEMA_NAME_CACHE_LIMIT, TOPIC_CACHE_LIMIT};
@@ -300,26 +300,34 @@ impl Router {
             avro::write_anything_string(&mut out, text);
             return Ok((out.into(), Arc::from(avro::ANYTHING_SCHEMA)));
         }
-        let payload_schema = payload_schema.unwrap_or_else(|| b.payload.schema.clone());
-        let (schema, text, indexes) = match (self.cfg.has_envelope(), &b.schema_version) {
-            (true, None) => self.envelope_known(b, vals, payload_schema, route_text)?,
-            (true, Some(_)) => {
-                let schema = self.envelope_schema(b, vals, payload_schema, route_text)?;
-                let (text, indexes) =
-                    self.registry_schema(&schema).map_err(|r| b.payload.invalid(r))?;
-                (Arc::new(schema), text, indexes)
-            }
-            (false, None | Some(_)) => {
-                let (text, indexes) =
-                    self.registry_schema(&payload_schema).map_err(|r| b.payload.invalid(r))?;
-                (Arc::new(payload_schema), text, indexes)
-            }
-        };
+        // Borrowed, not cloned: a row builds a schema only when the registry's caches lack it.
+        let payload_schema = payload_schema.as_ref().unwrap_or(&b.payload.schema);
+        let (known, built): (Arc<Schema>, Schema);
+        let (schema, text, indexes): (&Schema, Arc<str>, &'static [u8]) =
+            match (self.cfg.has_envelope(), &b.schema_version) {
+                (true, None) => {
+                    let (schema, text, indexes) =
+                        self.envelope_known(b, vals, payload_schema, route_text)?;
+                    known = schema;
+                    (&*known, text, indexes)
+                }
+                (true, Some(_)) => {
+                    built = self.envelope_schema(b, vals, payload_schema.clone(), route_text)?;
+                    let (text, indexes) =
+                        self.registry_schema(&built).map_err(|r| b.payload.invalid(r))?;
+                    (&built, text, indexes)
+                }
+                (false, _) => {
+                    let (text, indexes) =
+                        self.registry_schema(payload_schema).map_err(|r| b.payload.invalid(r))?;
+                    (payload_schema, text, indexes)
+                }
+            };
         let mut out = Vec::with_capacity(payload_len(payload) + 16);
         out.extend_from_slice(&[0; FRAME_RESERVED]);
         out.extend_from_slice(indexes);
         // The payload's own schema (inside the envelope's, when there is one).
-        let payload_schema = match &*schema {
+        let payload_schema = match schema {
             Schema::Struct { fields, .. } if self.cfg.has_envelope() => &fields[0].1,
             s => s,
         };
@@ -340,9 +348,9 @@ impl Router {
                     .chain(envelope.iter().map(|v| protobuf::Value::Cv(v)))
                     .collect(),
                 // The payload is the message: its fields are the root's.
-                (false, _) => protobuf::root_values(&schema, payload_value),
+                (false, _) => protobuf::root_values(schema, payload_value),
             };
-            protobuf::write_root(&mut out, &schema, &fields).map_err(|r| b.payload.invalid(r))?;
+            protobuf::write_root(&mut out, schema, &fields).map_err(|r| b.payload.invalid(r))?;
             return Ok((out.into(), text));
         }
         // Avro writes a record's fields one after the other: the payload, then the aliases.
@@ -388,7 +396,7 @@ impl Router {
         &mut self,
         b: &Binding,
         vals: Values<'_>,
-        payload_schema: Schema,
+        payload_schema: &Schema,
         route_text: &str,
     ) -> Result<EnvelopeKnown, RouteError> {
         let current = |known: &EnvelopeKnown| match &*known.0 {
@@ -400,7 +408,7 @@ impl Router {
             }
             _ => false,
         };
-        let known = self.envelope_schemas.get(&b.table).and_then(|m| m.get(&payload_schema));
+        let known = self.envelope_schemas.get(&b.table).and_then(|m| m.get(payload_schema));
         if let Some(known) = known.filter(|k| current(k)) {
             return Ok(known.clone());
         }
@@ -413,7 +421,7 @@ impl Router {
             self.envelope_schemas.clear();
         }
         let per_table = self.envelope_schemas.entry(b.table.clone()).or_default();
-        per_table.insert(payload_schema, known.clone());
+        per_table.insert(payload_schema.clone(), known.clone());
         Ok(known)
     }
 

@@ -15,7 +15,8 @@ use bytes::Bytes;
 use super::binding::{Binding, Values};
 use super::column::{Cv, Kind};
 use super::convert::{json_bytes, simple_header_bytes, string_bytes};
-use super::options::{HeaderConverter, PlacementKind};
+use super::converters::HeaderConverter;
+use super::options::PlacementKind;
 use super::{RouteError, Router};
 use crate::trace::{context, Trace};
 
