@@ -24,6 +24,8 @@ use crate::Rep;
 pub const JSON_EXPANDED: &str = "json-expanded";
 pub const AVRO: &str = "avro";
 pub const AVRO_LATEST: &str = "avro-latest";
+/// `avro` with Apicurio's headers framing (`id_handler = "headers"`, `use_id = "globalId"`).
+pub const AVRO_APICURIO: &str = "avro-apicurio";
 /// Confluent's `ProtobufConverter` (`value.converter = "protobuf"`); `protobuf` is the envelope.
 pub const PROTOBUF_REGISTRY: &str = "protobuf-registry";
 /// Confluent's `JsonSchemaConverter` (`value.converter = "json-schema"`).
@@ -92,15 +94,12 @@ pub async fn start_registry_if_asked(shapes: &[String]) {
     }
 }
 
-/// The avro shapes' `[schema_registry]`: the registry's Confluent-compatible API, schemas
-/// registered by walrelay (`auto_register`, the default, said here all the same), or, for
-/// `avro-latest`, values written under the subjects' latest schemas.
-pub async fn registry_section(latest: bool) -> String {
+/// The registry shapes' `[schema_registry]`: the registry's Confluent-compatible API and the
+/// shape's `mode` lines (`auto_register = true`, the default, said all the same; for
+/// `avro-latest`, values written under the subjects' latest schemas; for `avro-apicurio`,
+/// Apicurio's framing).
+pub async fn registry_section(mode: &str) -> String {
     let url = tokio::task::spawn_blocking(|| registry().ccompat_url()).await.expect("registry");
-    let mode = match latest {
-        true => "auto_register = false\nuse_latest_version = true",
-        false => "auto_register = true",
-    };
     format!("\n[schema_registry]\nurl = \"{url}\"\n{mode}\n")
 }
 
@@ -215,6 +214,7 @@ pub fn render(reps: &[Rep]) -> String {
     for (avro, label) in [
         (Shape::Avro, "Avro, registry auto-register (`avro`)"),
         (Shape::AvroLatest, "Avro under registered contracts (`avro-latest`)"),
+        (Shape::AvroApicurio, "Avro, the globalId in a header (`avro-apicurio`)"),
         (Shape::ProtobufRegistry, "Protobuf, registry auto-register (`protobuf-registry`)"),
         (
             Shape::JsonSchemaRegistry,

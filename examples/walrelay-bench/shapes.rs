@@ -38,6 +38,8 @@
 //!   payload lacks with a default) is registered under each topic's subject, so every value is
 //!   rewritten under it — the contract-first path's cost. `protobuf-registry` is `avro` with
 //!   Confluent's ProtobufConverter (`value.converter = "protobuf"`; `protobuf` is the envelope),
+//!   `avro-apicurio` is `avro` framed as Apicurio 2's AvroConverter does by default (the
+//!   globalId, read once per schema from Apicurio's own API, in a header; the value unframed);
 //!   `json-schema-registry` with its JsonSchemaConverter (`value.converter = "json-schema"`) and
 //!   `aggregatetype` as an envelope field (Apicurio refuses the bare `oneOf` schema of an
 //!   optional payload at the root).
@@ -70,6 +72,9 @@ pub enum Shape {
     /// `avro` written under contracts registered before the drain (`use_latest_version`).
     AvroLatest,
     Avro,
+    /// `avro` framed as Apicurio 2's AvroConverter frames by default: the value unframed, its
+    /// schema's globalId in a header (`id_handler = "headers"`, `use_id = "globalId"`).
+    AvroApicurio,
     /// Confluent's ProtobufConverter against the registry (not the `protobuf` envelope).
     ProtobufRegistry,
     /// Confluent's JsonSchemaConverter against the registry.
@@ -96,6 +101,7 @@ impl Shape {
             crate::converters::JSON_EXPANDED => Some(Shape::JsonExpanded),
             crate::converters::AVRO => Some(Shape::Avro),
             crate::converters::AVRO_LATEST => Some(Shape::AvroLatest),
+            crate::converters::AVRO_APICURIO => Some(Shape::AvroApicurio),
             crate::converters::PROTOBUF_REGISTRY => Some(Shape::ProtobufRegistry),
             crate::converters::JSON_SCHEMA_REGISTRY => Some(Shape::JsonSchemaRegistry),
             _ => None,
@@ -122,6 +128,7 @@ impl Shape {
             Shape::JsonExpanded => "walrelay, JSON values, payload expanded, schemas off",
             Shape::Avro => "walrelay, Avro values, payload expanded, registry auto-register",
             Shape::AvroLatest => "walrelay, Avro values rewritten under registered contracts",
+            Shape::AvroApicurio => "walrelay, Avro values, the globalId in a header (Apicurio)",
             Shape::ProtobufRegistry => {
                 "walrelay, Protobuf values, payload expanded, registry auto-register"
             }
@@ -135,7 +142,11 @@ impl Shape {
     pub fn uses_registry(self) -> bool {
         matches!(
             self,
-            Shape::Avro | Shape::AvroLatest | Shape::ProtobufRegistry | Shape::JsonSchemaRegistry
+            Shape::Avro
+                | Shape::AvroLatest
+                | Shape::AvroApicurio
+                | Shape::ProtobufRegistry
+                | Shape::JsonSchemaRegistry
         )
     }
 
@@ -159,6 +170,7 @@ impl Shape {
             | Shape::JsonExpanded
             | Shape::Avro
             | Shape::AvroLatest
+            | Shape::AvroApicurio
             | Shape::ProtobufRegistry
             | Shape::JsonSchemaRegistry => vec!["outbox".into()],
             Shape::TwoTables => vec!["outbox".into(), "billing.outbox".into()],
@@ -196,7 +208,9 @@ impl Shape {
             Shape::Tenants(_) => "[outbox]\ntables = [\"t[0-9]+\\\\.outbox\"]\n",
             Shape::JsonExpanded => crate::converters::JSON_EXPANDED_OUTBOX,
             // Its [schema_registry] section is added in `drain`, with the registry's URL.
-            Shape::Avro | Shape::AvroLatest => crate::converters::AVRO_OUTBOX,
+            Shape::Avro | Shape::AvroLatest | Shape::AvroApicurio => {
+                crate::converters::AVRO_OUTBOX
+            }
             Shape::ProtobufRegistry => crate::converters::PROTOBUF_OUTBOX,
             Shape::JsonSchemaRegistry => crate::converters::JSON_SCHEMA_OUTBOX,
         }
@@ -243,6 +257,7 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::JsonExpanded
         | Shape::Avro
         | Shape::AvroLatest
+        | Shape::AvroApicurio
         | Shape::ProtobufRegistry
         | Shape::JsonSchemaRegistry => db.create_outbox("outbox").await,
         Shape::Tenants(_) => {
@@ -307,7 +322,12 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
     }
     let subjects_before = match shape {
         _ if shape.uses_registry() => {
-            outbox += &crate::converters::registry_section(shape == Shape::AvroLatest).await;
+            let mode = match shape {
+                Shape::AvroLatest => "auto_register = false\nuse_latest_version = true",
+                Shape::AvroApicurio => "id_handler = \"headers\"\nuse_id = \"globalId\"",
+                _ => "auto_register = true",
+            };
+            outbox += &crate::converters::registry_section(mode).await;
             Some(crate::converters::subjects().await)
         }
         _ => None,

@@ -41,7 +41,7 @@ pub use kafka::{KafkaConfig, FILL_IN, RELAY_OWNED_KAFKA};
 pub use limits::Limits;
 pub use outbox::{OutboxConfig, TableName, TablePattern};
 pub use retention::{DeadLetterConfig, RetentionConfig};
-pub use schema_registry::{SchemaRegistryConfig, SubjectNameStrategy};
+pub use schema_registry::{IdHandler, SchemaRegistryConfig, SubjectNameStrategy, UseId};
 pub use secret::redact_url;
 pub use source::SourceConfig;
 pub use tracing::TracingConfig;
@@ -212,6 +212,25 @@ impl Config {
                     &format!(
                         "is for value.converter = \"avro\" only: with {c:?} the subject is the \
                          topic's (\"topic\", <topic>-value)"
+                    ),
+                ));
+            }
+        }
+        // Apicurio ships Avro's Connect converter only; its Protobuf serdes frame a message
+        // reference of their own, which walrelay does not write.
+        if let (Some(c @ ("protobuf" | "json-schema")), Some(r)) =
+            (router.registry_converter(), &schema_registry)
+        {
+            if !r.confluent_framing() {
+                return Err(invalid(
+                    "schema_registry",
+                    "id_handler",
+                    &format!("{} (use_id = {})", r.id_handler.as_str(), r.use_id.as_str()),
+                    &format!(
+                        "is Apicurio's AvroConverter's framing, for value.converter = \"avro\" \
+                         only: with {c:?} values carry Confluent's (id_handler = \"4-byte\", \
+                         use_id = \"contentId\"), which Apicurio's deserializers read with \
+                         apicurio.registry.as-confluent or their 4-byte default"
                     ),
                 ));
             }

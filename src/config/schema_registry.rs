@@ -29,6 +29,68 @@ pub struct SchemaRegistryConfig {
     pub identity: Option<(PathBuf, PathBuf)>,
     /// How a value's subject is named.
     pub subject_name_strategy: SubjectNameStrategy,
+    /// Where the schema's id goes (Apicurio's `apicurio.registry.id-handler` and
+    /// `headers.enabled`), and which id (its `use-id`).
+    pub id_handler: IdHandler,
+    pub use_id: UseId,
+}
+
+/// Where a framed value's schema id goes: Confluent's framing, or one of Apicurio's serdes'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdHandler {
+    /// A magic byte 0, then the id in 4 bytes, big-endian: Confluent's framing, and Apicurio 3's
+    /// serdes' default (`Default4ByteIdHandler`).
+    FourByte,
+    /// A magic byte 0, then the id in 8 bytes: Apicurio 2's serdes with headers off
+    /// (`DefaultIdHandler`), Apicurio 3's `Legacy8ByteIdHandler`.
+    EightByte,
+    /// The value unframed, the id in an 8-byte header (`apicurio.value.globalId` or
+    /// `apicurio.value.contentId`), and Avro's `apicurio.value.encoding`: Apicurio 2's serdes'
+    /// default in Kafka Connect (`apicurio.registry.headers.enabled`).
+    Headers,
+}
+
+/// Which of a registered schema's ids a value carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UseId {
+    /// The id the Confluent-compatible API answers: Confluent's schema id, Apicurio's contentId.
+    ContentId,
+    /// Apicurio's globalId (one per artifact version), read from Apicurio's own API.
+    GlobalId,
+}
+
+impl IdHandler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdHandler::FourByte => "4-byte",
+            IdHandler::EightByte => "8-byte",
+            IdHandler::Headers => "headers",
+        }
+    }
+}
+
+impl UseId {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UseId::ContentId => "contentId",
+            UseId::GlobalId => "globalId",
+        }
+    }
+}
+
+impl SchemaRegistryConfig {
+    /// Whether values are framed as Confluent's converters frame them.
+    pub fn confluent_framing(&self) -> bool {
+        (self.id_handler, self.use_id) == (IdHandler::FourByte, UseId::ContentId)
+    }
+
+    /// Apicurio's own API beside its Confluent-compatible one (`…/apis/ccompat/v7` →
+    /// `…/apis/registry/v2`), where globalIds are read: parse refuses a `use_id = "globalId"`
+    /// whose URLs are not Apicurio's.
+    pub fn apicurio_api(base: &str) -> Option<String> {
+        let at = base.find("/apis/ccompat/")?;
+        Some(format!("{}/apis/registry/v2", &base[..at]))
+    }
 }
 
 /// Confluent's `value.subject.name.strategy`.
@@ -75,6 +137,8 @@ impl std::fmt::Debug for SchemaRegistryConfig {
             .field("ca", &self.ca)
             .field("identity", &self.identity)
             .field("subject_name_strategy", &self.subject_name_strategy)
+            .field("id_handler", &self.id_handler)
+            .field("use_id", &self.use_id)
             .finish()
     }
 }
@@ -92,6 +156,8 @@ pub(super) struct Raw {
     certificate: Option<String>,
     key: Option<String>,
     subject_name_strategy: Option<String>,
+    id_handler: Option<String>,
+    use_id: Option<String>,
 }
 
 const S: &str = "schema_registry";
@@ -206,6 +272,21 @@ pub(super) fn parse(opts: &Options) -> Result<SchemaRegistryConfig, ConfigError>
              nothing: set auto_register = false beside it (Confluent's converters want the same)",
         ));
     }
+    let (id_handler, use_id) = id_options(raw.id_handler.as_deref(), raw.use_id.as_deref())?;
+    if use_id == UseId::GlobalId {
+        if let Some(other) = urls.iter().find(|u| SchemaRegistryConfig::apicurio_api(u).is_none()) {
+            return Err(invalid(
+                S,
+                "use_id",
+                "globalId",
+                &format!(
+                    "is Apicurio's, read from its own API beside the Confluent-compatible one, \
+                     and {other} is not Apicurio's …/apis/ccompat/v7: set url to it, or use_id \
+                     = \"contentId\" (the id the Confluent-compatible API answers)"
+                ),
+            ));
+        }
+    }
     Ok(SchemaRegistryConfig {
         urls,
         user,
@@ -215,7 +296,50 @@ pub(super) fn parse(opts: &Options) -> Result<SchemaRegistryConfig, ConfigError>
         ca,
         identity,
         subject_name_strategy,
+        id_handler,
+        use_id,
     })
+}
+
+/// `id_handler` and `use_id`, by walrelay's names or Apicurio's classes and option values.
+/// Without `use_id`, the id is the one Apicurio's serdes write by default beside the handler:
+/// its contentId with 4 bytes (Apicurio 3), its globalId with 8 bytes or headers (Apicurio 2).
+fn id_options(
+    handler: Option<&str>,
+    use_id: Option<&str>,
+) -> Result<(IdHandler, UseId), ConfigError> {
+    let handler = match handler.map(|h| h.rsplit('.').next().unwrap_or(h)) {
+        None | Some("4-byte" | "confluent" | "Default4ByteIdHandler" | "Legacy4ByteIdHandler") => {
+            IdHandler::FourByte
+        }
+        Some("8-byte" | "Legacy8ByteIdHandler" | "DefaultIdHandler") => IdHandler::EightByte,
+        Some("headers") => IdHandler::Headers,
+        Some(_) => {
+            return Err(invalid(
+                S,
+                "id_handler",
+                handler.unwrap_or_default(),
+                "must be 4-byte (Confluent's framing, the default), 8-byte or headers \
+                 (Apicurio's serdes': apicurio.registry.id-handler, headers.enabled)",
+            ))
+        }
+    };
+    let use_id = match use_id {
+        None if handler == IdHandler::FourByte => UseId::ContentId,
+        None => UseId::GlobalId,
+        Some("contentId") => UseId::ContentId,
+        Some("globalId") => UseId::GlobalId,
+        Some(other) => {
+            return Err(invalid(
+                S,
+                "use_id",
+                other,
+                "must be contentId (the id the Confluent-compatible API answers) or globalId \
+                 (Apicurio's, one per version)",
+            ))
+        }
+    };
+    Ok((handler, use_id))
 }
 
 #[cfg(test)]
@@ -264,6 +388,29 @@ mod tests {
         ]))
         .unwrap();
         assert!(c.use_latest_version && !c.auto_register);
+    }
+
+    #[test]
+    fn id_handlers_take_apicurios_names_and_a_global_id_wants_apicurios_api() {
+        let apicurio = "http://r:8080/apis/ccompat/v7";
+        let c = parse(&opts(&[("url", "http://a")])).unwrap();
+        assert!(c.confluent_framing());
+        let c = parse(&opts(&[("url", apicurio), ("id_handler", "headers")])).unwrap();
+        assert_eq!((c.id_handler, c.use_id), (IdHandler::Headers, UseId::GlobalId));
+        let legacy = "io.apicurio.registry.serde.Legacy8ByteIdHandler";
+        let c = parse(&opts(&[("url", apicurio), ("id_handler", legacy), ("use_id", "contentId")]))
+            .unwrap();
+        assert_eq!((c.id_handler, c.use_id), (IdHandler::EightByte, UseId::ContentId));
+        let e = parse(&opts(&[("url", "http://a:8081"), ("id_handler", "8-byte")])).unwrap_err();
+        assert!(e.to_string().contains("use_id") && e.to_string().contains("ccompat"), "{e}");
+        let e = parse(&opts(&[("url", "http://a"), ("id_handler", "2-byte")])).unwrap_err();
+        assert!(e.to_string().contains("4-byte"), "{e}");
+        let e = parse(&opts(&[("url", apicurio), ("use_id", "id")])).unwrap_err();
+        assert!(e.to_string().contains("globalId"), "{e}");
+        assert_eq!(
+            SchemaRegistryConfig::apicurio_api(apicurio).unwrap(),
+            "http://r:8080/apis/registry/v2"
+        );
     }
 
     #[test]

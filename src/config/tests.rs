@@ -404,6 +404,8 @@ fn protobuf_and_json_schema_values_refuse_what_walrelay_does_only_for_avro_namin
         assert_eq!(ok.router.registry_converter(), Some(converter));
         let latest = "auto_register = false\nuse_latest_version = true\n";
         let mut refused = vec![("subject_name_strategy = \"record\"\n", "subject_name_strategy")];
+        // Apicurio's framings are its AvroConverter's.
+        refused.push(("id_handler = \"8-byte\"\nuse_id = \"contentId\"\n", "id_handler"));
         match converter {
             "protobuf" => refused.push((latest, "use_latest_version")),
             // JSON Schema's contract-first validates values against the latest schema.

@@ -75,11 +75,58 @@ impl Builder {
         if let Some(strategy) = strategy {
             self.schema_registry.insert("subject_name_strategy".into(), strategy);
         }
-        if apicurio && !as_confluent {
-            self.warn("value.converter is Apicurio's AvroConverter without apicurio.registry.as-confluent = true: Apicurio frames values its own way (an 8-byte global id), walrelay frames them as Confluent does (a 4-byte id from /apis/ccompat/v7) — consumers with Apicurio's deserializer must be set to read Confluent's framing (as-confluent) before the switch");
+        if apicurio {
+            self.convert_apicurio_framing(as_confluent);
         }
         if source.is_some_and(|s| s != "USER_INFO") {
             self.warn("value.converter.basic.auth.credentials.source is not USER_INFO: walrelay authenticates to the registry with HTTP basic auth only ([schema_registry] user, WALRELAY_SCHEMA_REGISTRY_PASSWORD)");
+        }
+    }
+
+    /// Where Apicurio's AvroConverter puts the schema id, by its own rules: its serdes' defaults
+    /// differ by major version (2: the globalId in a header, `DefaultIdHandler`'s 8 bytes when
+    /// headers are off; 3: the contentId in 4 bytes), told apart by the API version of
+    /// `apicurio.registry.url`; `headers.enabled`, `id-handler`, `as-confluent` (2's
+    /// `Legacy4ByteIdHandler`) and `use-id` override them, as in its `AbstractKafkaSerDe`.
+    fn convert_apicurio_framing(&mut self, as_confluent: bool) {
+        let get = |k: &str| self.get(&format!("value.converter.apicurio.registry.{k}"));
+        let url = get("url").unwrap_or_default().trim_end_matches('/');
+        let major = match () {
+            _ if url.ends_with("/apis/registry/v2") => Some(2),
+            _ if url.ends_with("/apis/registry/v3") => Some(3),
+            _ => None,
+        };
+        let headers = get("headers.enabled").map(|v| v == "true");
+        let handler = match (as_confluent, get("id-handler")) {
+            (true, _) => Some("4-byte".to_string()),
+            (false, h) => h.map(str::to_string),
+        };
+        let use_id = get("use-id").map(str::to_string);
+        let (headers, handler, use_id) = match major {
+            Some(2) => (
+                headers.unwrap_or(true),
+                handler.unwrap_or_else(|| "8-byte".into()),
+                use_id.unwrap_or_else(|| "globalId".into()),
+            ),
+            _ => (
+                headers.unwrap_or(false),
+                handler.unwrap_or_else(|| "4-byte".into()),
+                use_id.unwrap_or_else(|| "contentId".into()),
+            ),
+        };
+        let id_handler = if headers { "headers".to_string() } else { handler };
+        let confluent = matches!(
+            id_handler.rsplit('.').next(),
+            Some("4-byte" | "Default4ByteIdHandler" | "Legacy4ByteIdHandler")
+        ) && use_id == "contentId";
+        if major.is_none() && !confluent {
+            self.warn(format!("value.converter is Apicurio's AvroConverter and apicurio.registry.url names no API version (…/apis/registry/v2 or v3): its framing is taken from the options set (id_handler = \"{id_handler}\", use_id = \"{use_id}\"), with Apicurio 3's defaults beside them — check them against the consumers' deserializers"));
+        } else if major.is_none() {
+            self.warn("value.converter is Apicurio's AvroConverter and apicurio.registry.url names no API version (…/apis/registry/v2 or v3): walrelay frames values as Apicurio 3's serdes do by default (the contentId in 4 bytes); an Apicurio 2 converter put the globalId in a header unless told otherwise — set [schema_registry] id_handler = \"headers\" then");
+        }
+        if !confluent {
+            self.schema_registry.insert("id_handler".into(), id_handler);
+            self.schema_registry.insert("use_id".into(), use_id);
         }
     }
 }

@@ -531,7 +531,42 @@ fn import_carries_the_registry_options_of_confluents_and_apicurios_avro_converte
     let registry = config.schema_registry.expect("[schema_registry]");
     assert_eq!(registry.urls, ["http://apicurio:8080/apis/ccompat/v7"]);
     assert!(!registry.auto_register, "Apicurio's converter registers only when told to");
-    assert!(warned(&imported, "as-confluent"), "{:?}", imported.warnings);
+    // Apicurio 2's serdes' defaults: the globalId in a header.
+    use crate::config::{IdHandler, UseId};
+    assert_eq!((registry.id_handler, registry.use_id), (IdHandler::Headers, UseId::GlobalId));
+    assert!(!warned(&imported, "API version"), "{:?}", imported.warnings);
+}
+
+#[test]
+fn import_frames_values_as_apicurios_converter_of_each_version_and_its_options_do() {
+    use crate::config::{IdHandler, UseId};
+    let with = |url: &str, extra: &str| {
+        let connector = format!(
+            r#"{{"database.dbname": "app", "bootstrap.servers": "k:9092",
+          "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+          "value.converter.apicurio.registry.url": "{url}"{extra}}}"#
+        );
+        let (config, imported) = import_ok(&connector, None);
+        let r = config.schema_registry.expect("[schema_registry]");
+        ((r.id_handler, r.use_id), imported.warnings)
+    };
+    let (v2, v3) = ("http://a:8080/apis/registry/v2", "http://a:8080/apis/registry/v3");
+    let confluent = (IdHandler::FourByte, UseId::ContentId);
+    assert_eq!(with(v3, "").0, confluent, "Apicurio 3: the contentId in 4 bytes");
+    let off = r#", "value.converter.apicurio.registry.headers.enabled": "false""#;
+    assert_eq!(with(v2, off).0, (IdHandler::EightByte, UseId::GlobalId));
+    // 2's as-confluent is Legacy4ByteIdHandler: 4 bytes, still the globalId unless told.
+    let as_confluent =
+        format!(r#"{off}, "value.converter.apicurio.registry.as-confluent": "true""#);
+    assert_eq!(with(v2, &as_confluent).0, (IdHandler::FourByte, UseId::GlobalId));
+    let content =
+        format!(r#"{as_confluent}, "value.converter.apicurio.registry.use-id": "contentId""#);
+    assert_eq!(with(v2, &content).0, confluent);
+    let headers = r#", "value.converter.apicurio.registry.headers.enabled": "true""#;
+    assert_eq!(with(v3, headers).0, (IdHandler::Headers, UseId::ContentId));
+    let (framing, warnings) = with("http://a:8080", "");
+    assert_eq!(framing, confluent);
+    assert!(warnings.iter().any(|w| w.contains("id_handler = \"headers\"")), "{warnings:?}");
 }
 
 #[test]

@@ -146,6 +146,9 @@ pub(super) const REGISTRY_OPTIONS: &[&str] = &[
     "apicurio.registry.url",
     "apicurio.registry.auto-register",
     "apicurio.registry.as-confluent",
+    "apicurio.registry.headers.enabled",
+    "apicurio.registry.id-handler",
+    "apicurio.registry.use-id",
 ];
 
 /// Where a Java producer property has a librdkafka counterpart under another name.

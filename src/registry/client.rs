@@ -122,17 +122,58 @@ async fn schema_id(
     schema: &str,
     ty: SchemaType,
 ) -> Result<u32, CallError> {
-    let body = match ty {
-        SchemaType::Avro => serde_json::json!({ "schema": schema }),
-        other => serde_json::json!({ "schema": schema, "schemaType": other.name() }),
-    }
-    .to_string();
-    let answer = call(cfg, Method::POST, path, Some(body)).await?;
+    let answer = call(cfg, Method::POST, path, Some(schema_body(schema, ty))).await?;
     answer
         .get("id")
         .and_then(Value::as_u64)
         .and_then(|id| u32::try_from(id).ok())
         .ok_or_else(|| CallError::Unreachable(format!("the registry's answer has no id: {answer}")))
+}
+
+fn schema_body(schema: &str, ty: SchemaType) -> String {
+    match ty {
+        SchemaType::Avro => serde_json::json!({ "schema": schema }),
+        other => serde_json::json!({ "schema": schema, "schemaType": other.name() }),
+    }
+    .to_string()
+}
+
+/// Apicurio's globalId of `schema` under `subject` (`[schema_registry] use_id = "globalId"`):
+/// the version the Confluent-compatible API finds it in, then that version's metadata from
+/// Apicurio's own API, `…/apis/registry/v2`, which Apicurio 2 and 3 both serve (a subject is an
+/// artifact of the default group). Asked once per plan, like the id itself.
+pub async fn global_id(
+    cfg: &SchemaRegistryConfig,
+    subject: &str,
+    schema: &str,
+    ty: SchemaType,
+) -> Result<u64, CallError> {
+    let subject = encode_path(subject);
+    let path = format!("/subjects/{subject}");
+    let found = call(cfg, Method::POST, &path, Some(schema_body(schema, ty))).await?;
+    let version = found.get("version").and_then(Value::as_u64).ok_or_else(|| {
+        CallError::Unreachable(format!("the registry's answer has no version: {found}"))
+    })?;
+    let path = format!("/groups/default/artifacts/{subject}/versions/{version}/meta");
+    let meta = call_api(cfg, Api::Apicurio, Method::GET, &path, None).await?;
+    meta.get("globalId").and_then(Value::as_u64).ok_or_else(|| {
+        CallError::Unreachable(format!("Apicurio's version metadata has no globalId: {meta}"))
+    })
+}
+
+/// The version of the Apicurio registry beside the Confluent-compatible API (its own API's
+/// `/system/info`): what `walrelay check` asks when values carry a globalId.
+pub async fn apicurio_version(cfg: &SchemaRegistryConfig) -> Result<String, CallError> {
+    let info = call_api(cfg, Api::Apicurio, Method::GET, "/system/info", None).await?;
+    Ok(info.get("version").and_then(Value::as_str).unwrap_or("(not said)").to_string())
+}
+
+/// Whose API a path is of: each URL is the Confluent-compatible API's base, and Apicurio's own
+/// sits beside its `…/apis/ccompat/v7`.
+#[derive(Clone, Copy)]
+enum Api {
+    Confluent,
+    Apicurio,
 }
 
 /// Asks every URL in turn, until one answers.
@@ -142,9 +183,26 @@ async fn call(
     path: &str,
     body: Option<String>,
 ) -> Result<Value, CallError> {
+    call_api(cfg, Api::Confluent, method, path, body).await
+}
+
+async fn call_api(
+    cfg: &SchemaRegistryConfig,
+    api: Api,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<Value, CallError> {
     let mut last = CallError::Unreachable("no registry URL".into());
     for base in &cfg.urls {
-        let url = format!("{base}{path}");
+        let url = match api {
+            Api::Confluent => format!("{base}{path}"),
+            // Config refuses a use_id = "globalId" beside a URL that is not Apicurio's.
+            Api::Apicurio => match SchemaRegistryConfig::apicurio_api(base) {
+                Some(api) => format!("{api}{path}"),
+                None => continue,
+            },
+        };
         match tokio::time::timeout(CALL_TIMEOUT, once(cfg, &method, &url, body.clone())).await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(e @ (CallError::Refused { .. } | CallError::Unauthorized(_)))) => return Err(e),
@@ -303,11 +361,14 @@ fn answer(url: &str, status: StatusCode, bytes: &[u8]) -> Result<Value, CallErro
         s if s.is_redirection()
             || (s == StatusCode::NOT_FOUND && value.get("error_code").is_none()) =>
         {
-            Err(unreachable(format!(
-                "answered {status} with no registry error code: [schema_registry] url is likely \
-                 not the Confluent-compatible API's base (Confluent: http://host:8081, Apicurio: \
-                 http://host:8080/apis/ccompat/v7)"
-            )))
+            let likely = match url.contains("/apis/registry/v2/") {
+                true => "the server beside [schema_registry] url is likely no Apicurio registry",
+                false => {
+                    "[schema_registry] url is likely not the Confluent-compatible API's base \
+                     (Confluent: http://host:8081, Apicurio: http://host:8080/apis/ccompat/v7)"
+                }
+            };
+            Err(unreachable(format!("answered {status} with no registry error code: {likely}")))
         }
         s => Err(CallError::Refused { status: s.as_u16(), message: message() }),
     }

@@ -1,6 +1,8 @@
 //! The schema registry: the id of each registry-encoded value's schema, written into the bytes
 //! the router reserved before the value (Confluent's wire format: a magic byte 0, then the id,
-//! 4 bytes big-endian). The registry is asked once per subject and schema, never per record:
+//! 4 bytes big-endian), or as Apicurio's serdes carry it (`[schema_registry] id_handler`: 8
+//! bytes, or a header beside the unframed value; `use_id`: its contentId or its globalId).
+//! The registry is asked once per subject and schema, never per record:
 //! ids are cached for the whole run, so a registry that is down while every id is known costs
 //! nothing.
 //!
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::config::{SchemaRegistryConfig, SubjectNameStrategy};
+use crate::config::{IdHandler, SchemaRegistryConfig, SubjectNameStrategy, UseId};
 use crate::metrics::Metrics;
 use crate::router::{Record, FRAME_RESERVED};
 
@@ -44,12 +46,17 @@ pub struct Registry {
     /// `Arc`s, so a pointer comparison spares the hashing.
     last: Option<(Arc<str>, Arc<str>, Arc<Plan>)>,
     metrics: Option<Arc<Metrics>>,
+    /// With `id_handler = "headers"`: the id's header, `apicurio.value.globalId` or
+    /// `apicurio.value.contentId`, and Avro's encoding header, made once.
+    id_header: Arc<str>,
+    encoding_header: Arc<str>,
 }
 
 /// How the values of one topic and derived schema are framed: under `id`, as they are or, with
 /// `use_latest_version` and a registered schema other than the derived one, fitted to it first.
 struct Plan {
-    id: u32,
+    /// The id values carry: the Confluent-compatible API's, or Apicurio's globalId.
+    id: u64,
     fit: Fit,
 }
 
@@ -98,7 +105,19 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 impl Registry {
     pub fn new(cfg: SchemaRegistryConfig) -> Registry {
         let schema_type = SchemaType::Avro;
-        Registry { cfg, schema_type, plans: HashMap::new(), last: None, metrics: None }
+        let id_header = match cfg.use_id {
+            UseId::GlobalId => "apicurio.value.globalId",
+            UseId::ContentId => "apicurio.value.contentId",
+        };
+        Registry {
+            cfg,
+            schema_type,
+            plans: HashMap::new(),
+            last: None,
+            metrics: None,
+            id_header: Arc::from(id_header),
+            encoding_header: Arc::from("apicurio.value.encoding"),
+        }
     }
 
     /// Registers the values' schemas as the value converter writes them: `converter` is
@@ -204,8 +223,20 @@ impl Registry {
                 value
             }
         };
-        // Taken, not cloned: the router's buffer is then unique and the id is written in place.
-        record.value = Some(framed(value, plan.id));
+        match self.cfg.id_handler {
+            // Taken, not cloned: the router's buffer is then unique and the id is written in
+            // place. Apicurio's 4-byte handler writes a longer id cut to an int, as here.
+            IdHandler::FourByte => record.value = Some(framed(value, plan.id as u32)),
+            IdHandler::EightByte => record.value = Some(framed_long(&value, plan.id)),
+            // As Apicurio's `DefaultHeadersHandler` and `AvroSerdeHeaders` write them (Avro
+            // only: config refuses the other converters).
+            IdHandler::Headers => {
+                record.value = Some(value.slice(FRAME_RESERVED..));
+                let id = Bytes::copy_from_slice(&plan.id.to_be_bytes());
+                record.headers.push((self.id_header.clone(), id));
+                record.headers.push((self.encoding_header.clone(), Bytes::from_static(b"BINARY")));
+            }
+        }
         Ok(())
     }
 
@@ -233,22 +264,11 @@ impl Registry {
 
     /// The id under `subject` (registered, looked up, or the latest's, by the configuration),
     /// and with `use_latest_version` the latest's text; asked until the registry answers.
-    async fn ask(&self, subject: &str, schema: &str) -> Result<(u32, Option<String>), FrameError> {
+    async fn ask(&self, subject: &str, schema: &str) -> Result<(u64, Option<String>), FrameError> {
         let mut backoff = Duration::from_millis(200);
         let mut warned = false;
         loop {
-            let answer = match (self.cfg.use_latest_version, self.cfg.auto_register) {
-                (true, _) => client::latest(&self.cfg, subject, self.schema_type)
-                    .await
-                    .map(|(id, t)| (id, Some(t))),
-                (false, true) => client::register(&self.cfg, subject, schema, self.schema_type)
-                    .await
-                    .map(|id| (id, None)),
-                (false, false) => client::lookup(&self.cfg, subject, schema, self.schema_type)
-                    .await
-                    .map(|id| (id, None)),
-            };
-            match answer {
+            match self.answer(subject, schema).await {
                 Ok((id, latest)) => {
                     if warned {
                         tracing::info!(%subject, id, "the schema registry answers again");
@@ -324,11 +344,41 @@ impl Registry {
         }
     }
 
+    /// One try of [`Registry::ask`]: the id the configuration names, and the latest's text.
+    async fn answer(
+        &self,
+        subject: &str,
+        schema: &str,
+    ) -> Result<(u64, Option<String>), CallError> {
+        let (cfg, ty) = (&self.cfg, self.schema_type);
+        let (id, latest) = match (cfg.use_latest_version, cfg.auto_register) {
+            (true, _) => client::latest(cfg, subject, ty).await.map(|(id, t)| (id, Some(t)))?,
+            (false, true) => (client::register(cfg, subject, schema, ty).await?, None),
+            (false, false) => (client::lookup(cfg, subject, schema, ty).await?, None),
+        };
+        if cfg.use_id == UseId::GlobalId {
+            let text = latest.as_deref().unwrap_or(schema);
+            return Ok((client::global_id(cfg, subject, text, ty).await?, latest));
+        }
+        Ok((u64::from(id), latest))
+    }
+
     fn set_unreachable(&self, why: Option<String>) {
         if let Some(m) = &self.metrics {
             m.registry_unreachable.store(why.is_some(), Relaxed);
         }
     }
+}
+
+/// `value` (five reserved bytes, then the body) with the magic byte and an 8-byte `id` in front
+/// (Apicurio's `Legacy8ByteIdHandler`): a new buffer, as the router reserved 5 bytes.
+fn framed_long(value: &[u8], id: u64) -> Bytes {
+    let body = &value[FRAME_RESERVED..];
+    let mut bytes = Vec::with_capacity(9 + body.len());
+    bytes.push(0);
+    bytes.extend_from_slice(&id.to_be_bytes());
+    bytes.extend_from_slice(body);
+    bytes.into()
 }
 
 /// `value` (five reserved bytes, then the body) with the magic byte and `id` in front.
@@ -356,6 +406,8 @@ mod tests {
             ca: None,
             identity: None,
             subject_name_strategy: strategy,
+            id_handler: IdHandler::FourByte,
+            use_id: UseId::ContentId,
         })
     }
 
@@ -379,5 +431,11 @@ mod tests {
     fn the_frame_is_the_magic_byte_and_the_id_big_endian_before_the_body() {
         let value = Bytes::from(vec![9, 9, 9, 9, 9, 2, 4, b'h', b'i']);
         assert_eq!(&framed(value, 0x0102_0304)[..], [0, 1, 2, 3, 4, 2, 4, b'h', b'i']);
+    }
+
+    #[test]
+    fn apicurios_long_frame_is_the_magic_byte_and_8_bytes_before_the_body() {
+        let value = [9, 9, 9, 9, 9, 2, 4];
+        assert_eq!(&framed_long(&value, 0x0102_0304_0506)[..], [0, 0, 0, 1, 2, 3, 4, 5, 6, 2, 4]);
     }
 }

@@ -53,21 +53,73 @@ pub fn try_decode_with_confluent(
             format!("{}\n", json!({ "value": value }))
         })
         .collect();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/consumers/registry_decode.py");
     let work = scratch_dir("registry_decode");
+    let work = work.to_str().expect("a UTF-8 scratch path");
+    let lines = run_decoder("registry_decode.py", &[kind, ccompat_url, topic, work], &input);
+    let decoded: Vec<Result<Value, String>> = lines
+        .into_iter()
+        .map(|mut v| match v.get("error").and_then(Value::as_str) {
+            Some(e) => Err(e.to_string()),
+            None => Ok(v["value"].take()),
+        })
+        .collect();
+    assert_eq!(
+        decoded.len(),
+        records.len(),
+        "registry_decode.py answered {} of {} records",
+        decoded.len(),
+        records.len(),
+    );
+    decoded
+}
+
+/// Avro values decoded as Apicurio's deserializer reads them (tests/consumers/apicurio_decode.py):
+/// the id from the frame or the headers by `handler` ("4-byte", "8-byte", "headers") and `use_id`
+/// ("contentId", "globalId"), the writer schema fetched by that id from Apicurio's own API
+/// (`api_url`: its `…/apis/registry/v2`), the body read under it with fastavro. Per record, the
+/// decoded value and the id read; panics naming every record it could not decode.
+pub fn decode_as_apicurio(
+    api_url: &str,
+    (handler, use_id): (&str, &str),
+    records: &[(Vec<u8>, Vec<(String, Vec<u8>)>)],
+) -> Vec<(Value, u64)> {
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let input: String = records
+        .iter()
+        .map(|(value, headers)| {
+            let headers: serde_json::Map<String, Value> =
+                headers.iter().map(|(k, v)| (k.clone(), Value::from(hex(v)))).collect();
+            format!("{}\n", json!({ "value": hex(value), "headers": headers }))
+        })
+        .collect();
+    let lines = run_decoder("apicurio_decode.py", &[api_url, handler, use_id], &input);
+    assert_eq!(lines.len(), records.len(), "apicurio_decode.py answered {lines:?}");
+    let failed: Vec<String> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.get("error").map(|e| format!("record {i}: {e}")))
+        .collect();
+    assert!(failed.is_empty(), "Apicurio's way of reading refused:\n{}", failed.join("\n"));
+    lines.into_iter().map(|mut v| (v["value"].take(), v["id"].as_u64().expect("an id"))).collect()
+}
+
+/// Runs tests/consumers/`script` with `args`, `input` on its stdin; one JSON value per line it
+/// printed. Gives up after two minutes (the scripts' registry requests have 20 s each).
+fn run_decoder(script: &str, args: &[&str], input: &str) -> Vec<Value> {
+    let path = format!("{}/tests/consumers/{script}", env!("CARGO_MANIFEST_DIR"));
     let mut child = Command::new(super::pyenv_python())
-        .arg(script)
-        .args([kind, ccompat_url, topic])
-        .arg(&work)
+        .arg(&path)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start registry_decode.py");
+        .unwrap_or_else(|e| panic!("start {script}: {e}"));
     let pid = child.id();
     let mut stdin = child.stdin.take().unwrap();
     // Written from a thread: a large input would fill the pipe while the script's answers fill
     // the other one.
+    let input = input.to_string();
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -75,38 +127,25 @@ pub fn try_decode_with_confluent(
     });
     let deadline = Duration::from_secs(120);
     let out = match rx.recv_timeout(deadline) {
-        Ok(out) => out.expect("registry_decode.py runs"),
+        Ok(out) => out.unwrap_or_else(|e| panic!("{script} runs: {e}")),
         Err(_) => {
             super::process::signal(pid, "KILL");
-            panic!("registry_decode.py {kind} {ccompat_url} did not finish within {deadline:?}");
+            panic!("{script} {args:?} did not finish within {deadline:?}");
         }
     };
     let _ = writer.join();
     assert!(
         out.status.success(),
-        "registry_decode.py {kind} failed ({}):\n{}",
+        "{script} failed ({}):\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let decoded: Vec<Result<Value, String>> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| {
-            let mut v: Value = serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("registry_decode.py printed non-JSON ({e}): {l}"));
-            match v.get("error").and_then(Value::as_str) {
-                Some(e) => Err(e.to_string()),
-                None => Ok(v["value"].take()),
-            }
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{script} printed non-JSON ({e}): {l}"))
         })
-        .collect();
-    assert_eq!(
-        decoded.len(),
-        records.len(),
-        "registry_decode.py answered {} of {} records; stderr:\n{}",
-        decoded.len(),
-        records.len(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    decoded
+        .collect()
 }

@@ -5,7 +5,7 @@
 //! registers nothing.
 
 use super::{plural, Report};
-use crate::config::{Config, SchemaRegistryConfig, SubjectNameStrategy};
+use crate::config::{Config, SchemaRegistryConfig, SubjectNameStrategy, UseId};
 use crate::registry::client::{self, CallError};
 
 pub(super) async fn run(config: &Config, r: &mut Report) {
@@ -32,6 +32,9 @@ pub(super) async fn run(config: &Config, r: &mut Report) {
             );
             if cfg.use_latest_version {
                 contracts(config, cfg, &subjects, r).await;
+            }
+            if cfg.use_id == UseId::GlobalId {
+                apicurio(cfg, r).await;
             }
         }
         Err(CallError::Unauthorized(why)) if why.contains("client certificate") => r.fail(
@@ -121,6 +124,29 @@ async fn contracts(
                 "register each contract before the first row it applies to; a row whose subject holds none is refused (dead-lettered, or the relay stops at it)",
             );
         }
+    }
+}
+
+/// With `use_id = "globalId"`, each new schema's globalId is read from Apicurio's own API
+/// beside the Confluent-compatible one: it must answer too.
+async fn apicurio(cfg: &SchemaRegistryConfig, r: &mut Report) {
+    let what = "schema registry globalIds";
+    let api: Vec<String> =
+        cfg.urls.iter().filter_map(|u| SchemaRegistryConfig::apicurio_api(u)).collect();
+    let framing = match cfg.id_handler.as_str() {
+        "headers" => "in the apicurio.value.globalId header".to_string(),
+        size => format!("in {size} after the magic byte"),
+    };
+    match client::apicurio_version(cfg).await {
+        Ok(version) => r.ok(
+            what,
+            format!("Apicurio {version} answers at {}: values carry their schema's globalId {framing}", api.join(", ")),
+        ),
+        Err(e) => r.fail(
+            what,
+            format!("Apicurio's own API does not answer at {}: {}", api.join(", "), said(&e)),
+            "use_id = \"globalId\" reads each schema's globalId from Apicurio's API beside /apis/ccompat/v7 (Apicurio 2 or 3): make it reachable with the same credentials, or set use_id = \"contentId\" if the consumers' deserializers read the contentId",
+        ),
     }
 }
 
