@@ -15,7 +15,10 @@ mod inside_run;
 mod repair;
 
 /// `audit --json` on `config`, with every row settled: (exit code, the report).
-async fn audit(config: &str, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+pub(crate) async fn audit(
+    config: &str,
+    extra: &[&str],
+) -> (Option<i32>, serde_json::Value, String) {
     let mut args = vec!["audit", "--since", "1h", "--settle", "0s", "--json"];
     args.extend_from_slice(extra);
     let run = walrelay_async(&args, Some(config)).await;
@@ -78,7 +81,7 @@ async fn insert_bulk(s: &Setup, txns: usize, rows: usize) -> Vec<String> {
 
 /// Stops `relay`, inserts `n` events and moves the slot past them, as a dropped slot or an
 /// operator's `pg_replication_slot_advance` would: they are never relayed. Their ids.
-async fn lose(s: &Setup, mut relay: RelayProcess, n: usize) -> Vec<String> {
+pub(crate) async fn lose(s: &Setup, mut relay: RelayProcess, n: usize) -> Vec<String> {
     assert_eq!(relay.terminate(), Some(0));
     let inactive = crate::support::slot::wait_inactive(&s.db.url, &s.slot, Duration::from_secs(15));
     assert!(inactive.await, "the slot stayed active");

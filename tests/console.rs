@@ -17,10 +17,10 @@ use crate::support::{free_port, services, slot, wait_until};
 /// Secrets planted where the relay keeps them (the fuzz oracle's prefix): none may reach a
 /// response.
 const PG_PASSWORD: &str = "Fz-s3cret-9Qx-pg";
-const TOKEN: &str = "Fz-s3cret-9Qx-console-token";
+pub(crate) const TOKEN: &str = "Fz-s3cret-9Qx-console-token";
 
 /// A GET's JSON body and status, as a browser on the relay's host asks.
-async fn get_json(port: u16, path: &str) -> (u16, serde_json::Value, String) {
+pub(crate) async fn get_json(port: u16, path: &str) -> (u16, serde_json::Value, String) {
     get_json_with(port, path, "").await
 }
 

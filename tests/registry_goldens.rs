@@ -21,6 +21,8 @@ struct Golden {
     name: &'static str,
     /// `[debezium] value.converter`: `avro` or `protobuf`.
     converter: &'static str,
+    /// `[debezium] key.converter`: `string` or `avro`.
+    key_converter: &'static str,
     /// The fixture rows the golden was made from (every row when empty): see run.sh.
     rows: &'static [&'static str],
     router: &'static str,
@@ -62,8 +64,10 @@ async fn check(g: Golden) {
     let dead = s.topic("dead_letters");
     let sections = format!(
         "[debezium]\n\"extended.headers.enabled\" = true\n\"topic.prefix\" = \"dbz\"\n\
-         \"value.converter\" = \"{}\"\n\n[schema_registry]\nurl = \"{}\"\n\n{}",
+         \"value.converter\" = \"{}\"\n\"key.converter\" = \"{}\"\n\n[schema_registry]\n\
+         url = \"{}\"\n\n{}",
         g.converter,
+        g.key_converter,
         registry.ccompat_url(),
         dead_letter_section(&dead)
     );
@@ -84,7 +88,7 @@ async fn check(g: Golden) {
     let got = consume_topics(bootstrap, &topic_refs, expected.len(), Duration::from_secs(60)).await;
     assert_eq!(got.len(), expected.len(), "{}: relay log:\n{}", g.name, relay.log());
 
-    let subject = |topic: &str| format!("{}.{topic}-value", s.topic_prefix);
+    let subject = |topic: &str, part: &str| format!("{}.{topic}-{part}", s.topic_prefix);
     // A subject walrelay registers a schema under that Debezium did not (a row Debezium's
     // converter refused) numbers its later versions differently: those are not compared.
     let mut shifted: HashSet<String> = HashSet::new();
@@ -110,13 +114,19 @@ async fn check(g: Golden) {
             let row = &id[id.len() - 2..];
             assert_eq!(have.topic == dead, g.dead_lettered.contains(&row), "{what}: {have:?}");
             if have.topic != dead {
-                shifted.insert(subject(want["topic"].as_str().unwrap()));
+                shifted.insert(subject(want["topic"].as_str().unwrap(), "value"));
             }
             continue;
         }
         let topic = have.topic.strip_prefix(&format!("{}.", s.topic_prefix)).unwrap();
         assert_eq!(topic, want["topic"].as_str().unwrap(), "{what}: topic");
-        assert_eq!(have.key, b64(&want["key"]["bytes_b64"]), "{what}: key");
+        match g.key_converter {
+            "avro" => {
+                let subject = subject(topic, "key");
+                same_framed(&what, have.key.as_deref(), &want["key"], (topic, &subject), true)
+            }
+            _ => assert_eq!(have.key, b64(&want["key"]["bytes_b64"]), "{what}: key"),
+        }
         assert_same_headers(&what, have, &want["headers"]);
         let w = &want["value"];
         if w["is_null"] == true {
@@ -124,26 +134,9 @@ async fn check(g: Golden) {
             compared += 1;
             continue;
         }
-        let value = have.value.as_deref().unwrap_or_else(|| panic!("{what}: no value"));
-        assert!(value.len() >= 5 && value[0] == 0, "{what}: not Confluent-framed: {value:?}");
-        assert_eq!(Some(value[5..].to_vec()), b64(&w["after_id_b64"]), "{what}: value bytes");
-        let schema_id = i32::from_be_bytes(value[1..5].try_into().unwrap());
-        let schema = registry.schema_by_id(schema_id).expect("the value's schema is registered");
-        assert_eq!(schema, w["schema"].as_str().unwrap(), "{what}: schema");
-        let subject = subject(topic);
-        let version = w["subjects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["subject"] == format!("{topic}-value"))
-            .and_then(|v| v["version"].as_i64())
-            .unwrap_or_else(|| panic!("{what}: the golden has no {topic}-value"));
-        let versions = registry.versions_of(schema_id);
-        let ours = versions.iter().find(|(s, _)| *s == subject).map(|(_, v)| *v);
-        assert!(ours.is_some(), "{what}: schema {schema_id} is not under {subject}: {versions:?}");
-        if !shifted.contains(&subject) {
-            assert_eq!(ours, Some(version), "{what}: version under {subject}");
-        }
+        let subject = subject(topic, "value");
+        let version = !shifted.contains(&subject);
+        same_framed(&what, have.value.as_deref(), w, (topic, &subject), version);
         compared += 1;
     }
     println!(
@@ -158,12 +151,50 @@ async fn check(g: Golden) {
     release_slot(&s).await;
 }
 
+/// A framed key or value against the golden's: the bytes after the schema id (not compared: it
+/// depends on what the registry held before), the schema registered under the id, and, with
+/// `version`, its version under `subject` (the golden's under `topic`'s same subject).
+fn same_framed(
+    what: &str,
+    have: Option<&[u8]>,
+    want: &serde_json::Value,
+    (topic, subject): (&str, &str),
+    version: bool,
+) {
+    let part = subject.rsplit('-').next().unwrap_or_default();
+    let bytes = have.unwrap_or_else(|| panic!("{what}: no {part}"));
+    assert!(bytes.len() >= 5 && bytes[0] == 0, "{what}: {part} not Confluent-framed: {bytes:?}");
+    assert_eq!(Some(bytes[5..].to_vec()), b64(&want["after_id_b64"]), "{what}: {part} bytes");
+    let schema_id = i32::from_be_bytes(bytes[1..5].try_into().unwrap());
+    let schema = registry().schema_by_id(schema_id).expect("the schema is registered");
+    assert_eq!(schema, want["schema"].as_str().unwrap(), "{what}: {part} schema");
+    let golden = want["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["subject"] == format!("{topic}-{part}"))
+        .and_then(|v| v["version"].as_i64())
+        .unwrap_or_else(|| panic!("{what}: the golden has no {topic}-{part}"));
+    let versions = registry().versions_of(schema_id);
+    let ours = versions.iter().find(|(s, _)| *s == subject).map(|(_, v)| *v);
+    assert!(ours.is_some(), "{what}: schema {schema_id} is not under {subject}: {versions:?}");
+    if version {
+        assert_eq!(ours, Some(golden), "{what}: version under {subject}");
+    }
+}
+
 macro_rules! registry_golden_test {
     ($test:ident, $name:literal, $converter:literal, $rows:expr, $router:expr, $dead:expr) => {
+        registry_golden_test!($test, $name, $converter, "string", $rows, $router, $dead);
+    };
+    ($test:ident, $name:literal, $converter:literal, $key:literal, $rows:expr, $router:expr, $dead:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            let (name, converter, rows, router) = ($name, $converter, $rows, $router);
-            check(Golden { name, converter, rows, router, dead_lettered: $dead }).await;
+            let (name, converter, key_converter, rows, router) =
+                ($name, $converter, $key, $rows, $router);
+            let golden =
+                Golden { name, converter, key_converter, rows, router, dead_lettered: $dead };
+            check(golden).await;
         }
     };
 }
@@ -201,6 +232,17 @@ registry_golden_test!(
     "avro",
     PLACEMENT_ROWS,
     PLACEMENTS,
+    &[]
+);
+// Avro keys: the aggregate id as an Avro "string" under <topic>-key, framed (so its partition is
+// the framed bytes' murmur2, as Debezium's).
+registry_golden_test!(
+    registry_golden_avro_keys_match_debeziums_avro_key_converter,
+    "avro_keys",
+    "avro",
+    "avro",
+    &[],
+    "",
     &[]
 );
 // A payload that is not expanded is a google.protobuf.StringValue, wrappers.proto registered.

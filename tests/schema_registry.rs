@@ -21,6 +21,7 @@ use crate::support::registry_decode::decode_with_confluent;
 use crate::support::{kafka, services, unique};
 
 mod apicurio;
+mod keys;
 mod tls;
 
 pub(crate) fn avro_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> String {

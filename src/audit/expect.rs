@@ -15,6 +15,7 @@ use super::MEMORY_PER_SORT;
 use crate::config::Config;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
+use crate::registry::FrameError;
 use crate::router::Binding;
 use crate::snapshot::{Refused, Rows, Snapshot};
 
@@ -42,9 +43,10 @@ pub(super) async fn read(snapshot: &mut Snapshot, config: &Config) -> Result<Exp
     let (rows_tx, rows_rx) = mpsc::channel::<Rows>(READ_AHEAD);
     let (done_tx, done_rx) = oneshot::channel();
     let router = Routing {
-        encoder: Encoder::new(config),
+        encoder: Encoder::for_reading(config),
         bindings: snapshot.bindings(),
         envelope: config.envelope.format.name().to_string(),
+        runtime: tokio::runtime::Handle::current(),
     };
     std::thread::Builder::new()
         .name("walrelay-audit-route".into())
@@ -81,6 +83,9 @@ struct Routing {
     bindings: Vec<Binding>,
     /// The envelope's name, for messages.
     envelope: String,
+    /// To ask the registry for the ids of registry-framed keys (`key.converter = "avro"`),
+    /// whose bytes, and so partitions, depend on them.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Routing {
@@ -97,7 +102,7 @@ impl Routing {
         while let Some(batch) = rows.blocking_recv() {
             let binding = &self.bindings[batch.table];
             for routed in batch.routed(&mut self.encoder, binding) {
-                let (record, commit) = match routed {
+                let (mut record, commit) = match routed {
                     Ok(r) => r,
                     Err(refused) => {
                         x.refused_count += 1;
@@ -107,6 +112,20 @@ impl Routing {
                         continue;
                     }
                 };
+                // Its key as the relay framed it: the partition is the framed bytes' hash.
+                match self.runtime.block_on(self.encoder.frame_key(&mut record)) {
+                    Ok(()) => {}
+                    // The key's subject holds no such schema: the relay has written no record
+                    // with this key schema to this topic (it registers before it writes), so the
+                    // event is in no partition; it is judged as one that could be in any.
+                    Err(FrameError::Refused(_)) => record.key = None,
+                    Err(e) => {
+                        return Err(Error::definite(
+                            format!("the audit cannot frame event {}'s key: {e}", record.event_id),
+                            "the keys are registry-framed (key.converter = \"avro\"), so where each record went depends on its key schema's id: make the registry reachable with [schema_registry]'s credentials, then audit again",
+                        ))
+                    }
+                }
                 let Some(place) = IdPlace::of(&record) else {
                     return Err(Error::definite(
                         format!(

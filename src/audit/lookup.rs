@@ -20,6 +20,8 @@ use crate::delivery::partition_read::{self, Stop};
 use crate::delivery::partitioner::key_partition;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
+use crate::registry::FrameError;
+use crate::router::{Record, FRAME_RESERVED};
 use crate::snapshot::{Options, Selection, Snapshot};
 use crate::source::{self, catalog};
 
@@ -89,7 +91,7 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
     };
     let mut snapshot = Snapshot::open(config, &opts).await?;
     let tables = snapshot.indexes();
-    let mut encoder = Encoder::new(config);
+    let mut encoder = Encoder::for_reading(config);
     let mut row = None;
     while let Some(rows) = snapshot.next_rows().await? {
         let table = rows.table;
@@ -100,7 +102,7 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
     }
     snapshot.close().await;
     let Some((table, routed)) = row else { return Ok(Outcome::Absent) };
-    let (record, commit) = match routed {
+    let (mut record, commit) = match routed {
         Ok(routed) => routed,
         Err(refused) => {
             return Ok(Outcome::Unroutable { id: id.to_string(), table, reason: refused.reason })
@@ -112,13 +114,28 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
             "every walrelay envelope keeps it in a header, a JSON \"id\" or protobuf field 1",
         ));
     };
+    // Shown as the row holds it; searched for framed as the relay framed it (with
+    // `key.converter = "avro"`), whose bytes give the partition.
+    let shown_key = shown_key(&record);
+    if let Err(e) = encoder.frame_key(&mut record).await {
+        match e {
+            // No record under this key schema was written to the topic: any partition.
+            FrameError::Refused(_) => record.key = None,
+            e => {
+                return Err(Error::definite(
+                    format!("the lookup cannot frame event {id}'s key: {e}"),
+                    "the keys are registry-framed (key.converter = \"avro\"): make the registry reachable with [schema_registry]'s credentials",
+                ))
+            }
+        }
+    }
     let mut lookup = Lookup {
         id: id.to_string(),
         table,
         commit_micros: commit.micros,
         exact: commit.exact,
         topic: record.topic.to_string(),
-        key: record.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()),
+        key: shown_key,
         partition: record.partition,
         found: None,
         searched: String::new(),
@@ -236,4 +253,20 @@ fn search(
     }
     lookup.searched = searched.join("; ");
     Ok(())
+}
+
+/// The key as its row holds it: the text, also under `key.converter = "avro"` with a string
+/// key (an Avro string is its length, a zigzag varint, then the UTF-8); another Avro key is
+/// said by its schema.
+fn shown_key(record: &Record) -> Option<String> {
+    let key = record.key.as_deref()?;
+    let Some(schema) = record.key_schema.as_deref() else {
+        return Some(String::from_utf8_lossy(key).into_owned());
+    };
+    let body = key.get(FRAME_RESERVED..).unwrap_or_default();
+    let length_bytes = body.iter().position(|b| b & 0x80 == 0).map_or(body.len(), |i| i + 1);
+    Some(match schema {
+        "\"string\"" => String::from_utf8_lossy(&body[length_bytes..]).into_owned(),
+        other => format!("(an Avro key of schema {other}, {} bytes)", body.len()),
+    })
 }

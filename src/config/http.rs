@@ -176,7 +176,8 @@ fn console_mode(
             ))
         }
     };
-    if token {
+    // Reads are open on the loopback, said or not; actions always want the token.
+    if token || (mode == ConsoleMode::Read && loopback) {
         return Ok(mode);
     }
     let value = format!("\"{}\"", mode.name());
@@ -257,6 +258,9 @@ mod tests {
             assert!(e.contains("`console`") && e.contains(says), "{keys}: {e}");
             assert!(e.contains("WALRELAY_HTTP_CONSOLE_TOKEN"), "{e}");
         }
+        // Said explicitly, a read-only console on the loopback is what the default gives.
+        let said = http("listen = \"127.0.0.1:9187\"\nconsole = \"read\"").unwrap();
+        assert_eq!((said.console, said.console_needs_token()), (ConsoleMode::Read, false));
         let off = http("listen = \"0.0.0.0:9187\"\nconsole = \"off\"").unwrap();
         assert_eq!(off.console, ConsoleMode::Off);
         let actions = http(&format!(

@@ -178,12 +178,17 @@ impl Config {
         router.tenant_header = outbox.tenant_header.as_deref().map(std::sync::Arc::from);
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
         let schema_registry = schema_registry.map(|r| schema_registry::parse(&r)).transpose()?;
-        if let (Some(converter), None) = (router.registry_converter(), &schema_registry) {
+        let registry_side = match (router.registry_converter(), router.registry_keys()) {
+            (Some(converter), _) => Some(("value.converter", converter)),
+            (None, true) => Some(("key.converter", "avro")),
+            (None, false) => None,
+        };
+        if let (Some((side, converter)), None) = (registry_side, &schema_registry) {
             return Err(ConfigError::Missing {
                 section: "schema_registry",
                 key: "url".into(),
                 hint: format!(
-                    "[debezium] value.converter = {converter:?} writes schema ids: set [schema_registry] url to the registry's Confluent-compatible API"
+                    "[debezium] {side} = {converter:?} writes schema ids: set [schema_registry] url to the registry's Confluent-compatible API"
                 ),
             });
         }

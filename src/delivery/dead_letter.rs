@@ -43,6 +43,7 @@ pub fn record(cfg: &DeadLetterConfig, failed: Failed) -> Record {
         event_id: failed.event_id.unwrap_or_default(),
         trace: None,
         value_schema: None,
+        key_schema: None,
     }
 }
 

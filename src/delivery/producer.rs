@@ -379,6 +379,7 @@ mod tests {
             event_id: n.to_string(),
             trace: None,
             value_schema: None,
+            key_schema: None,
         }
     }
 

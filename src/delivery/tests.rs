@@ -20,6 +20,7 @@ fn record(n: u32) -> Record {
         event_id: n.to_string(),
         trace: None,
         value_schema: None,
+        key_schema: None,
     }
 }
 

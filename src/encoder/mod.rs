@@ -85,6 +85,15 @@ impl Encoder {
         encoder
     }
 
+    /// For what reads the relay's records back (the audit, the lookup): the same router and
+    /// envelope, and a registry that only looks ids up and does not wait
+    /// ([`Registry::read_only`]).
+    pub fn for_reading(config: &Config) -> Encoder {
+        let mut encoder = Encoder::new(config);
+        encoder.registry = encoder.registry.take().map(Registry::read_only);
+        encoder
+    }
+
     /// From the two sections alone (tests, benchmarks).
     pub fn from_parts(router: RouterConfig, envelope: EnvelopeConfig, database: &str) -> Encoder {
         let envelope = Envelope::new(envelope, &router, database);
@@ -106,6 +115,15 @@ impl Encoder {
             registry.frame(&mut record).await?;
         }
         Ok(Framed(record))
+    }
+
+    /// `record`'s key framed as the relay frames it (`key.converter = "avro"`), so its bytes,
+    /// and the partition they hash to, are the ones in Kafka; other keys pass as they are.
+    pub async fn frame_key(&mut self, record: &mut Record) -> Result<(), FrameError> {
+        match &mut self.registry {
+            Some(registry) => registry.frame_key(record).await,
+            None => Ok(()),
+        }
     }
 
     /// The router, for what is decided once per relation ([`Router::bind`]) and for the raw

@@ -16,10 +16,15 @@ impl Builder {
             Some(JSON_SCHEMA_CONVERTER) => Some("JSON Schema"),
             _ => None,
         };
-        if !avro && topic_subjects_only.is_none() {
+        // Avro keys (`key.converter`) share the section; the value converter's options first.
+        let avro_keys = self.get("key.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
+        if !avro && !avro_keys && topic_subjects_only.is_none() {
             return;
         }
-        let get = |k: &str| self.get(&format!("value.converter.{k}")).map(str::to_string);
+        let get = |k: &str| {
+            let value = self.get(&format!("value.converter.{k}"));
+            value.or_else(|| self.get(&format!("key.converter.{k}"))).map(str::to_string)
+        };
         let apicurio = self.get("value.converter").is_some_and(|c| c.starts_with("io.apicurio."));
         // Apicurio's converter registers only when told to; Confluent's unless told not to.
         let auto = match apicurio {

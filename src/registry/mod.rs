@@ -36,20 +36,39 @@ use self::client::{CallError, SchemaType};
 use self::json_contract::JsonContract;
 use self::schema::Parsed;
 
-/// The plans known, per topic and derived schema, for one run.
+/// The plans known, per part, topic and derived schema, for one run.
 pub struct Registry {
     cfg: SchemaRegistryConfig,
-    /// The value converter's: one per run.
+    /// The value converter's: one per run. Keys are Avro (`key.converter = "avro"`).
     schema_type: SchemaType,
-    plans: HashMap<(Arc<str>, Arc<str>), Arc<Plan>>,
-    /// The last (topic, schema, plan) used: records in a row mostly share both, and the same
-    /// `Arc`s, so a pointer comparison spares the hashing.
-    last: Option<(Arc<str>, Arc<str>, Arc<Plan>)>,
+    plans: HashMap<(Part, Arc<str>, Arc<str>), Arc<Plan>>,
+    /// Per part, the last (topic, schema, plan) used: records in a row mostly share both, and
+    /// the same `Arc`s, so a pointer comparison spares the hashing.
+    last: [Option<(Arc<str>, Arc<str>, Arc<Plan>)>; 2],
     metrics: Option<Arc<Metrics>>,
-    /// With `id_handler = "headers"`: the id's header, `apicurio.value.globalId` or
-    /// `apicurio.value.contentId`, and Avro's encoding header, made once.
-    id_header: Arc<str>,
-    encoding_header: Arc<str>,
+    /// With `id_handler = "headers"`, per part: the id's header (`apicurio.value.globalId`,
+    /// `apicurio.key.contentId`, …) and Avro's encoding header, made once.
+    headers: [(Arc<str>, Arc<str>); 2],
+    /// Whether an unreachable registry is waited for (the relay: delivery holds) or said at
+    /// once (what reads the records back, `Registry::read_only`).
+    patient: bool,
+}
+
+/// The part of a record a schema id frames: its own subject (`<topic>-key`, `<topic>-value`),
+/// its own headers under Apicurio's framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Part {
+    Key = 0,
+    Value = 1,
+}
+
+impl Part {
+    fn name(self) -> &'static str {
+        match self {
+            Part::Key => "key",
+            Part::Value => "value",
+        }
+    }
 }
 
 /// How the values of one topic and derived schema are framed: under `id`, as they are or, with
@@ -86,12 +105,16 @@ pub enum FrameError {
     Refused(String),
     /// The registry refused walrelay's credentials: nothing framed until they are fixed.
     Unauthorized(String),
+    /// A read-only registry ([`Registry::read_only`]) did not answer.
+    Unreachable(String),
 }
 
 impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FrameError::Refused(why) | FrameError::Unauthorized(why) => f.write_str(why),
+            FrameError::Refused(why)
+            | FrameError::Unauthorized(why)
+            | FrameError::Unreachable(why) => f.write_str(why),
         }
     }
 }
@@ -105,18 +128,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 impl Registry {
     pub fn new(cfg: SchemaRegistryConfig) -> Registry {
         let schema_type = SchemaType::Avro;
-        let id_header = match cfg.use_id {
-            UseId::GlobalId => "apicurio.value.globalId",
-            UseId::ContentId => "apicurio.value.contentId",
-        };
+        let headers = [Part::Key, Part::Value].map(|part| {
+            let id = format!("apicurio.{}.{}", part.name(), cfg.use_id.as_str());
+            (Arc::from(id), Arc::from(format!("apicurio.{}.encoding", part.name())))
+        });
         Registry {
             cfg,
             schema_type,
             plans: HashMap::new(),
-            last: None,
+            last: [None, None],
             metrics: None,
-            id_header: Arc::from(id_header),
-            encoding_header: Arc::from("apicurio.value.encoding"),
+            headers,
+            patient: true,
         }
     }
 
@@ -128,6 +151,15 @@ impl Registry {
             "json-schema" => SchemaType::Json,
             _ => SchemaType::Avro,
         };
+        self
+    }
+
+    /// For what reads records back (the audit, the lookup) and needs the ids the relay framed
+    /// them with: schemas are looked up, never registered, and a registry that does not answer
+    /// is an error at once ([`FrameError::Unreachable`]), not a wait.
+    pub fn read_only(mut self) -> Registry {
+        self.cfg.auto_register = false;
+        self.patient = false;
         self
     }
 
@@ -165,24 +197,46 @@ impl Registry {
     }
 
     /// Writes the id of `record`'s value schema into its value's first bytes (after rewriting
-    /// the value under the registered schema, with `use_latest_version`); a record without a
-    /// registry value is left as it is. Waits while the registry is unreachable.
+    /// the value under the registered schema, with `use_latest_version`), then the same for its
+    /// key (`key.converter = "avro"`); a record without registry bytes is left as it is. Waits
+    /// while the registry is unreachable. A refused value leaves the record as it was.
     pub async fn frame(&mut self, record: &mut Record) -> Result<(), FrameError> {
-        let (Some(schema), true) = (&record.value_schema, record.value.is_some()) else {
-            return Ok(());
-        };
-        let plan = match &self.last {
+        if let (Some(schema), true) = (record.value_schema.clone(), record.value.is_some()) {
+            self.frame_part(Part::Value, record, &schema).await?;
+        }
+        if let (Some(schema), true) = (record.key_schema.clone(), record.key.is_some()) {
+            self.frame_part(Part::Key, record, &schema).await?;
+        }
+        Ok(())
+    }
+
+    /// Frames `record`'s key alone: what reads records back needs the partition its framed
+    /// key hashes to, not its value.
+    pub async fn frame_key(&mut self, record: &mut Record) -> Result<(), FrameError> {
+        if let (Some(schema), true) = (record.key_schema.clone(), record.key.is_some()) {
+            self.frame_part(Part::Key, record, &schema).await?;
+        }
+        Ok(())
+    }
+
+    async fn frame_part(
+        &mut self,
+        part: Part,
+        record: &mut Record,
+        schema: &Arc<str>,
+    ) -> Result<(), FrameError> {
+        let plan = match &self.last[part as usize] {
             Some((topic, s, plan))
                 if Arc::ptr_eq(topic, &record.topic) && Arc::ptr_eq(s, schema) =>
             {
                 plan.clone()
             }
             _ => {
-                let key = (record.topic.clone(), schema.clone());
+                let key = (part, record.topic.clone(), schema.clone());
                 let plan = match self.plans.get(&key) {
                     Some(plan) => plan.clone(),
                     None => {
-                        let plan = Arc::new(self.plan(&record.topic, schema).await?);
+                        let plan = Arc::new(self.plan(part, &record.topic, schema).await?);
                         // Bounded (I7): expanded payloads of ever new shapes would each add one.
                         // Asked again, the registry answers the same.
                         if self.plans.len() >= PLAN_CACHE_LIMIT {
@@ -192,58 +246,75 @@ impl Registry {
                         plan
                     }
                 };
-                self.last = Some((record.topic.clone(), schema.clone(), plan.clone()));
+                self.last[part as usize] =
+                    Some((record.topic.clone(), schema.clone(), plan.clone()));
                 plan
             }
         };
-        let value = record.value.take().expect("checked above");
-        let misfit = |record: &mut Record, value, subject: &str, misfit: String| {
-            record.value = Some(value);
-            Err(FrameError::Refused(format!(
-                "the value does not fit the latest schema of subject {subject} (id {}): \
-                 {misfit}; change the row's payload, or register a schema it fits",
-                plan.id
-            )))
+        let slot = match part {
+            Part::Key => &mut record.key,
+            Part::Value => &mut record.value,
         };
-        let value = match &plan.fit {
-            Fit::AsIs => value,
+        let bytes = slot.take().expect("checked by the caller");
+        let fitted = match &plan.fit {
+            Fit::AsIs => Ok(bytes),
             Fit::Rewrite(r) => {
-                let mut out = Vec::with_capacity(value.len() + 16);
+                let mut out = Vec::with_capacity(bytes.len() + 16);
                 out.resize(FRAME_RESERVED, 0);
-                let body = &value[FRAME_RESERVED..];
-                if let Err(m) = resolve::transcode(&r.derived, &r.registered, body, &mut out) {
-                    return misfit(record, value, &r.subject, m.to_string());
+                let body = &bytes[FRAME_RESERVED..];
+                match resolve::transcode(&r.derived, &r.registered, body, &mut out) {
+                    Ok(()) => Ok(Bytes::from(out)),
+                    Err(m) => Err((bytes, &r.subject, m.to_string())),
                 }
-                Bytes::from(out)
             }
-            Fit::Validate { subject, contract } => {
-                if let Err(m) = contract.check(&value[FRAME_RESERVED..]) {
-                    return misfit(record, value, subject, m);
-                }
-                value
+            Fit::Validate { subject, contract } => match contract.check(&bytes[FRAME_RESERVED..]) {
+                Ok(()) => Ok(bytes),
+                Err(m) => Err((bytes, subject, m)),
+            },
+        };
+        let bytes = match fitted {
+            Ok(bytes) => bytes,
+            Err((bytes, subject, misfit)) => {
+                *slot = Some(bytes);
+                return Err(FrameError::Refused(format!(
+                    "the {} does not fit the latest schema of subject {subject} (id {}): \
+                     {misfit}; change the row's {}, or register a schema it fits",
+                    part.name(),
+                    plan.id,
+                    match part {
+                        Part::Key => "key",
+                        Part::Value => "payload",
+                    }
+                )));
             }
         };
         match self.cfg.id_handler {
             // Taken, not cloned: the router's buffer is then unique and the id is written in
             // place. Apicurio's 4-byte handler writes a longer id cut to an int, as here.
-            IdHandler::FourByte => record.value = Some(framed(value, plan.id as u32)),
-            IdHandler::EightByte => record.value = Some(framed_long(&value, plan.id)),
+            IdHandler::FourByte => *slot = Some(framed(bytes, plan.id as u32)),
+            IdHandler::EightByte => *slot = Some(framed_long(&bytes, plan.id)),
             // As Apicurio's `DefaultHeadersHandler` and `AvroSerdeHeaders` write them (Avro
             // only: config refuses the other converters).
             IdHandler::Headers => {
-                record.value = Some(value.slice(FRAME_RESERVED..));
+                *slot = Some(bytes.slice(FRAME_RESERVED..));
+                let (id_header, encoding) = &self.headers[part as usize];
                 let id = Bytes::copy_from_slice(&plan.id.to_be_bytes());
-                record.headers.push((self.id_header.clone(), id));
-                record.headers.push((self.encoding_header.clone(), Bytes::from_static(b"BINARY")));
+                record.headers.push((id_header.clone(), id));
+                record.headers.push((encoding.clone(), Bytes::from_static(b"BINARY")));
             }
         }
         Ok(())
     }
 
-    /// How values of `schema` under `topic`'s subject are framed, asked of the registry.
-    async fn plan(&self, topic: &str, schema: &str) -> Result<Plan, FrameError> {
-        let subject = self.subject(topic, schema)?;
-        let (id, latest) = self.ask(&subject, schema).await?;
+    /// How `part`s of `schema` under `topic`'s subject are framed, asked of the registry. Keys
+    /// are Avro, and their subject is always the topic's (`key.subject.name.strategy`'s
+    /// default: walrelay's strategy option is the value's).
+    async fn plan(&self, part: Part, topic: &str, schema: &str) -> Result<Plan, FrameError> {
+        let (subject, ty) = match part {
+            Part::Key => (format!("{topic}-key"), SchemaType::Avro),
+            Part::Value => (self.subject(topic, schema)?, self.schema_type),
+        };
+        let (id, latest) = self.ask(&subject, schema, ty).await?;
         let Some(latest) = latest.filter(|l| l != schema) else {
             return Ok(Plan { id, fit: Fit::AsIs });
         };
@@ -252,7 +323,7 @@ impl Registry {
                 "the latest schema of subject {subject} (id {id}) cannot be used: {whose} {e}"
             ))
         };
-        if self.schema_type == SchemaType::Json {
+        if ty == SchemaType::Json {
             let contract = JsonContract::parse(&latest).map_err(|e| unreadable("it is", e))?;
             return Ok(Plan { id, fit: Fit::Validate { subject, contract } });
         }
@@ -264,11 +335,16 @@ impl Registry {
 
     /// The id under `subject` (registered, looked up, or the latest's, by the configuration),
     /// and with `use_latest_version` the latest's text; asked until the registry answers.
-    async fn ask(&self, subject: &str, schema: &str) -> Result<(u64, Option<String>), FrameError> {
+    async fn ask(
+        &self,
+        subject: &str,
+        schema: &str,
+        ty: SchemaType,
+    ) -> Result<(u64, Option<String>), FrameError> {
         let mut backoff = Duration::from_millis(200);
         let mut warned = false;
         loop {
-            match self.answer(subject, schema).await {
+            match self.answer(subject, schema, ty).await {
                 Ok((id, latest)) => {
                     if warned {
                         tracing::info!(%subject, id, "the schema registry answers again");
@@ -276,6 +352,11 @@ impl Registry {
                     self.set_unreachable(None);
                     tracing::debug!(%subject, id, "schema id known");
                     return Ok((id, latest));
+                }
+                Err(CallError::Unreachable(why)) if !self.patient => {
+                    return Err(FrameError::Unreachable(format!(
+                        "the schema registry does not answer for subject {subject}: {why}"
+                    )));
                 }
                 Err(CallError::Unreachable(why)) => {
                     if !warned {
@@ -306,7 +387,7 @@ impl Registry {
                     let latest = format!(
                         "with use_latest_version the subject must hold a registered {} schema: \
                          register one",
-                        self.schema_type.name()
+                        ty.name()
                     );
                     let fix = match (self.cfg.use_latest_version, self.cfg.auto_register) {
                         (true, _) => latest.as_str(),
@@ -329,7 +410,7 @@ impl Registry {
                         placement (table.fields.additional.placement = \"…:envelope:…\", the \
                         value becomes a required object), or use a registry that takes any JSON \
                         Schema (Confluent's, Karapace)";
-                    let fix = match self.schema_type == SchemaType::Json
+                    let fix = match ty == SchemaType::Json
                         && message.contains("discover artifact type")
                     {
                         true => apicurio_json,
@@ -349,8 +430,9 @@ impl Registry {
         &self,
         subject: &str,
         schema: &str,
+        ty: SchemaType,
     ) -> Result<(u64, Option<String>), CallError> {
-        let (cfg, ty) = (&self.cfg, self.schema_type);
+        let cfg = &self.cfg;
         let (id, latest) = match (cfg.use_latest_version, cfg.auto_register) {
             (true, _) => client::latest(cfg, subject, ty).await.map(|(id, t)| (id, Some(t)))?,
             (false, true) => (client::register(cfg, subject, schema, ty).await?, None),

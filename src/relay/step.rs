@@ -255,5 +255,7 @@ pub(super) fn frame_error(e: FrameError) -> Error {
             why,
             "change the schema or the subject's compatibility, then start walrelay again; nothing after this record was confirmed",
         ),
+        // The relay's registry waits for an unreachable registry; only a read-only one says it.
+        FrameError::Unreachable(why) => Error::transient_msg(why),
     }
 }

@@ -171,6 +171,8 @@ impl<'c> Replay<'c> {
                             "fix the credentials, then run the replay again",
                         ))
                     }
+                    // The replay's registry waits, as the relay's does.
+                    Err(FrameError::Unreachable(why)) => return Err(Error::transient_msg(why)),
                 };
                 place(&mut framed, &to_topic, &header);
                 sender.send(framed.record()).await?;

@@ -162,6 +162,8 @@ pub struct Record {
     /// A registry converter's value: the schema it was written with, whose registry id the
     /// value's first bytes await (`crate::registry` frames it before it is sent).
     pub value_schema: Option<Arc<str>>,
+    /// The same for the key, with `key.converter = "avro"`.
+    pub key_schema: Option<Arc<str>>,
 }
 
 impl Record {
@@ -262,6 +264,8 @@ pub struct Router {
     /// Registry converters: the registered schema text per Connect schema, and the Protobuf
     /// message indexes (bounded like `schema_names`).
     registry_schemas: HashMap<Schema, (Arc<str>, &'static [u8])>,
+    /// `key.converter = "avro"`: the Avro schema text of each key column's Connect schema.
+    key_schemas: HashMap<Schema, Arc<str>>,
     /// Registry converters with envelope placements: per table and payload schema, the
     /// envelope's schema and its registered text (bounded like `schema_names`).
     envelope_schemas: HashMap<Arc<str>, HashMap<Schema, EnvelopeKnown>>,
@@ -300,6 +304,7 @@ impl Router {
             topic_key: Vec::new(),
             schema_names: HashMap::new(),
             registry_schemas: HashMap::new(),
+            key_schemas: HashMap::new(),
             envelope_schemas: HashMap::new(),
             span_ids: SpanIds::default(),
             trace_warned: HashSet::new(),
@@ -408,7 +413,7 @@ impl Router {
         let topic = self.topic(b, &route_value)?;
 
         let key_value = vals.read(&b.key)?;
-        let key = self.key(&b.key, &key_value)?;
+        let (key, key_schema) = self.key(&b.key, &key_value)?;
 
         let extended: &[(Arc<str>, Bytes)] = if b.extended_headers { &self.extended } else { &[] };
         // Room for an envelope's headers too, so adding them does not reallocate.
@@ -497,6 +502,7 @@ impl Router {
                 event_id,
                 trace,
                 value_schema,
+                key_schema,
             },
             fields,
         ))

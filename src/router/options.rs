@@ -267,6 +267,11 @@ impl RouterConfig {
         }
     }
 
+    /// `key.converter = "avro"`: the keys' schemas are registered too (`<topic>-key`).
+    pub(crate) fn registry_keys(&self) -> bool {
+        self.key_converter == Converter::Avro
+    }
+
     /// Whether any converter writes JsonConverter's `{"schema": …, "payload": …}` envelope.
     pub(crate) fn writes_schemas(&self) -> bool {
         matches!(self.key_converter, Converter::Json { schemas: true })
@@ -495,14 +500,14 @@ impl Section<'_> {
                         ),
                     ));
                 };
-                if key != "value.converter" {
+                if key != "value.converter" && converter != Converter::Avro {
                     return Err(self.invalid(
                         key,
                         v,
                         format!(
-                            "walrelay writes {what} values only, not yet keys: keep the key a \
-                             string (the aggregate id), or keep Debezium for this connector \
-                             until it does"
+                            "walrelay writes {what} values only, not yet keys (Avro keys it \
+                             writes): keep the key a string (the aggregate id), use \"avro\", \
+                             or keep Debezium for this connector until it does"
                         ),
                     ));
                 }

@@ -58,14 +58,40 @@ impl Router {
         Ok(topic)
     }
 
-    pub(super) fn key(&self, col: &Col, cv: &Cv) -> Result<Option<Bytes>, RouteError> {
+    /// The key's bytes, and with `key.converter = "avro"` the Avro schema they were written
+    /// under: the key column's Connect schema, as Confluent's AvroConverter maps it (`"string"`
+    /// for a text column that is NOT NULL), the value after [`FRAME_RESERVED`] bytes for the
+    /// registry's framing. A NULL key is a null key under every converter.
+    pub(super) fn key(
+        &mut self,
+        col: &Col,
+        cv: &Cv,
+    ) -> Result<(Option<Bytes>, Option<Arc<str>>), RouteError> {
         match self.cfg.key_converter {
-            // Keys under a registry converter are refused when the options are read.
+            Converter::Avro if !matches!(cv, Cv::Null) => {
+                let schema = match self.key_schemas.get(&col.schema) {
+                    Some(text) => text.clone(),
+                    None => {
+                        let text: Arc<str> =
+                            Arc::from(avro::schema_text(&col.schema).map_err(|r| col.invalid(r))?);
+                        if self.key_schemas.len() >= SCHEMA_NAME_CACHE_LIMIT {
+                            self.key_schemas.clear();
+                        }
+                        self.key_schemas.insert(col.schema.clone(), text.clone());
+                        text
+                    }
+                };
+                let mut out = Vec::with_capacity(FRAME_RESERVED + 2 + payload_len(cv));
+                out.extend_from_slice(&[0; FRAME_RESERVED]);
+                avro::write_cv(&mut out, cv, &col.schema).map_err(|r| col.invalid(r))?;
+                Ok((Some(out.into()), Some(schema)))
+            }
+            // Protobuf and JSON Schema keys are refused when the options are read.
             Converter::String | Converter::Avro | Converter::Protobuf | Converter::JsonSchema => {
-                Ok(string_bytes(cv))
+                Ok((string_bytes(cv), None))
             }
             Converter::Json { schemas } => json_bytes(cv, schemas.then_some(&*col.schema_json))
-                .map(Some)
+                .map(|k| (Some(k), None))
                 .map_err(|r| col.invalid(r)),
         }
     }

@@ -85,6 +85,19 @@ async fn contracts(
 ) {
     let what = "schema registry contracts";
     let fixed = config.router.topic_router.fixed_topic();
+    // Avro keys are written under their subject's latest schema too; their subject is always
+    // the topic's.
+    if let (true, Some(topic)) = (config.router.registry_keys(), &fixed) {
+        let subject = format!("{topic}-key");
+        match client::latest(cfg, &subject, client::SchemaType::Avro).await {
+            Ok((id, _)) => r.ok(what, format!("subject {subject} holds a schema (id {id}), which every key is written under")),
+            Err(e) => r.fail(
+                what,
+                format!("subject {subject} has no AVRO schema to write keys under: {}", said(&e)),
+                format!("register the keys' schema under {subject} (\"string\" for a text aggregate id) before the first row; until then every row is refused"),
+            ),
+        }
+    }
     match (cfg.subject_name_strategy, fixed) {
         (SubjectNameStrategy::Topic, Some(topic)) => {
             let subject = format!("{topic}-value");

@@ -266,6 +266,7 @@ impl Transactions {
             event_id: String::new(),
             trace: None,
             value_schema: None,
+            key_schema: None,
         };
         Some((record, lsn))
     }
