@@ -408,3 +408,67 @@ fn walrelay_check_loads_the_charts_config_and_fails_only_on_the_unreachable_brok
         out.status.code()
     );
 }
+
+/// The words of a shell command line: whitespace-separated, `'…'` taken literally, `\` escaping
+/// the next character outside quotes (all the install lines of operations.md use).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted, mut chars) =
+        (Vec::new(), None::<String>, false, line.chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                word.get_or_insert_with(String::new);
+            }
+            '\\' if !quoted => word.get_or_insert_with(String::new).extend(chars.next()),
+            c if c.is_whitespace() && !quoted => words.extend(word.take()),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// docs/operations.md installs the chart in five lines: a Secret, then `helm install`. Rendered
+/// here with `helm template` (no cluster), it passes the schemas, and the password comes from the
+/// Secret the first line creates.
+#[test]
+fn the_five_install_lines_of_operations_md_render_a_release_that_reads_the_secret_they_create() {
+    let doc = std::fs::read_to_string(repo("docs/operations.md")).expect("docs/operations.md");
+    let section = doc.split("\n### Kubernetes\n").nth(1).expect("a Kubernetes section");
+    let block =
+        section.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("a sh block");
+    let lines: Vec<&str> = block.lines().collect();
+    assert_eq!(lines.len(), 5, "{block}");
+    let create = shell_words(lines[0]);
+    assert_eq!(create[..6], ["kubectl", "-n", "orders", "create", "secret", "generic"], "{block}");
+    let secret = &create[6];
+    // One command over four lines, each but the last ending in a `\` that continues it.
+    let command: Vec<&str> =
+        lines[1..].iter().map(|l| l.trim_end().trim_end_matches('\\')).collect();
+    let mut install = shell_words(&command.join(" "));
+    assert_eq!(install[..2], ["helm", "install"], "{block}");
+    install[1] = "template".into();
+    let args: Vec<&str> = install[1..].iter().map(String::as_str).collect();
+    let (ok, out) = run(&helm(), &args, &repo("."));
+    assert!(ok, "helm {}:\n{out}", args.join(" "));
+    let path = crate::support::scratch_dir("helm-docs").join("operations-md.yaml");
+    std::fs::write(&path, &out).unwrap();
+    let validator = kubeval_venv().join("bin/kubernetes-validate");
+    let (ok, checked) = run(&validator, &["--strict", path.to_str().unwrap()], &repo("."));
+    assert!(ok, "kubernetes-validate --strict:\n{checked}");
+    let r = Rendering {
+        path: path.clone(),
+        docs: yaml_documents(path.to_str().unwrap()).into_iter().filter(|d| !d.is_null()).collect(),
+    };
+    let password = &r.relay_pod()["containers"][0]["env"][0];
+    assert_eq!(password["name"], "PGPASSWORD");
+    assert_eq!(password["valueFrom"]["secretKeyRef"]["name"], secret.as_str());
+    let config = r.config();
+    assert_eq!(config.kafka.properties["bootstrap.servers"], "kafka-0.kafka.svc:9092");
+    println!(
+        "operations.md's five lines: Secret {secret}, then helm {}; {} resources passed kubernetes-validate --strict",
+        args.join(" "),
+        checked.lines().filter(|l| l.contains(" passed ")).count()
+    );
+}

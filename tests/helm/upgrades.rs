@@ -54,26 +54,22 @@ fn the_grace_period_covers_the_pre_stop_sleep_and_the_stop_budget_and_a_shorter_
     println!("grace period > pre-stop sleep + stop budget in {} cells (15 s with 1 replica, 25 s with 2; 58 s for a 42.5 s budget); refused: {refused}", matrix().len());
 }
 
-/// `maxSurge`/`maxUnavailable` of `replicas`, as the Deployment controller resolves them:
-/// percentages of the replicas, maxUnavailable rounded down, maxSurge up.
+/// An int-or-percent of `replicas`, as the controllers resolve it: the Deployment controller
+/// rounds a percentage of maxUnavailable down, the disruption controller a budget's up. Absent:
+/// Kubernetes' default of 25 %.
 fn resolve(value: &Value, replicas: u64, round_up: bool) -> u64 {
-    match (value.as_u64(), value.as_str().and_then(|s| s.strip_suffix('%'))) {
-        (Some(n), _) => n,
-        (None, Some(percent)) => {
-            let share = replicas * percent.parse::<u64>().expect("a percentage");
-            if round_up {
-                share.div_ceil(100)
-            } else {
-                share / 100
-            }
+    let percent = match (value.as_u64(), value.as_str()) {
+        (Some(n), _) => return n,
+        (None, Some(text)) => {
+            text.strip_suffix('%').and_then(|p| p.parse::<u64>().ok()).expect("a percentage")
         }
-        _ => {
-            if round_up {
-                replicas.div_ceil(4)
-            } else {
-                replicas / 4
-            }
-        } // Kubernetes' 25 % defaults
+        (None, None) => 25,
+    };
+    let share = replicas * percent;
+    if round_up {
+        share.div_ceil(100)
+    } else {
+        share / 100
     }
 }
 
