@@ -38,11 +38,15 @@
 #   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
 #   * Chromium (apt package `chromium`), which the console's test drives headless
 #   * kubernetes-validate (PyPI, in a virtualenv at ~/.local/walrelay-kubeval), which validates
-#     the manifests in docker/kubernetes/ against the Kubernetes schemas
+#     the Helm chart's renderings against the Kubernetes schemas
+#   * helm v4.3.2, built from the Go module proxy (helm.sh/helm/v4) with the machine's Go (1.26+)
+#     into ~/.local/walrelay-helm/bin ($WALRELAY_HELM_HOME): lints and renders
+#     deploy/helm/walrelay. About 2 min on 2 cores the first time; a second run only asks it
+#     its version
 #
 # --quickstart installs only what scripts/quickstart.sh needs: PostgreSQL (apt), the C toolchain
 # and libraries, python3 + pip and the in-memory broker; --quickstart --kafka adds Apache Kafka.
-# The rest (wheels, locale, promtool, Chromium, kubernetes-validate) is for the test suite.
+# The rest (wheels, locale, promtool, Chromium, kubernetes-validate, helm) is for the test suite.
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
@@ -336,5 +340,20 @@ if ! "$KUBEVAL/bin/kubernetes-validate" --version >/dev/null 2>&1; then
   "$KUBEVAL/bin/pip" install -q kubernetes-validate==1.37.0 || die "pip install kubernetes-validate failed"
 fi
 log "kubernetes-validate: $("$KUBEVAL/bin/kubernetes-validate" --version 2>&1 | head -n 1) in $KUBEVAL"
+
+# helm, for tests/helm.rs. Built with -X …version.version so that `helm version` names the
+# release (go install alone would say "v4.3"); the check below is what makes a re-run instant.
+HELM_VERSION=v4.3.2
+HELM_HOME=${WALRELAY_HELM_HOME:-$HOME/.local/walrelay-helm}
+if [ "$("$HELM_HOME/bin/helm" version --template '{{.Version}}' 2>/dev/null)" != "$HELM_VERSION" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  [ -x "$GO" ] || die "go not found (helm $HELM_VERSION is built from the Go module proxy with Go 1.26+)"
+  log "building helm $HELM_VERSION from the Go module proxy into $HELM_HOME/bin ($("$GO" version))"
+  mkdir -p "$HELM_HOME/bin"
+  GOBIN="$HELM_HOME/bin" CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false "$GO" install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" || die "go install helm.sh/helm/v4/cmd/helm@$HELM_VERSION failed"
+fi
+log "helm: $("$HELM_HOME/bin/helm" version --template '{{.Version}} ({{.GoVersion}})') in $HELM_HOME/bin"
 
 log "done in $(( $(date +%s) - START )) s"

@@ -28,6 +28,7 @@ mod exactly_once;
 mod failover;
 mod fuzz;
 mod goldens;
+mod helm;
 mod hints;
 mod inbox;
 mod kafka_security;

@@ -1,7 +1,7 @@
-//! The operator's files in docs/ and docker/, checked by the tools that read them and against
-//! walrelay itself: the alert rules by promtool (syntax and their unit tests), every series the
-//! rules and the Grafana dashboard name against a running relay's `/metrics`, and the Kubernetes
-//! manifest against the Kubernetes schemas, its config and Secret against walrelay's parser.
+//! The operator's files in docs/, checked by the tools that read them and against walrelay
+//! itself: the alert rules by promtool (syntax and their unit tests), and every series the rules
+//! and the Grafana dashboard name against a running relay's `/metrics`. The Helm chart, which
+//! replaced the Kubernetes manifest, is tests/helm.rs's; it uses the helpers below.
 //!
 //! promtool and kubernetes-validate come from scripts/install-test-deps.sh.
 
@@ -16,14 +16,14 @@ use crate::support::{free_port, wait_until};
 
 const ALERTS: &str = "docs/prometheus/alerts.yaml";
 const DASHBOARD: &str = "docs/grafana/walrelay.json";
-const MANIFEST: &str = "docker/kubernetes/walrelay.yaml";
 
-fn repo(path: &str) -> PathBuf {
+/// `path` in the repository (an absolute path stays itself).
+pub(crate) fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
 /// The virtualenv scripts/install-test-deps.sh puts kubernetes-validate (and PyYAML) in.
-fn kubeval_venv() -> PathBuf {
+pub(crate) fn kubeval_venv() -> PathBuf {
     std::env::var_os("KUBEVAL_VENV").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
             .join(".local/walrelay-kubeval")
@@ -31,7 +31,7 @@ fn kubeval_venv() -> PathBuf {
 }
 
 /// Runs `program args` in `dir`; its combined output, or a panic that says what to install.
-fn run(program: &Path, args: &[&str], dir: &Path) -> (bool, String) {
+pub(crate) fn run(program: &Path, args: &[&str], dir: &Path) -> (bool, String) {
     let out = Command::new(program).args(args).current_dir(dir).output().unwrap_or_else(|e| {
         panic!("cannot run {}: {e}; run scripts/install-test-deps.sh", program.display())
     });
@@ -40,9 +40,10 @@ fn run(program: &Path, args: &[&str], dir: &Path) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// Every YAML document of `path`, as JSON (PyYAML from the kubernetes-validate virtualenv: a
-/// YAML parser in Rust's dev-dependencies for two files is not worth the build).
-fn yaml_documents(path: &str) -> Vec<serde_json::Value> {
+/// Every YAML document of `path` (in the repository, or absolute), as JSON (PyYAML from the
+/// kubernetes-validate virtualenv: a YAML parser in Rust's dev-dependencies for a few files is
+/// not worth the build).
+pub(crate) fn yaml_documents(path: &str) -> Vec<serde_json::Value> {
     let python = kubeval_venv().join("bin/python");
     let script =
         "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))";
@@ -265,92 +266,4 @@ async fn alert_rules_and_dashboard_name_only_series_a_running_relay_shows() {
         checked.iter().cloned().collect::<Vec<_>>().join(", ")
     );
     assert_eq!(relay.terminate(), Some(0));
-}
-
-#[test]
-fn kubernetes_manifest_passes_the_schema_validator_and_its_config_and_secret_parse() {
-    let validator = kubeval_venv().join("bin/kubernetes-validate");
-    let (ok, out) = run(&validator, &["--strict", MANIFEST], &repo("."));
-    assert!(ok, "kubernetes-validate --strict {MANIFEST}:\n{out}");
-    let passed = out.lines().filter(|l| l.contains(" passed ")).count();
-
-    let docs = yaml_documents(MANIFEST);
-    let find = |kind: &str| {
-        docs.iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in {MANIFEST}"))
-    };
-    let (config_map, secret, deployment) = (find("ConfigMap"), find("Secret"), find("Deployment"));
-    let toml =
-        config_map["data"]["walrelay.toml"].as_str().expect("walrelay.toml in the ConfigMap");
-    let env: Vec<(String, String)> = secret["stringData"]
-        .as_object()
-        .expect("stringData")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().expect("a string").to_string()))
-        .collect();
-    assert!(env.iter().all(|(k, _)| k.starts_with("WALRELAY_")), "{env:?}");
-    assert!(!toml.contains("CHANGE-ME"), "a secret in the ConfigMap:\n{toml}");
-    let config = walrelay::config::Config::parse_with_env(toml, env.clone()).unwrap_or_else(|e| {
-        panic!("the ConfigMap's walrelay.toml with the Secret's variables: {e}")
-    });
-    assert!(config.source.url.contains(":CHANGE-ME@"), "the Secret's URL was not applied");
-    assert_eq!(config.kafka.properties["sasl.password"], "CHANGE-ME");
-    let kafka_line = manifest_kafka_check(toml, &env);
-    println!("walrelay check on the manifest's config: {kafka_line}");
-
-    let spec = &deployment["spec"];
-    assert_eq!(spec["replicas"], 2);
-    let pod = &spec["template"]["spec"];
-    let container = &pod["containers"][0];
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(container["envFrom"][0]["secretRef"]["name"], secret["metadata"]["name"]);
-    let http = config.http.expect("[http] is configured");
-    assert_eq!(container["ports"][0]["containerPort"], http.listen.port());
-    // The kubelet's SIGKILL must come after walrelay's own grace period, within which it
-    // always exits (exactly_once::sigterm_during_large_transactions…), with room to spare.
-    let kill_after = pod["terminationGracePeriodSeconds"].as_u64().expect("a grace period");
-    assert!(
-        Duration::from_secs(kill_after) >= config.limits.shutdown_grace + Duration::from_secs(5),
-        "terminationGracePeriodSeconds {kill_after} is not 5 s above shutdown_grace_ms {:?}",
-        config.limits.shutdown_grace
-    );
-    // The hourly audit runs the same image on the same config and Secret, with a writable /tmp
-    // for what it spills (the root file system is read-only).
-    let audit = &find("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"];
-    let job = &audit["containers"][0];
-    assert_eq!(job["args"][0], "audit");
-    assert_eq!(job["image"], container["image"]);
-    assert_eq!(job["envFrom"][0]["secretRef"]["name"], secret["metadata"]["name"]);
-    let mounts: Vec<&str> = job["volumeMounts"]
-        .as_array()
-        .expect("mounts")
-        .iter()
-        .filter_map(|m| m["mountPath"].as_str())
-        .collect();
-    assert_eq!(mounts, ["/etc/walrelay", "/tmp"]);
-    println!("kubernetes-validate --strict: {passed} resources passed; the config parses with the Secret's {} variables", secret["stringData"].as_object().unwrap().len());
-}
-
-/// Runs `walrelay check` on the manifest's config with the Secret's variables, where none of its
-/// hosts resolves: the broker line must say that nobody answered, not that librdkafka refused
-/// the `[kafka]` properties (SASL_SSL and SCRAM-SHA-512 need librdkafka built with OpenSSL and
-/// SASL). Returns that line.
-fn manifest_kafka_check(toml: &str, env: &[(String, String)]) -> String {
-    let path = crate::support::scratch_dir("manifest").join("walrelay.toml");
-    std::fs::write(&path, toml).expect("write the manifest's walrelay.toml");
-    let out = Command::new(crate::support::process::walrelay_bin())
-        .arg("check")
-        .arg("--config")
-        .arg(&path)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .expect("run walrelay check");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = stdout.lines().find(|l| l.contains(" broker ")).unwrap_or_default().to_string();
-    assert!(
-        line.starts_with("FAIL broker kafka-0.kafka.svc:9092") && line.contains("no answer"),
-        "walrelay check on the manifest's config:\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    line
 }
