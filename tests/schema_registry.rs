@@ -6,7 +6,8 @@
 //! field), and a wrong password is named by `check` and `run` without being printed. Then
 //! `"protobuf"` under a registered .proto, and `"json-schema"` registered, looked up or validated
 //! against a team's contract, each decoded by confluent-kafka's deserializer of its kind.
-//! `tls.rs`: HTTPS to the registry, its CA and a client certificate.
+//! `tls.rs`: HTTPS to the registry, its CA and a client certificate; `protobuf.rs`: Protobuf
+//! values under a team's registered `.proto` (`use_latest_version`).
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::support::registry::{private_registry, private_registry_with_login, re
 use crate::support::registry_decode::decode_with_confluent;
 use crate::support::{kafka, services, unique};
 
+mod protobuf;
 mod tls;
 
 fn avro_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> String {
