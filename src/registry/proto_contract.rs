@@ -221,7 +221,8 @@ fn fit_message(d: &MessageDescriptor, r: &MessageDescriptor) -> Message {
 
 fn fit_field(d: &FieldDescriptor, r: &FieldDescriptor) -> FieldFit {
     let number = r.number();
-    if r.is_map() || d.is_list() != r.is_list() {
+    // A proto2 group is delimited by start and end keys, not a length: not a message's bytes.
+    if r.is_map() || r.is_group() || d.is_list() != r.is_list() {
         return differs(d, r);
     }
     match (d.kind(), r.kind()) {
@@ -271,8 +272,8 @@ fn scalar(kind: &Kind) -> Option<&'static str> {
 
 /// A field's type as a .proto writes it: `repeated int64`, `message acme.Line`, `map<…>`.
 fn type_name(f: &FieldDescriptor) -> String {
-    if f.is_map() {
-        return "a map".into();
+    if f.is_map() || f.is_group() {
+        return if f.is_map() { "a map" } else { "a group" }.into();
     }
     let kind = f.kind();
     let ty = match (&kind, scalar(&kind)) {

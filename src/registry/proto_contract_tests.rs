@@ -145,6 +145,9 @@ fn a_field_the_contract_lacks_or_types_otherwise_is_refused_naming_its_path() {
         ),
         "{e}"
     );
+    let map = TEAM.replace("repeated Line items = 1;", "map<string, Line> items = 1;");
+    let e = run(&contract(DERIVED, &map), &derived_value(1)).unwrap_err();
+    assert!(e.what.ends_with("is a map"), "{e}");
     let scalar = TEAM.replace("Payload payload = 3;", "string payload = 3;");
     let e = run(&contract(DERIVED, &scalar), &derived_value(1)).unwrap_err();
     assert_eq!(e.path, ["payload"]);
