@@ -7,7 +7,10 @@
 //! payload (the registry converters need the value's schema per row). The `envelope_*` cases
 //! route the same row and wrap it in each
 //! `[envelope] format` (`Encoder::row`, as the relay calls it; `envelope_debezium` is the
-//! default format through the same call). Run: `cargo bench --bench route`.
+//! default format through the same call). `expand_protobuf_contract` is `expand_protobuf` and
+//! then, as `use_latest_version` does per record, the value rewritten under a team's `.proto`
+//! that numbers its fields otherwise (`walrelay::registry::proto_contract`; the registry's frame
+//! aside). Run: `cargo bench --bench route`.
 
 mod common;
 
@@ -16,8 +19,34 @@ use walrelay::config::Options;
 use walrelay::encoder::Encoder;
 use walrelay::envelope::{self, Format};
 use walrelay::lsn::Lsn;
+use walrelay::registry::proto_contract::{ProtoContract, ProtoFile};
 use walrelay::router::{Router, RouterConfig};
 use walrelay::txn::Txn;
+
+/// A team's contract for common::PAYLOAD: its own names for the nested messages, fields declared
+/// and numbered otherwise than the router's (1, 2, … in the payload's order), one the payload
+/// lacks, integers as int64.
+const TEAM_PROTO: &str = r#"syntax = "proto3";
+package com.acme.orders;
+message OrderCreated {
+  int64 orderId = 1;
+  string customerId = 2;
+  string status = 3;
+  double amount = 4;
+  string currency = 5;
+  repeated Line items = 6;
+  Address shippingAddress = 7;
+  string note = 20;
+  string channel = 21;
+}
+message Line { string sku = 1; int64 qty = 2; double price = 3; }
+message Address { string street = 1; string city = 2; string zip = 3; string country = 4; }
+"#;
+
+/// A registry value's body: the router's value after the bytes reserved for the frame.
+fn body(record: &walrelay::router::Record) -> &[u8] {
+    &record.value.as_ref().expect("a value")[5..]
+}
 
 fn router(router: &[(&str, &str)], debezium: &[(&str, &str)]) -> Router {
     let opts = |kv: &[(&str, &str)]| -> Options {
@@ -77,6 +106,26 @@ fn route(c: &mut Criterion) {
         r.route(&binding, &row).expect("route the row");
         g.bench_function(name, |b| {
             b.iter(|| r.route(black_box(&binding), black_box(&row)).unwrap())
+        });
+    }
+    {
+        let value = [("value.converter", "protobuf"), schemas_off];
+        let mut r = router(&[expand], &value);
+        let binding = r.bind(&relation, &not_null).expect("bind the outbox relation");
+        let record = r.route(&binding, &row).expect("route the row");
+        let derived = record.value_schema.as_deref().expect("a registry value's schema");
+        let derived = ProtoFile::parse(derived).expect("the derived .proto");
+        let team = ProtoFile::parse(TEAM_PROTO).expect("the team's .proto");
+        let contract = ProtoContract::fit(&derived, &team);
+        let mut out = Vec::new();
+        contract.transcode(body(&record), &mut out).expect("the payload fits the contract");
+        g.bench_function("expand_protobuf_contract", |b| {
+            b.iter(|| {
+                let record = r.route(black_box(&binding), black_box(&row)).unwrap();
+                let mut out = Vec::with_capacity(record.value.as_ref().unwrap().len() + 8);
+                contract.transcode(body(&record), &mut out).unwrap();
+                out
+            })
         });
     }
     for (name, payload) in [

@@ -6,8 +6,10 @@
 //! field), and a wrong password is named by `check` and `run` without being printed. Then
 //! `"protobuf"` under a registered .proto, and `"json-schema"` registered, looked up or validated
 //! against a team's contract, each decoded by confluent-kafka's deserializer of its kind.
-//! `tls.rs`: HTTPS to the registry, its CA and a client certificate. `apicurio.rs`: Apicurio's own
-//! framings (`id_handler`, `use_id`), read as its deserializer reads them.
+//! `tls.rs`: HTTPS to the registry, its CA and a client certificate; `protobuf.rs`: Protobuf
+//! values under a team's registered `.proto` (`use_latest_version`); `apicurio.rs`: Apicurio's
+//! own framings (`id_handler`, `use_id`), read as its deserializer reads them; `keys.rs`: Avro
+//! keys (`key.converter = "avro"`), placed by the audit and the lookup.
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use crate::support::{kafka, services, unique};
 
 mod apicurio;
 mod keys;
+mod protobuf;
 mod tls;
 
 pub(crate) fn avro_config(s: &Setup, router: &str, registry_url: &str, extra: &str) -> String {

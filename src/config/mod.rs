@@ -195,20 +195,7 @@ impl Config {
         if let (Some(c @ ("protobuf" | "json-schema")), Some(r)) =
             (router.registry_converter(), &schema_registry)
         {
-            // Record-named subjects read the registered schema as Avro, and so does Protobuf's
-            // contract-first (JSON Schema's validates against the latest schema).
-            if r.use_latest_version && c == "protobuf" {
-                return Err(invalid(
-                    "schema_registry",
-                    "use_latest_version",
-                    "true",
-                    &format!(
-                        "is for value.converter = \"avro\" and \"json-schema\": with {c:?}, \
-                         register under the subject what walrelay derives (auto_register), or \
-                         look it up (auto_register = false)"
-                    ),
-                ));
-            }
+            // Record-named subjects read the value's schema as Avro to name the record.
             if r.subject_name_strategy != SubjectNameStrategy::Topic {
                 return Err(invalid(
                     "schema_registry",

@@ -395,23 +395,24 @@ fn tracing_section_takes_an_http_otlp_endpoint_and_turns_relay_spans_on() {
 }
 
 #[test]
-fn protobuf_and_json_schema_values_refuse_what_walrelay_does_only_for_avro_naming_the_key() {
+fn protobuf_and_json_schema_values_take_use_latest_version_and_refuse_record_subjects_naming_the_key(
+) {
     for (converter, what) in [("protobuf", "Protobuf"), ("json-schema", "JSON Schema")] {
         let base = format!(
             "{MINIMAL}\n[debezium]\n\"value.converter\" = \"{converter}\"\n[schema_registry]\nurl = \"http://r\"\n"
         );
         let ok = Config::parse(&base).unwrap();
         assert_eq!(ok.router.registry_converter(), Some(converter));
+        // Contract-first: JSON Schema validates values against the latest schema, Protobuf
+        // renumbers them under it.
         let latest = "auto_register = false\nuse_latest_version = true\n";
-        let mut refused = vec![("subject_name_strategy = \"record\"\n", "subject_name_strategy")];
-        // Apicurio's framings are its AvroConverter's.
-        refused.push(("id_handler = \"8-byte\"\nuse_id = \"contentId\"\n", "id_handler"));
-        match converter {
-            "protobuf" => refused.push((latest, "use_latest_version")),
-            // JSON Schema's contract-first validates values against the latest schema.
-            _ => assert!(Config::parse(&format!("{base}{latest}")).is_ok()),
-        }
-        for (line, key) in refused {
+        let contract_first = Config::parse(&format!("{base}{latest}")).unwrap();
+        assert!(contract_first.schema_registry.is_some_and(|r| r.use_latest_version));
+        // Record-named subjects are Avro's, and so are Apicurio's framings (its AvroConverter's).
+        for (line, key) in [
+            ("subject_name_strategy = \"record\"\n", "subject_name_strategy"),
+            ("id_handler = \"8-byte\"\nuse_id = \"contentId\"\n", "id_handler"),
+        ] {
             let e = Config::parse(&format!("{base}{line}")).unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("avro") && e.contains(converter), "{e}");
         }

@@ -9,8 +9,7 @@ impl Builder {
     /// `basic.auth.user.info` (its password is a secret, not copied).
     pub(super) fn convert_registry(&mut self) {
         let avro = self.get("value.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
-        // What walrelay names subjects for only by the topic (and Protobuf: writes only under
-        // the schema it derives, never a subject's latest).
+        // What walrelay names subjects for only by the topic.
         let topic_subjects_only = match self.get("value.converter") {
             Some(PROTOBUF_CONVERTER) => Some("Protobuf"),
             Some(JSON_SCHEMA_CONVERTER) => Some("JSON Schema"),
@@ -32,7 +31,7 @@ impl Builder {
             false => get("auto.register.schemas"),
         };
         let info = get("basic.auth.user.info");
-        let mut latest = get("use.latest.version");
+        let latest = get("use.latest.version");
         let as_confluent = get("apicurio.registry.as-confluent").is_some_and(|v| v == "true");
         let source = get("basic.auth.credentials.source");
         let mut strategy = get("value.subject.name.strategy");
@@ -62,11 +61,12 @@ impl Builder {
         if let Some(auto) = auto {
             self.schema_registry.insert("auto_register".into(), auto);
         }
-        // JSON Schema's contract-first is carried: values validated against the latest schema.
-        let latest_refused = topic_subjects_only.filter(|w| *w == "Protobuf");
-        if let Some(what) = latest_refused.filter(|_| latest.as_deref() == Some("true")) {
-            latest = None;
-            self.warn(format!("value.converter.use.latest.version = true is not carried: with {what} walrelay writes under the schema it derives (registered, or looked up with auto_register = false), never a subject's latest — register exactly that schema, or keep Debezium for this connector"));
+        // Protobuf's contract-first is carried, and differs: Confluent's 7.0 serializer writes
+        // the derived numbering under the latest id, walrelay each field under the contract's
+        // field of the same name.
+        let renumbered = topic_subjects_only == Some("Protobuf");
+        if renumbered && latest.as_deref() == Some("true") {
+            self.warn("value.converter.use.latest.version = true with Protobuf: walrelay writes each field under the number of the contract's field of the same name, where Confluent's serializer keeps the numbers it derives — a contract whose field names differ from the payload's refuses those rows: check the subject's .proto names the payload's fields");
         }
         let other_strategy =
             strategy.as_deref().is_some_and(|s| !s.ends_with("TopicNameStrategy") && s != "topic");

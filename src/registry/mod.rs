@@ -7,8 +7,9 @@
 //! nothing.
 //!
 //! With `use_latest_version`, the id is that of the subject's latest schema, and a value whose
-//! derived schema differs from it is rewritten under it (Avro, `resolve`) or validated against
-//! it (JSON Schema, `json_contract`): a value that does not fit is refused, naming the field.
+//! derived schema differs from it is rewritten under it (Avro, `resolve`; Protobuf, its fields
+//! renumbered by name, `proto_contract`) or validated against it (JSON Schema, `json_contract`):
+//! a value that does not fit is refused, naming the field.
 //!
 //! A registry that is down when a new id is needed holds the record, like a broker outage:
 //! [`Registry::frame`] asks again until it answers (the relay loop's stop ends the wait), so
@@ -29,11 +30,13 @@ use crate::router::{Record, FRAME_RESERVED};
 
 pub mod client;
 mod json_contract;
+pub mod proto_contract;
 mod resolve;
 mod schema;
 
 use self::client::{CallError, SchemaType};
 use self::json_contract::JsonContract;
+use self::proto_contract::{ProtoContract, ProtoFile};
 use self::schema::Parsed;
 
 /// The plans known, per part, topic and derived schema, for one run.
@@ -87,6 +90,11 @@ enum Fit {
     Validate {
         subject: String,
         contract: JsonContract,
+    },
+    /// Protobuf: the value's fields under the registered message's numbers.
+    Renumber {
+        subject: String,
+        contract: ProtoContract,
     },
 }
 
@@ -271,6 +279,14 @@ impl Registry {
                 Ok(()) => Ok(bytes),
                 Err(m) => Err((bytes, subject, m)),
             },
+            Fit::Renumber { subject, contract } => {
+                let mut out = Vec::with_capacity(bytes.len() + 8);
+                out.resize(FRAME_RESERVED, 0);
+                match contract.transcode(&bytes[FRAME_RESERVED..], &mut out) {
+                    Ok(()) => Ok(Bytes::from(out)),
+                    Err(m) => Err((bytes, subject, m.to_string())),
+                }
+            }
         };
         let bytes = match fitted {
             Ok(bytes) => bytes,
@@ -326,6 +342,17 @@ impl Registry {
         if ty == SchemaType::Json {
             let contract = JsonContract::parse(&latest).map_err(|e| unreadable("it is", e))?;
             return Ok(Plan { id, fit: Fit::Validate { subject, contract } });
+        }
+        if self.schema_type == SchemaType::Protobuf {
+            let registered = ProtoFile::parse(&latest).map_err(|e| {
+                FrameError::Refused(format!(
+                    "the latest schema of subject {subject} (id {id}) cannot be used: {e}"
+                ))
+            })?;
+            let derived =
+                ProtoFile::parse(schema).map_err(|e| unreadable("the value's own schema:", e))?;
+            let contract = ProtoContract::fit(&derived, &registered);
+            return Ok(Plan { id, fit: Fit::Renumber { subject, contract } });
         }
         let registered = Parsed::parse(&latest).map_err(|e| unreadable("it is not read:", e))?;
         let derived = Parsed::parse(schema)

@@ -7,6 +7,7 @@
 use super::{plural, Report};
 use crate::config::{Config, SchemaRegistryConfig, SubjectNameStrategy, UseId};
 use crate::registry::client::{self, CallError};
+use crate::registry::proto_contract::ProtoFile;
 
 pub(super) async fn run(config: &Config, r: &mut Report) {
     let Some(cfg) = &config.schema_registry else { return };
@@ -103,9 +104,20 @@ async fn contracts(
             let subject = format!("{topic}-value");
             let ty = match config.router.registry_converter() {
                 Some("json-schema") => client::SchemaType::Json,
+                Some("protobuf") => client::SchemaType::Protobuf,
                 _ => client::SchemaType::Avro,
             };
             match client::latest(cfg, &subject, ty).await {
+                // A .proto is compiled as run will compile it: a text it cannot read would
+                // refuse every row.
+                Ok((id, text)) if ty == client::SchemaType::Protobuf => match ProtoFile::parse(&text) {
+                    Ok(_) => r.ok(what, format!("subject {subject} holds a .proto (id {id}), which every value is written under")),
+                    Err(why) => r.fail(
+                        what,
+                        format!("subject {subject} holds a PROTOBUF schema (id {id}) walrelay cannot read: {why}"),
+                        format!("register under {subject} a .proto that compiles on its own (imports of google/protobuf/*.proto only); until then every row is refused"),
+                    ),
+                },
                 Ok((id, _)) => r.ok(what, format!("subject {subject} holds a schema (id {id}), which every value is written under")),
                 Err(e) => r.fail(
                     what,
