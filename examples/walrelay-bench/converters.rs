@@ -24,6 +24,8 @@ use crate::Rep;
 pub const JSON_EXPANDED: &str = "json-expanded";
 pub const AVRO: &str = "avro";
 pub const AVRO_LATEST: &str = "avro-latest";
+/// `avro` with Avro keys (`key.converter = "avro"`).
+pub const AVRO_KEYS: &str = "avro-keys";
 /// `avro` with Apicurio's headers framing (`id_handler = "headers"`, `use_id = "globalId"`).
 pub const AVRO_APICURIO: &str = "avro-apicurio";
 /// Confluent's `ProtobufConverter` (`value.converter = "protobuf"`); `protobuf` is the envelope.
@@ -58,6 +60,18 @@ table = "public.outbox"
 
 [debezium]
 "value.converter" = "avro"
+"#;
+
+/// `avro-keys`: `avro` with the keys written by the AvroConverter too.
+pub const AVRO_KEYS_OUTBOX: &str = r#"[outbox]
+table = "public.outbox"
+
+[router]
+"table.expand.json.payload" = true
+
+[debezium]
+"value.converter" = "avro"
+"key.converter" = "avro"
 "#;
 
 /// `protobuf-registry`: the same with Confluent's ProtobufConverter.
@@ -215,6 +229,7 @@ pub fn render(reps: &[Rep]) -> String {
         (Shape::Avro, "Avro, registry auto-register (`avro`)"),
         (Shape::AvroLatest, "Avro under registered contracts (`avro-latest`)"),
         (Shape::AvroApicurio, "Avro, the globalId in a header (`avro-apicurio`)"),
+        (Shape::AvroKeys, "Avro values and keys (`avro-keys`)"),
         (Shape::ProtobufRegistry, "Protobuf, registry auto-register (`protobuf-registry`)"),
         (
             Shape::JsonSchemaRegistry,

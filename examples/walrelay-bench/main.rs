@@ -122,7 +122,8 @@ struct Opts {
     /// JSON without schemas and as Avro against a schema registry (started only for avro), with
     /// Avro's drain and RSS against JSON's; avro-latest: Avro rewritten under contracts
     /// registered before the drain (use_latest_version); avro-apicurio: Avro with the
-    /// globalId in a header, as Apicurio 2's AvroConverter frames; protobuf-registry,
+    /// globalId in a header, as Apicurio 2's AvroConverter frames; avro-keys: Avro keys too;
+    /// protobuf-registry,
     /// json-schema-registry: Confluent's ProtobufConverter and JsonSchemaConverter against the
     /// same registry; "none" skips).
     #[arg(long, default_value = "partitioned,two-tables,messages,exactly-once")]
@@ -508,7 +509,7 @@ async fn run(s: Settings, json_path: PathBuf) -> bool {
                         "[bench] unknown table shape {name:?} (partitioned, two-tables, messages, \
                          cloudevents-binary, cloudevents-structured, cloudevents-protobuf, \
                          protobuf, exactly-once, tracing-off, tracing, tracing-export, tenants-1, \
-                         tenants-1000, json-expanded, avro, avro-latest, avro-apicurio, \
+                         tenants-1000, json-expanded, avro, avro-latest, avro-apicurio, avro-keys, \
                          protobuf-registry, json-schema-registry)"
                     );
                     continue;

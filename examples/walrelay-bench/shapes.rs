@@ -40,6 +40,7 @@
 //!   Confluent's ProtobufConverter (`value.converter = "protobuf"`; `protobuf` is the envelope),
 //!   `avro-apicurio` is `avro` framed as Apicurio 2's AvroConverter does by default (the
 //!   globalId, read once per schema from Apicurio's own API, in a header; the value unframed);
+//!   `avro-keys` is `avro` with `key.converter = "avro"` (each key framed under `<topic>-key`);
 //!   `json-schema-registry` with its JsonSchemaConverter (`value.converter = "json-schema"`) and
 //!   `aggregatetype` as an envelope field (Apicurio refuses the bare `oneOf` schema of an
 //!   optional payload at the root).
@@ -75,6 +76,8 @@ pub enum Shape {
     /// `avro` framed as Apicurio 2's AvroConverter frames by default: the value unframed, its
     /// schema's globalId in a header (`id_handler = "headers"`, `use_id = "globalId"`).
     AvroApicurio,
+    /// `avro` with Avro keys too (`key.converter = "avro"`, registered under `<topic>-key`).
+    AvroKeys,
     /// Confluent's ProtobufConverter against the registry (not the `protobuf` envelope).
     ProtobufRegistry,
     /// Confluent's JsonSchemaConverter against the registry.
@@ -102,6 +105,7 @@ impl Shape {
             crate::converters::AVRO => Some(Shape::Avro),
             crate::converters::AVRO_LATEST => Some(Shape::AvroLatest),
             crate::converters::AVRO_APICURIO => Some(Shape::AvroApicurio),
+            crate::converters::AVRO_KEYS => Some(Shape::AvroKeys),
             crate::converters::PROTOBUF_REGISTRY => Some(Shape::ProtobufRegistry),
             crate::converters::JSON_SCHEMA_REGISTRY => Some(Shape::JsonSchemaRegistry),
             _ => None,
@@ -129,6 +133,7 @@ impl Shape {
             Shape::Avro => "walrelay, Avro values, payload expanded, registry auto-register",
             Shape::AvroLatest => "walrelay, Avro values rewritten under registered contracts",
             Shape::AvroApicurio => "walrelay, Avro values, the globalId in a header (Apicurio)",
+            Shape::AvroKeys => "walrelay, Avro values and Avro keys",
             Shape::ProtobufRegistry => {
                 "walrelay, Protobuf values, payload expanded, registry auto-register"
             }
@@ -145,6 +150,7 @@ impl Shape {
             Shape::Avro
                 | Shape::AvroLatest
                 | Shape::AvroApicurio
+                | Shape::AvroKeys
                 | Shape::ProtobufRegistry
                 | Shape::JsonSchemaRegistry
         )
@@ -171,6 +177,7 @@ impl Shape {
             | Shape::Avro
             | Shape::AvroLatest
             | Shape::AvroApicurio
+            | Shape::AvroKeys
             | Shape::ProtobufRegistry
             | Shape::JsonSchemaRegistry => vec!["outbox".into()],
             Shape::TwoTables => vec!["outbox".into(), "billing.outbox".into()],
@@ -211,6 +218,7 @@ impl Shape {
             Shape::Avro | Shape::AvroLatest | Shape::AvroApicurio => {
                 crate::converters::AVRO_OUTBOX
             }
+            Shape::AvroKeys => crate::converters::AVRO_KEYS_OUTBOX,
             Shape::ProtobufRegistry => crate::converters::PROTOBUF_OUTBOX,
             Shape::JsonSchemaRegistry => crate::converters::JSON_SCHEMA_OUTBOX,
         }
@@ -258,6 +266,7 @@ pub async fn drain(ctx: &Ctx<'_>, shape: Shape, events: u64, per_txn: u64) -> (L
         | Shape::Avro
         | Shape::AvroLatest
         | Shape::AvroApicurio
+        | Shape::AvroKeys
         | Shape::ProtobufRegistry
         | Shape::JsonSchemaRegistry => db.create_outbox("outbox").await,
         Shape::Tenants(_) => {

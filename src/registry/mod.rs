@@ -343,7 +343,7 @@ impl Registry {
             let contract = JsonContract::parse(&latest).map_err(|e| unreadable("it is", e))?;
             return Ok(Plan { id, fit: Fit::Validate { subject, contract } });
         }
-        if self.schema_type == SchemaType::Protobuf {
+        if ty == SchemaType::Protobuf {
             let registered = ProtoFile::parse(&latest).map_err(|e| {
                 FrameError::Refused(format!(
                     "the latest schema of subject {subject} (id {id}) cannot be used: {e}"
