@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::config::{IdHandler, SchemaRegistryConfig, SubjectNameStrategy, UseId};
+use crate::config::{SchemaRegistryConfig, SubjectNameStrategy, UseId};
 use crate::metrics::Metrics;
 use crate::router::{Record, FRAME_RESERVED};
 
@@ -33,11 +33,13 @@ mod json_contract;
 pub mod proto_contract;
 mod resolve;
 mod schema;
+mod wire;
 
 use self::client::{CallError, SchemaType};
 use self::json_contract::JsonContract;
 use self::proto_contract::{ProtoContract, ProtoFile};
 use self::schema::Parsed;
+use self::wire::{Part, Wire};
 
 /// The plans known, per part, topic and derived schema, for one run.
 pub struct Registry {
@@ -49,29 +51,11 @@ pub struct Registry {
     /// the same `Arc`s, so a pointer comparison spares the hashing.
     last: [Option<(Arc<str>, Arc<str>, Arc<Plan>)>; 2],
     metrics: Option<Arc<Metrics>>,
-    /// With `id_handler = "headers"`, per part: the id's header (`apicurio.value.globalId`,
-    /// `apicurio.key.contentId`, …) and Avro's encoding header, made once.
-    headers: [(Arc<str>, Arc<str>); 2],
+    /// Where the ids go (`id_handler`).
+    wire: Wire,
     /// Whether an unreachable registry is waited for (the relay: delivery holds) or said at
     /// once (what reads the records back, `Registry::read_only`).
     patient: bool,
-}
-
-/// The part of a record a schema id frames: its own subject (`<topic>-key`, `<topic>-value`),
-/// its own headers under Apicurio's framing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Part {
-    Key = 0,
-    Value = 1,
-}
-
-impl Part {
-    fn name(self) -> &'static str {
-        match self {
-            Part::Key => "key",
-            Part::Value => "value",
-        }
-    }
 }
 
 /// How the values of one topic and derived schema are framed: under `id`, as they are or, with
@@ -136,17 +120,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 impl Registry {
     pub fn new(cfg: SchemaRegistryConfig) -> Registry {
         let schema_type = SchemaType::Avro;
-        let headers = [Part::Key, Part::Value].map(|part| {
-            let id = format!("apicurio.{}.{}", part.name(), cfg.use_id.as_str());
-            (Arc::from(id), Arc::from(format!("apicurio.{}.encoding", part.name())))
-        });
+        let wire = Wire::new(cfg.id_handler, cfg.use_id);
         Registry {
             cfg,
             schema_type,
             plans: HashMap::new(),
             last: [None, None],
             metrics: None,
-            headers,
+            wire,
             patient: true,
         }
     }
@@ -304,21 +285,7 @@ impl Registry {
                 )));
             }
         };
-        match self.cfg.id_handler {
-            // Taken, not cloned: the router's buffer is then unique and the id is written in
-            // place. Apicurio's 4-byte handler writes a longer id cut to an int, as here.
-            IdHandler::FourByte => *slot = Some(framed(bytes, plan.id as u32)),
-            IdHandler::EightByte => *slot = Some(framed_long(&bytes, plan.id)),
-            // As Apicurio's `DefaultHeadersHandler` and `AvroSerdeHeaders` write them (Avro
-            // only: config refuses the other converters).
-            IdHandler::Headers => {
-                *slot = Some(bytes.slice(FRAME_RESERVED..));
-                let (id_header, encoding) = &self.headers[part as usize];
-                let id = Bytes::copy_from_slice(&plan.id.to_be_bytes());
-                record.headers.push((id_header.clone(), id));
-                record.headers.push((encoding.clone(), Bytes::from_static(b"BINARY")));
-            }
-        }
+        self.wire.place(part, record, bytes, plan.id);
         Ok(())
     }
 
@@ -479,31 +446,10 @@ impl Registry {
     }
 }
 
-/// `value` (five reserved bytes, then the body) with the magic byte and an 8-byte `id` in front
-/// (Apicurio's `Legacy8ByteIdHandler`): a new buffer, as the router reserved 5 bytes.
-fn framed_long(value: &[u8], id: u64) -> Bytes {
-    let body = &value[FRAME_RESERVED..];
-    let mut bytes = Vec::with_capacity(9 + body.len());
-    bytes.push(0);
-    bytes.extend_from_slice(&id.to_be_bytes());
-    bytes.extend_from_slice(body);
-    bytes.into()
-}
-
-/// `value` (five reserved bytes, then the body) with the magic byte and `id` in front.
-fn framed(value: Bytes, id: u32) -> Bytes {
-    let mut bytes = match value.try_into_mut() {
-        Ok(unique) => unique,
-        Err(shared) => bytes::BytesMut::from(&shared[..]),
-    };
-    bytes[0] = 0;
-    bytes[1..5].copy_from_slice(&id.to_be_bytes());
-    bytes.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::IdHandler;
 
     fn registry(strategy: SubjectNameStrategy) -> Registry {
         Registry::new(SchemaRegistryConfig {
@@ -534,17 +480,5 @@ mod tests {
         let refused = both.subject("t", optional).unwrap_err().to_string();
         assert!(refused.contains("not a record") && refused.contains("envelope"), "{refused}");
         assert!(by_record.subject("t", "\"string\"").is_err());
-    }
-
-    #[test]
-    fn the_frame_is_the_magic_byte_and_the_id_big_endian_before_the_body() {
-        let value = Bytes::from(vec![9, 9, 9, 9, 9, 2, 4, b'h', b'i']);
-        assert_eq!(&framed(value, 0x0102_0304)[..], [0, 1, 2, 3, 4, 2, 4, b'h', b'i']);
-    }
-
-    #[test]
-    fn apicurios_long_frame_is_the_magic_byte_and_8_bytes_before_the_body() {
-        let value = [9, 9, 9, 9, 9, 2, 4];
-        assert_eq!(&framed_long(&value, 0x0102_0304_0506)[..], [0, 0, 0, 1, 2, 3, 4, 5, 6, 2, 4]);
     }
 }
