@@ -27,6 +27,7 @@ use prost_reflect::{Cardinality, FieldDescriptor, FileDescriptor, Kind, MessageD
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 use super::resolve::Misfit;
+use crate::router::{protobuf_delimited as delimited, protobuf_varint as varint};
 
 /// A `.proto` text, compiled with the `google/protobuf/*.proto` files it imports.
 pub struct ProtoFile {
@@ -439,34 +440,6 @@ impl<'a> Input<'a> {
 
 fn key_to(out: &mut Vec<u8>, number: u32, wire: u8) {
     varint(out, (u64::from(number) << 3) | u64::from(wire));
-}
-
-fn varint(out: &mut Vec<u8>, mut n: u64) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
-}
-
-/// A length-delimited body written by `body` into `out`, its length put in front after: the
-/// contract's keys may be longer than the value's (a number above 15 takes two bytes).
-fn delimited(
-    out: &mut Vec<u8>,
-    body: impl FnOnce(&mut Vec<u8>) -> Result<(), Misfit>,
-) -> Result<(), Misfit> {
-    let at = out.len();
-    out.push(0);
-    body(out)?;
-    let len = out.len() - at - 1;
-    if len >= 0x80 {
-        let mut prefix = Vec::with_capacity(4);
-        varint(&mut prefix, len as u64);
-        out.splice(at..at + 1, prefix);
-    } else {
-        out[at] = len as u8;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

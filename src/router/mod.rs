@@ -101,6 +101,7 @@ pub use self::message_content::event_id as message_event_id;
 #[cfg(test)]
 pub(crate) use self::options::NullBehavior;
 pub use self::options::{InvalidOpBehavior, Options, RouterConfig};
+pub(crate) use self::protobuf::{delimited as protobuf_delimited, varint as protobuf_varint};
 pub use self::topic::validate_topic;
 use crate::metrics::Metrics;
 use crate::pgoutput::Tuple;

@@ -338,11 +338,12 @@ fn write_scalar(out: &mut Vec<u8>, number: u32, value: &Value, ty: Prim) -> Resu
 }
 
 /// A length-delimited body written by `body` straight into `out`, its length put in front after
-/// (one byte reserved: most bodies are shorter than 128 bytes).
-fn delimited(
+/// (one byte reserved: most bodies are shorter than 128 bytes). The registry's contract rewrite
+/// (`crate::registry`) writes its nested messages with it too.
+pub(crate) fn delimited<E>(
     out: &mut Vec<u8>,
-    body: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
-) -> Result<(), String> {
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
     let at = out.len();
     out.push(0);
     body(out)?;
@@ -426,7 +427,7 @@ fn length_delimited(out: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// A base-128 varint; a negative int32 or int64 is its 64-bit two's complement (10 bytes).
-fn varint(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
         n >>= 7;
