@@ -255,18 +255,64 @@ fn search(
     Ok(())
 }
 
-/// The key as its row holds it: the text, also under `key.converter = "avro"` with a string
-/// key (an Avro string is its length, a zigzag varint, then the UTF-8); another Avro key is
-/// said by its schema.
+/// The key as its row holds it: the text, also under a registry key converter with a string
+/// key: Avro's string is its length then the UTF-8; Protobuf's `StringValue` is the message
+/// indexes, then field 1's key (0x0a), its length and the UTF-8. Another key is said by its
+/// schema.
 fn shown_key(record: &Record) -> Option<String> {
     let key = record.key.as_deref()?;
     let Some(schema) = record.key_schema.as_deref() else {
         return Some(String::from_utf8_lossy(key).into_owned());
     };
     let body = key.get(FRAME_RESERVED..).unwrap_or_default();
-    let length_bytes = body.iter().position(|b| b & 0x80 == 0).map_or(body.len(), |i| i + 1);
-    Some(match schema {
-        "\"string\"" => String::from_utf8_lossy(&body[length_bytes..]).into_owned(),
-        other => format!("(an Avro key of schema {other}, {} bytes)", body.len()),
+    let text = match schema {
+        "\"string\"" => varint_end(body).map(|at| &body[at..]),
+        // The indexes of `StringValue` in wrappers.proto (`[7]`), then its one field.
+        s if s.contains("message StringValue") => body
+            .strip_prefix(&[0x02, 0x0e, 0x0a][..])
+            .and_then(|rest| varint_end(rest).map(|at| &rest[at..])),
+        _ => None,
+    };
+    Some(match text {
+        Some(text) => String::from_utf8_lossy(text).into_owned(),
+        None => format!("({} bytes under the key schema {schema})", body.len()),
     })
+}
+
+/// Where the varint `bytes` start with ends.
+fn varint_end(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|b| b & 0x80 == 0).map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyed(key: &[u8], schema: Option<&str>) -> Record {
+        Record {
+            topic: "t".into(),
+            key: Some(bytes::Bytes::copy_from_slice(key)),
+            value: None,
+            headers: Vec::new(),
+            partition: None,
+            timestamp_ms: None,
+            event_id: "e".into(),
+            trace: None,
+            value_schema: None,
+            key_schema: schema.map(std::sync::Arc::from),
+        }
+    }
+
+    #[test]
+    fn a_registry_keys_text_is_shown_as_its_row_holds_it() {
+        let frame = [0, 0, 0, 0, 7];
+        assert_eq!(shown_key(&keyed(b"o-1", None)).as_deref(), Some("o-1"));
+        let avro = [&frame[..], &[6], b"o-1"].concat();
+        assert_eq!(shown_key(&keyed(&avro, Some("\"string\""))).as_deref(), Some("o-1"));
+        let wrappers = "syntax = \"proto3\";\nmessage StringValue {\n  string value = 1;\n}\n";
+        let proto = [&frame[..], &[0x02, 0x0e, 0x0a, 3], b"o-1"].concat();
+        assert_eq!(shown_key(&keyed(&proto, Some(wrappers))).as_deref(), Some("o-1"));
+        let long = shown_key(&keyed(&[&frame[..], &[2, 4]].concat(), Some("\"long\""))).unwrap();
+        assert!(long.contains("2 bytes") && long.contains("\"long\""), "{long}");
+    }
 }

@@ -178,10 +178,10 @@ impl Config {
         router.tenant_header = outbox.tenant_header.as_deref().map(std::sync::Arc::from);
         let messages = MessageSelection::parse(&debezium, non_transactional.as_deref())?;
         let schema_registry = schema_registry.map(|r| schema_registry::parse(&r)).transpose()?;
-        let registry_side = match (router.registry_converter(), router.registry_keys()) {
+        let registry_side = match (router.registry_converter(), router.registry_key_converter()) {
             (Some(converter), _) => Some(("value.converter", converter)),
-            (None, true) => Some(("key.converter", "avro")),
-            (None, false) => None,
+            (None, Some(converter)) => Some(("key.converter", converter)),
+            (None, None) => None,
         };
         if let (Some((side, converter)), None) = (registry_side, &schema_registry) {
             return Err(ConfigError::Missing {
@@ -210,9 +210,11 @@ impl Config {
         }
         // Apicurio ships Avro's Connect converter only; its Protobuf serdes frame a message
         // reference of their own, which walrelay does not write.
-        if let (Some(c @ ("protobuf" | "json-schema")), Some(r)) =
-            (router.registry_converter(), &schema_registry)
-        {
+        let not_avro = [router.registry_converter(), router.registry_key_converter()]
+            .into_iter()
+            .flatten()
+            .find(|c| *c != "avro");
+        if let (Some(c), Some(r)) = (not_avro, &schema_registry) {
             if !r.confluent_framing() {
                 return Err(invalid(
                     "schema_registry",

@@ -80,8 +80,10 @@ impl Encoder {
         let mut encoder =
             Encoder::from_parts(config.router.clone(), config.envelope.clone(), database);
         let converter = config.router.registry_converter().unwrap_or("avro");
-        encoder.registry =
-            config.schema_registry.clone().map(|cfg| Registry::new(cfg).for_converter(converter));
+        let key_converter = config.router.registry_key_converter().unwrap_or("avro");
+        encoder.registry = config.schema_registry.clone().map(|cfg| {
+            Registry::new(cfg).for_converter(converter).for_key_converter(key_converter)
+        });
         encoder
     }
 

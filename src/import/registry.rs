@@ -15,9 +15,11 @@ impl Builder {
             Some(JSON_SCHEMA_CONVERTER) => Some("JSON Schema"),
             _ => None,
         };
-        // Avro keys (`key.converter`) share the section; the value converter's options first.
-        let avro_keys = self.get("key.converter").is_some_and(|c| c.ends_with(".AvroConverter"));
-        if !avro && !avro_keys && topic_subjects_only.is_none() {
+        // Registry keys (`key.converter`) share the section; the value converter's options first.
+        let registry_keys = self
+            .get("key.converter")
+            .is_some_and(|c| c.ends_with(".AvroConverter") || c == PROTOBUF_CONVERTER);
+        if !avro && !registry_keys && topic_subjects_only.is_none() {
             return;
         }
         let get = |k: &str| {

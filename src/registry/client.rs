@@ -38,6 +38,15 @@ pub enum SchemaType {
 }
 
 impl SchemaType {
+    /// A registry converter's, by its short name ("avro", "protobuf", "json-schema").
+    pub fn of_converter(converter: &str) -> SchemaType {
+        match converter {
+            "protobuf" => SchemaType::Protobuf,
+            "json-schema" => SchemaType::Json,
+            _ => SchemaType::Avro,
+        }
+    }
+
     /// The registry API's `schemaType`.
     pub fn name(self) -> &'static str {
         match self {

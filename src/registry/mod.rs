@@ -44,8 +44,9 @@ use self::wire::{Part, Wire};
 /// The plans known, per part, topic and derived schema, for one run.
 pub struct Registry {
     cfg: SchemaRegistryConfig,
-    /// The value converter's: one per run. Keys are Avro (`key.converter = "avro"`).
+    /// The value converter's and the key converter's: one each per run.
     schema_type: SchemaType,
+    key_type: SchemaType,
     plans: HashMap<(Part, Arc<str>, Arc<str>), Arc<Plan>>,
     /// Per part, the last (topic, schema, plan) used: records in a row mostly share both, and
     /// the same `Arc`s, so a pointer comparison spares the hashing.
@@ -124,6 +125,7 @@ impl Registry {
         Registry {
             cfg,
             schema_type,
+            key_type: SchemaType::Avro,
             plans: HashMap::new(),
             last: [None, None],
             metrics: None,
@@ -135,11 +137,13 @@ impl Registry {
     /// Registers the values' schemas as the value converter writes them: `converter` is
     /// `RouterConfig::registry_converter` ("avro", "protobuf" or "json-schema").
     pub fn for_converter(mut self, converter: &str) -> Registry {
-        self.schema_type = match converter {
-            "protobuf" => SchemaType::Protobuf,
-            "json-schema" => SchemaType::Json,
-            _ => SchemaType::Avro,
-        };
+        self.schema_type = SchemaType::of_converter(converter);
+        self
+    }
+
+    /// The same for the keys (`RouterConfig::registry_key_converter`).
+    pub fn for_key_converter(mut self, converter: &str) -> Registry {
+        self.key_type = SchemaType::of_converter(converter);
         self
     }
 
@@ -289,12 +293,12 @@ impl Registry {
         Ok(())
     }
 
-    /// How `part`s of `schema` under `topic`'s subject are framed, asked of the registry. Keys
-    /// are Avro, and their subject is always the topic's (`key.subject.name.strategy`'s
-    /// default: walrelay's strategy option is the value's).
+    /// How `part`s of `schema` under `topic`'s subject are framed, asked of the registry. A
+    /// key's subject is always the topic's (`key.subject.name.strategy`'s default: walrelay's
+    /// strategy option is the value's).
     async fn plan(&self, part: Part, topic: &str, schema: &str) -> Result<Plan, FrameError> {
         let (subject, ty) = match part {
-            Part::Key => (format!("{topic}-key"), SchemaType::Avro),
+            Part::Key => (format!("{topic}-key"), self.key_type),
             Part::Value => (self.subject(topic, schema)?, self.schema_type),
         };
         let (id, latest) = self.ask(&subject, schema, ty).await?;

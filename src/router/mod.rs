@@ -265,8 +265,9 @@ pub struct Router {
     /// Registry converters: the registered schema text per Connect schema, and the Protobuf
     /// message indexes (bounded like `schema_names`).
     registry_schemas: HashMap<Schema, (Arc<str>, &'static [u8])>,
-    /// `key.converter = "avro"`: the Avro schema text of each key column's Connect schema.
-    key_schemas: HashMap<Schema, Arc<str>>,
+    /// `key.converter = "avro"` or `"protobuf"`: the registered text of each key column's
+    /// Connect schema, and Protobuf's message indexes.
+    key_schemas: HashMap<Schema, (Arc<str>, &'static [u8])>,
     /// Registry converters with envelope placements: per table and payload schema, the
     /// envelope's schema and its registered text (bounded like `schema_names`).
     envelope_schemas: HashMap<Arc<str>, HashMap<Schema, EnvelopeKnown>>,

@@ -267,9 +267,14 @@ impl RouterConfig {
         }
     }
 
-    /// `key.converter = "avro"`: the keys' schemas are registered too (`<topic>-key`).
-    pub(crate) fn registry_keys(&self) -> bool {
-        self.key_converter == Converter::Avro
+    /// `key.converter = "avro"` or `"protobuf"`: the keys' schemas are registered too
+    /// (`<topic>-key`).
+    pub(crate) fn registry_key_converter(&self) -> Option<&'static str> {
+        match self.key_converter {
+            Converter::Avro => Some("avro"),
+            Converter::Protobuf => Some("protobuf"),
+            _ => None,
+        }
     }
 
     /// Whether any converter writes JsonConverter's `{"schema": …, "payload": …}` envelope.
@@ -500,14 +505,17 @@ impl Section<'_> {
                         ),
                     ));
                 };
-                if key != "value.converter" && converter != Converter::Avro {
+                // JSON Schema's text for a string key, `{"type":"string"}`, is one Apicurio
+                // refuses, so walrelay has no registry here to prove those keys against.
+                if key != "value.converter" && converter == Converter::JsonSchema {
                     return Err(self.invalid(
                         key,
                         v,
                         format!(
-                            "walrelay writes {what} values only, not yet keys (Avro keys it \
-                             writes): keep the key a string (the aggregate id), use \"avro\", \
-                             or keep Debezium for this connector until it does"
+                            "walrelay writes {what} values only, not yet keys (Avro and \
+                             Protobuf keys it writes): keep the key a string (the aggregate id), \
+                             use \"avro\" or \"protobuf\", or keep Debezium for this connector \
+                             until it does"
                         ),
                     ));
                 }

@@ -121,7 +121,10 @@ fn options_bad_enum_boolean_and_converter_values_list_the_choices() {
         "{err}"
     );
     let avro_keys = parse(&[], &[("key.converter", "avro")]).expect("Avro keys are written");
-    assert!(avro_keys.registry_keys() && avro_keys.registry_converter().is_none());
+    assert_eq!(avro_keys.registry_key_converter(), Some("avro"));
+    assert!(avro_keys.registry_converter().is_none());
+    let proto_keys = parse(&[], &[("key.converter", "protobuf")]).expect("Protobuf keys");
+    assert_eq!(proto_keys.registry_key_converter(), Some("protobuf"));
     let err = parse(&[], &[("key.converter", "json-schema")]).unwrap_err().to_string();
     assert!(err.contains("JSON Schema values only"), "{err}");
     let err = parse(&[], &[("topic.prefix", "a b")]).unwrap_err().to_string();

@@ -58,35 +58,55 @@ impl Router {
         Ok(topic)
     }
 
-    /// The key's bytes, and with `key.converter = "avro"` the Avro schema they were written
-    /// under: the key column's Connect schema, as Confluent's AvroConverter maps it (`"string"`
-    /// for a text column that is NOT NULL), the value after [`FRAME_RESERVED`] bytes for the
-    /// registry's framing. A NULL key is a null key under every converter.
+    /// The key's bytes, and with `key.converter = "avro"` or `"protobuf"` the schema they were
+    /// written under: the key column's Connect schema, as Confluent's converter maps it (Avro's
+    /// `"string"` for a text column that is NOT NULL; Protobuf's `google.protobuf.StringValue`),
+    /// the value after [`FRAME_RESERVED`] bytes for the registry's framing (and Protobuf's
+    /// message indexes). A NULL key is a null key under every converter.
     pub(super) fn key(
         &mut self,
         col: &Col,
         cv: &Cv,
     ) -> Result<(Option<Bytes>, Option<Arc<str>>), RouteError> {
         match self.cfg.key_converter {
-            Converter::Avro if !matches!(cv, Cv::Null) => {
-                let schema = match self.key_schemas.get(&col.schema) {
-                    Some(text) => text.clone(),
+            converter @ (Converter::Avro | Converter::Protobuf) if !matches!(cv, Cv::Null) => {
+                let (schema, indexes) = match self.key_schemas.get(&col.schema) {
+                    Some(known) => known.clone(),
                     None => {
-                        let text: Arc<str> =
-                            Arc::from(avro::schema_text(&col.schema).map_err(|r| col.invalid(r))?);
+                        let known: (Arc<str>, &'static [u8]) = match converter {
+                            Converter::Protobuf => {
+                                let p = protobuf::schema_text(&col.schema)
+                                    .map_err(|r| col.invalid(r))?;
+                                (Arc::from(p.text), p.indexes)
+                            }
+                            _ => (
+                                Arc::from(
+                                    avro::schema_text(&col.schema).map_err(|r| col.invalid(r))?,
+                                ),
+                                &[],
+                            ),
+                        };
                         if self.key_schemas.len() >= SCHEMA_NAME_CACHE_LIMIT {
                             self.key_schemas.clear();
                         }
-                        self.key_schemas.insert(col.schema.clone(), text.clone());
-                        text
+                        self.key_schemas.insert(col.schema.clone(), known.clone());
+                        known
                     }
                 };
-                let mut out = Vec::with_capacity(FRAME_RESERVED + 2 + payload_len(cv));
+                let mut out = Vec::with_capacity(FRAME_RESERVED + 4 + payload_len(cv));
                 out.extend_from_slice(&[0; FRAME_RESERVED]);
-                avro::write_cv(&mut out, cv, &col.schema).map_err(|r| col.invalid(r))?;
+                out.extend_from_slice(indexes);
+                match converter {
+                    Converter::Protobuf => {
+                        let fields = protobuf::root_values(&col.schema, protobuf::Value::Cv(cv));
+                        protobuf::write_root(&mut out, &col.schema, &fields)
+                    }
+                    _ => avro::write_cv(&mut out, cv, &col.schema),
+                }
+                .map_err(|r| col.invalid(r))?;
                 Ok((Some(out.into()), Some(schema)))
             }
-            // Protobuf and JSON Schema keys are refused when the options are read.
+            // JSON Schema keys are refused when the options are read.
             Converter::String | Converter::Avro | Converter::Protobuf | Converter::JsonSchema => {
                 Ok((string_bytes(cv), None))
             }

@@ -1,6 +1,6 @@
-//! `key.converter = "avro"`: the aggregate id as an Avro key under `<topic>-key`, framed, so its
-//! partition is the framed bytes' murmur2 (as with Debezium's AvroConverter for keys; the bytes
-//! are checked against its golden in registry_goldens.rs). The audit, its repair and the
+//! `key.converter = "avro"` and `"protobuf"`: the aggregate id as a registry key under
+//! `<topic>-key`, framed, so its partition is the framed bytes' murmur2 (as with Debezium's
+//! converters; Avro's bytes are checked against its golden in registry_goldens.rs). The audit, its repair and the
 //! console's lookup frame the keys the same way, so they place each event where it is.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -128,4 +128,59 @@ async fn check_with_use_latest_version_and_avro_keys_fails_until_the_key_subject
     let after = walrelay_async(&["check"], Some(&config)).await;
     println!("after: {}", key_line(&after));
     assert!(key_line(&after).starts_with("ok") && key_line(&after).contains(&format!("id {id}")));
+}
+
+/// `key.converter = "protobuf"`: the aggregate id as a `google.protobuf.StringValue` (Confluent's
+/// ProtobufConverter's mapping of a string), `wrappers.proto` registered under `<topic>-key`,
+/// framed with the message indexes `[7]`: confluent-kafka's ProtobufDeserializer reads each
+/// key, every aggregate keeps one partition, and the audit finds none misplaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_keys_are_string_values_under_the_key_subject_and_decode_with_confluents_deserializer(
+) {
+    let s = Setup::new("proto_keys").await;
+    let bootstrap = services().broker.bootstrap();
+    let topic = s.topic("Order");
+    kafka::create_topic(bootstrap, &topic, 4).await;
+    let url = registry().ccompat_url();
+    let sections = format!(
+        "[debezium]\n\"value.converter\" = \"protobuf\"\n\"key.converter\" = \"protobuf\"\n\n\
+         [schema_registry]\nurl = \"{url}\"\n"
+    );
+    let config = s.config_with("\"table.expand.json.payload\" = true", "", &sections);
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    for i in 0..20 {
+        let aggregate = format!("o-{}", i % 4);
+        s.db.insert_outbox("outbox", "Order", &aggregate, "Tested", Some("{\"n\": 1}")).await;
+    }
+    let got = kafka::consume(bootstrap, &topic, 20, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 20, "{}", relay.log());
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    let (key_id, key_schema) = registry().latest(&format!("{topic}-key")).expect("a key subject");
+    assert!(key_schema.contains("message StringValue"), "{key_schema}");
+    let keys: Vec<Vec<u8>> = got.iter().map(|r| r.key.clone().expect("a key")).collect();
+    for key in &keys {
+        let framing = (key[0], i32::from_be_bytes(key[1..5].try_into().unwrap()), &key[5..7]);
+        assert_eq!(framing, (0, key_id, &[0x02, 0x0e][..]), "the message indexes [7]");
+    }
+    let decoded = decode_with_confluent("protobuf", &url, &topic, &keys);
+    let mut partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    for (r, key) in got.iter().zip(&decoded) {
+        let text = key["value"].as_str().unwrap_or_else(|| panic!("a StringValue: {key}"));
+        partitions.entry(text.into()).or_default().insert(r.partition);
+    }
+    println!("Protobuf key schema id {key_id}; partitions per aggregate: {partitions:?}");
+    assert_eq!(partitions.len(), 4);
+    assert!(partitions.values().all(|p| p.len() == 1), "{partitions:?}");
+
+    let (code, report, run) = audit(&config, &[]).await;
+    println!("[audit] Protobuf keys: {}", report["total"]);
+    assert_eq!(report["total"]["expected"], 20, "{run}");
+    for kind in ["missing", "misplaced", "out_of_order"] {
+        assert_eq!(report["total"][kind], 0, "{kind}: {run}");
+    }
+    let dup = report["total"]["duplicated"].as_u64().unwrap_or(0);
+    assert_eq!(code, Some(if dup == 0 { 0 } else { 1 }), "{run}");
+    release_slot(&s).await;
 }

@@ -86,16 +86,16 @@ async fn contracts(
 ) {
     let what = "schema registry contracts";
     let fixed = config.router.topic_router.fixed_topic();
-    // Avro keys are written under their subject's latest schema too; their subject is always
-    // the topic's.
-    if let (true, Some(topic)) = (config.router.registry_keys(), &fixed) {
-        let subject = format!("{topic}-key");
-        match client::latest(cfg, &subject, client::SchemaType::Avro).await {
+    // Registry keys are written under their subject's latest schema too; their subject is
+    // always the topic's.
+    if let (Some(converter), Some(topic)) = (config.router.registry_key_converter(), &fixed) {
+        let (subject, ty) = (format!("{topic}-key"), client::SchemaType::of_converter(converter));
+        match client::latest(cfg, &subject, ty).await {
             Ok((id, _)) => r.ok(what, format!("subject {subject} holds a schema (id {id}), which every key is written under")),
             Err(e) => r.fail(
                 what,
-                format!("subject {subject} has no AVRO schema to write keys under: {}", said(&e)),
-                format!("register the keys' schema under {subject} (\"string\" for a text aggregate id) before the first row; until then every row is refused"),
+                format!("subject {subject} has no {} schema to write keys under: {}", ty.name(), said(&e)),
+                format!("register the keys' schema under {subject} (Avro: \"string\" for a text aggregate id; Protobuf: google/protobuf/wrappers.proto) before the first row; until then every row is refused"),
             ),
         }
     }
