@@ -83,8 +83,8 @@ struct Routing {
     bindings: Vec<Binding>,
     /// The envelope's name, for messages.
     envelope: String,
-    /// To ask the registry for the ids of registry-framed keys (`key.converter = "avro"`),
-    /// whose bytes, and so partitions, depend on them.
+    /// To ask the registry for the ids of registry-framed keys (`key.converter` avro or
+    /// protobuf), whose bytes, and so partitions, depend on them.
     runtime: tokio::runtime::Handle,
 }
 
@@ -112,8 +112,13 @@ impl Routing {
                         continue;
                     }
                 };
-                // Its key as the relay framed it: the partition is the framed bytes' hash.
-                match self.runtime.block_on(self.encoder.frame_key(&mut record)) {
+                // Its key as the relay framed it: the partition is the framed bytes' hash. Only a
+                // registry key converter's keys are framed; the others skip the runtime.
+                let framed = match record.key_schema.is_some() {
+                    true => self.runtime.block_on(self.encoder.frame_key(&mut record)),
+                    false => Ok(()),
+                };
+                match framed {
                     Ok(()) => {}
                     // The key's subject holds no such schema: the relay has written no record
                     // with this key schema to this topic (it registers before it writes), so the
@@ -122,7 +127,7 @@ impl Routing {
                     Err(e) => {
                         return Err(Error::definite(
                             format!("the audit cannot frame event {}'s key: {e}", record.event_id),
-                            "the keys are registry-framed (key.converter = \"avro\"), so where each record went depends on its key schema's id: make the registry reachable with [schema_registry]'s credentials, then audit again",
+                            "the keys are registry-framed (key.converter = avro or protobuf), so where each record went depends on its key schema's id: make the registry reachable with [schema_registry]'s credentials, then audit again",
                         ))
                     }
                 }

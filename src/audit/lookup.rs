@@ -115,7 +115,7 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
         ));
     };
     // Shown as the row holds it; searched for framed as the relay framed it (with
-    // `key.converter = "avro"`), whose bytes give the partition.
+    // a registry key converter), whose bytes give the partition.
     let shown_key = shown_key(&record);
     if let Err(e) = encoder.frame_key(&mut record).await {
         match e {
@@ -124,7 +124,7 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
             e => {
                 return Err(Error::definite(
                     format!("the lookup cannot frame event {id}'s key: {e}"),
-                    "the keys are registry-framed (key.converter = \"avro\"): make the registry reachable with [schema_registry]'s credentials",
+                    "the keys are registry-framed (key.converter = avro or protobuf): make the registry reachable with [schema_registry]'s credentials",
                 ))
             }
         }

@@ -119,8 +119,9 @@ impl Encoder {
         Ok(Framed(record))
     }
 
-    /// `record`'s key framed as the relay frames it (`key.converter = "avro"`), so its bytes,
-    /// and the partition they hash to, are the ones in Kafka; other keys pass as they are.
+    /// `record`'s key framed as the relay frames it (`key.converter = "avro"` or `"protobuf"`), so
+    /// its bytes, and the partition they hash to, are the ones in Kafka; other keys pass as they
+    /// are.
     pub async fn frame_key(&mut self, record: &mut Record) -> Result<(), FrameError> {
         match &mut self.registry {
             Some(registry) => registry.frame_key(record).await,

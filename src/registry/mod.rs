@@ -191,8 +191,8 @@ impl Registry {
 
     /// Writes the id of `record`'s value schema into its value's first bytes (after rewriting
     /// the value under the registered schema, with `use_latest_version`), then the same for its
-    /// key (`key.converter = "avro"`); a record without registry bytes is left as it is. Waits
-    /// while the registry is unreachable. A refused value leaves the record as it was.
+    /// key (`key.converter` avro or protobuf); a record without registry bytes is left as it
+    /// is. Waits while the registry is unreachable. A refused value leaves the record as it was.
     pub async fn frame(&mut self, record: &mut Record) -> Result<(), FrameError> {
         if let (Some(schema), true) = (record.value_schema.clone(), record.value.is_some()) {
             self.frame_part(Part::Value, record, &schema).await?;
