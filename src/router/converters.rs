@@ -23,13 +23,13 @@ pub(crate) enum Converter {
     /// `JsonConverter`, with or without the `{"schema":…,"payload":…}` envelope.
     Json { schemas: bool },
     /// Confluent's `AvroConverter`: Avro binary, framed with the schema's registry id
-    /// (`avro.rs`, `crate::registry`). Values only.
+    /// (`avro.rs`, `crate::registry`). Values and keys.
     Avro,
     /// Confluent's `ProtobufConverter`: proto3 binary after the message indexes, framed the
-    /// same way (`protobuf.rs`). Values only.
+    /// same way (`protobuf.rs`). Values and keys.
     Protobuf,
     /// Confluent's `JsonSchemaConverter`: the value as plain JSON, framed the same way, under
-    /// the JSON Schema `json_schema.rs` derives. Values only.
+    /// the JSON Schema `json_schema.rs` derives. Values only (`options.rs` says why).
     JsonSchema,
 }
 
