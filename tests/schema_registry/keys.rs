@@ -82,11 +82,23 @@ async fn avro_keys_are_framed_under_the_key_subject_and_the_audit_its_repair_and
     // Not ok: 4 events the slot skipped are missing; the repair re-publishes them with the same
     // framed keys, into their aggregates' partitions, and its second audit finds none missing.
     let lost = lose(&s, relay, 4).await;
+    // The relay runs again and relays 4 more, so its slot confirms past the audit's snapshot, as
+    // a repair wants (other tests write WAL meanwhile).
+    let mut relay =
+        RelayProcess::start_with(&config, &[], &[("WALRELAY_HTTP_CONSOLE_TOKEN", TOKEN)]);
+    s.wait_streaming(&mut relay).await;
+    for i in 0..4 {
+        let aggregate = format!("o-{}", i % 4);
+        s.db.insert_outbox("outbox", "Order", &aggregate, "Tested", Some("{}")).await;
+    }
+    let relayed = kafka::consume(bootstrap, &topic, 44, Duration::from_secs(30)).await;
+    assert_eq!(relayed.len(), 44, "{}", relay.log());
     let (code, report, run) = audit(&config, &["--repair", "--yes"]).await;
     println!(
         "[audit] avro keys, 4 skipped, repaired: {} then {}",
         report["before"]["total"], report["after"]["total"]
     );
+    assert_eq!(report["before"]["total"]["expected"], 48, "{run}");
     assert_eq!(report["before"]["total"]["missing"], 4, "{run}");
     assert_eq!(report["before"]["clean"], false, "{run}");
     assert_eq!(report["repair"]["sent"], 4, "{run}");
@@ -95,11 +107,15 @@ async fn avro_keys_are_framed_under_the_key_subject_and_the_audit_its_repair_and
     let after = &report["after"]["total"];
     let on_purpose = after["duplicated"] == after["duplicated_by_replay"];
     assert_eq!(code, Some(if on_purpose { 0 } else { 1 }), "{run}");
-    let all = kafka::consume(bootstrap, &topic, 44, Duration::from_secs(30)).await;
-    for r in all.iter().filter(|r| lost.iter().any(|id| r.header_str("id") == Some(id))) {
+    let all = kafka::consume(bootstrap, &topic, 48, Duration::from_secs(30)).await;
+    let repaired: Vec<_> =
+        all.iter().filter(|r| lost.iter().any(|id| r.header_str("id") == Some(id))).collect();
+    assert_eq!(repaired.len(), 4, "the repaired records");
+    for r in repaired {
         let same = got.iter().find(|g| g.key == r.key).expect("a record of the same key before");
         assert_eq!(r.partition, same.partition, "a repaired record in its aggregate's partition");
     }
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
     release_slot(&s).await;
 }
 
