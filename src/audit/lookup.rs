@@ -290,16 +290,9 @@ mod tests {
 
     fn keyed(key: &[u8], schema: Option<&str>) -> Record {
         Record {
-            topic: "t".into(),
             key: Some(bytes::Bytes::copy_from_slice(key)),
-            value: None,
-            headers: Vec::new(),
-            partition: None,
-            timestamp_ms: None,
-            event_id: "e".into(),
-            trace: None,
-            value_schema: None,
             key_schema: schema.map(std::sync::Arc::from),
+            ..Record::bare("t", "e")
         }
     }
 

@@ -194,25 +194,36 @@ impl Registry {
     /// key (`key.converter` avro or protobuf); a record without registry bytes is left as it
     /// is. Waits while the registry is unreachable. A refused value leaves the record as it was.
     pub async fn frame(&mut self, record: &mut Record) -> Result<(), FrameError> {
-        if let (Some(schema), true) = (record.value_schema.clone(), record.value.is_some()) {
-            self.frame_part(Part::Value, record, &schema).await?;
-        }
-        if let (Some(schema), true) = (record.key_schema.clone(), record.key.is_some()) {
-            self.frame_part(Part::Key, record, &schema).await?;
-        }
-        Ok(())
+        self.frame_part(Part::Value, record).await?;
+        self.frame_key(record).await
     }
 
     /// Frames `record`'s key alone: what reads records back needs the partition its framed
     /// key hashes to, not its value.
     pub async fn frame_key(&mut self, record: &mut Record) -> Result<(), FrameError> {
-        if let (Some(schema), true) = (record.key_schema.clone(), record.key.is_some()) {
-            self.frame_part(Part::Key, record, &schema).await?;
-        }
-        Ok(())
+        self.frame_part(Part::Key, record).await
     }
 
-    async fn frame_part(
+    /// Frames `part` of `record` when a registry converter wrote it. Its schema is taken out of
+    /// the record while the part is framed and put back after, not cloned per record.
+    async fn frame_part(&mut self, part: Part, record: &mut Record) -> Result<(), FrameError> {
+        let (schema, present) = match part {
+            Part::Key => (record.key_schema.take(), record.key.is_some()),
+            Part::Value => (record.value_schema.take(), record.value.is_some()),
+        };
+        let Some(schema) = schema else { return Ok(()) };
+        let framed = match present {
+            true => self.frame_with(part, record, &schema).await,
+            false => Ok(()),
+        };
+        match part {
+            Part::Key => record.key_schema = Some(schema),
+            Part::Value => record.value_schema = Some(schema),
+        }
+        framed
+    }
+
+    async fn frame_with(
         &mut self,
         part: Part,
         record: &mut Record,

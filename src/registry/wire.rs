@@ -109,18 +109,7 @@ mod tests {
     #[test]
     fn apicurios_headers_carry_the_id_of_each_part_beside_the_unframed_body() {
         let wire = Wire::new(IdHandler::Headers, UseId::GlobalId);
-        let mut record = Record {
-            topic: Arc::from("t"),
-            key: None,
-            value: None,
-            headers: Vec::new(),
-            partition: None,
-            timestamp_ms: None,
-            event_id: "e".into(),
-            trace: None,
-            value_schema: None,
-            key_schema: None,
-        };
+        let mut record = Record::bare("t", "e");
         wire.place(Part::Value, &mut record, Bytes::from_static(&[9, 9, 9, 9, 9, 2, 4]), 7);
         wire.place(Part::Key, &mut record, Bytes::from_static(&[9, 9, 9, 9, 9, 2, b'k']), 8);
         assert_eq!(

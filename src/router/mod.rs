@@ -168,6 +168,23 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of `topic` with no key, value or header, for tests to fill in.
+    #[cfg(test)]
+    pub(crate) fn bare(topic: &str, event_id: &str) -> Record {
+        Record {
+            topic: Arc::from(topic),
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            partition: None,
+            timestamp_ms: None,
+            event_id: event_id.to_string(),
+            trace: None,
+            value_schema: None,
+            key_schema: None,
+        }
+    }
+
     /// What the record weighs in memory and on the wire: key, value and headers. The in-flight
     /// limits (I7) count this.
     pub fn size(&self) -> usize {

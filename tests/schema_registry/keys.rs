@@ -14,6 +14,25 @@ use crate::support::registry::registry;
 use crate::support::registry_decode::decode_with_confluent;
 use crate::support::{free_port, kafka, services};
 
+/// The 4 aggregates, each in one partition.
+fn one_partition_each(partitions: &BTreeMap<String, BTreeSet<i32>>) {
+    assert_eq!(partitions.len(), 4);
+    assert!(partitions.values().all(|p| p.len() == 1), "{partitions:?}");
+}
+
+/// `audit` of `config` finds the `expected` events, none missing, misplaced or out of order,
+/// and exits 0 unless the relay wrote one twice.
+async fn audit_places_every_event(config: &str, expected: u64, what: &str) {
+    let (code, report, run) = audit(config, &[]).await;
+    println!("[audit] {what}: {}", report["total"]);
+    assert_eq!(report["total"]["expected"], expected, "{run}");
+    for kind in ["missing", "misplaced", "out_of_order"] {
+        assert_eq!(report["total"][kind], 0, "{kind}: {run}");
+    }
+    let dup = report["total"]["duplicated"].as_u64().unwrap_or(0);
+    assert_eq!(code, Some(if dup == 0 { 0 } else { 1 }), "{run}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn avro_keys_are_framed_under_the_key_subject_and_the_audit_its_repair_and_the_lookup_place_them_in_the_framed_keys_partition(
 ) {
@@ -57,18 +76,10 @@ async fn avro_keys_are_framed_under_the_key_subject_and_the_audit_its_repair_and
             .insert(r.partition);
     }
     println!("key schema id {key_id}; partitions per aggregate: {partitions:?}");
-    assert_eq!(partitions.len(), 4);
-    assert!(partitions.values().all(|p| p.len() == 1), "{partitions:?}");
+    one_partition_each(&partitions);
 
     // The audit places each event in its framed key's partition.
-    let (code, report, run) = audit(&config, &[]).await;
-    println!("[audit] avro keys: {}", report["total"]);
-    assert_eq!(report["total"]["expected"], 40, "{run}");
-    for kind in ["missing", "misplaced", "out_of_order"] {
-        assert_eq!(report["total"][kind], 0, "{kind}: {run}");
-    }
-    let dup = report["total"]["duplicated"].as_u64().unwrap_or(0);
-    assert_eq!(code, Some(if dup == 0 { 0 } else { 1 }), "{run}");
+    audit_places_every_event(&config, 40, "avro keys").await;
 
     // The console's lookup finds an event where a consumer reads it, and shows its key's text.
     let consumed = got.iter().find(|r| r.header_str("id") == Some(written[1].as_str())).unwrap();
@@ -187,16 +198,7 @@ async fn protobuf_keys_are_string_values_under_the_key_subject_and_decode_with_c
         partitions.entry(text.into()).or_default().insert(r.partition);
     }
     println!("Protobuf key schema id {key_id}; partitions per aggregate: {partitions:?}");
-    assert_eq!(partitions.len(), 4);
-    assert!(partitions.values().all(|p| p.len() == 1), "{partitions:?}");
-
-    let (code, report, run) = audit(&config, &[]).await;
-    println!("[audit] Protobuf keys: {}", report["total"]);
-    assert_eq!(report["total"]["expected"], 20, "{run}");
-    for kind in ["missing", "misplaced", "out_of_order"] {
-        assert_eq!(report["total"][kind], 0, "{kind}: {run}");
-    }
-    let dup = report["total"]["duplicated"].as_u64().unwrap_or(0);
-    assert_eq!(code, Some(if dup == 0 { 0 } else { 1 }), "{run}");
+    one_partition_each(&partitions);
+    audit_places_every_event(&config, 20, "Protobuf keys").await;
     release_slot(&s).await;
 }
