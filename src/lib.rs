@@ -35,6 +35,7 @@ pub mod relay;
 pub mod replay;
 pub mod retention;
 pub mod router;
+pub mod sink;
 pub mod snapshot;
 pub(crate) mod source;
 pub(crate) mod spans;

@@ -25,13 +25,14 @@ mod limits;
 mod outbox;
 mod retention;
 mod schema_registry;
-mod section;
+use crate::options::section;
 mod source;
 #[cfg(test)]
 mod tests;
 mod tracing;
 
 pub use crate::options::{secret, ConfigError, Options};
+use crate::options::{invalid, required};
 pub use audit::AuditConfig;
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
@@ -294,29 +295,6 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("tracing", section::keys_of::<tracing::Raw>()),
         ("schema_registry", section::keys_of::<schema_registry::Raw>()),
     ]
-}
-
-fn invalid(section: &'static str, key: &str, value: &str, reason: &str) -> ConfigError {
-    ConfigError::InvalidValue {
-        section,
-        key: key.to_string(),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-/// A key the section cannot do without; `hint` says what to set.
-fn required<T>(
-    section: &'static str,
-    value: Option<T>,
-    key: &str,
-    hint: &str,
-) -> Result<T, ConfigError> {
-    value.ok_or_else(|| ConfigError::Missing {
-        section,
-        key: key.to_string(),
-        hint: hint.to_string(),
-    })
 }
 
 /// PostgreSQL identifiers walrelay puts into SQL and into the replication command. pgwire-replication

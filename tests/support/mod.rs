@@ -27,6 +27,7 @@ pub mod registry_decode;
 pub mod registry_http;
 pub mod secure_kafka;
 pub mod servers;
+pub mod sinks;
 pub mod slot;
 pub mod writer;
 

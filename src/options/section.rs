@@ -14,7 +14,7 @@ use super::{ConfigError, Options};
 
 /// Deserializes `section`'s options into `T`. Unknown keys, and values of the wrong type, are
 /// [`ConfigError`]s naming the key.
-pub(super) fn from_options<T: DeserializeOwned>(
+pub(crate) fn from_options<T: DeserializeOwned>(
     section: &'static str,
     opts: &Options,
 ) -> Result<T, ConfigError> {
@@ -23,7 +23,7 @@ pub(super) fn from_options<T: DeserializeOwned>(
 
 /// The keys `T` accepts, as its serde derive declares them: the derive hands its field names to
 /// `deserialize_struct`, where a probe takes them and stops.
-pub(super) fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+pub(crate) fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
     let fields = std::cell::Cell::new(&[][..]);
     let _ = T::deserialize(KeyProbe(&fields));
     fields.get()
@@ -57,7 +57,7 @@ impl<'de> de::Deserializer<'de> for KeyProbe<'_> {
 
 /// A deserialization failure, value-free by construction.
 #[derive(Debug)]
-pub(super) struct Error {
+pub(crate) struct Error {
     key: Option<String>,
     kind: Kind,
 }
