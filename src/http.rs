@@ -343,10 +343,10 @@ fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String>
     // A session ended by records Kafka did not acknowledge: the broker is the cause, said
     // before the probe can say it (it asks every 2 s and waits 4 s for an answer).
     if !m.streaming.load(Relaxed) && m.delivery_failing.load(Relaxed) {
-        return Some(
-            "Kafka did not acknowledge the last records sent; a new session starts (see the log)"
-                .into(),
-        );
+        return Some(format!(
+            "{} did not acknowledge the last records sent; a new session starts (see the log)",
+            m.sink_named()
+        ));
     }
     if !m.streaming.load(Relaxed) {
         return Some("not streaming from the slot".into());
@@ -373,7 +373,10 @@ fn not_ready(m: &Metrics, max_lag: u64, max_unacked: Duration) -> Option<String>
         );
     }
     if m.delivery_failing.load(Relaxed) {
-        return Some("Kafka did not acknowledge the last records sent (see the log)".into());
+        return Some(format!(
+            "{} did not acknowledge the last records sent (see the log)",
+            m.sink_named()
+        ));
     }
     let lag = m.positions().lag_bytes();
     (lag > max_lag)

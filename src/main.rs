@@ -76,11 +76,12 @@ fn run(path: PathBuf) -> ExitCode {
         let retention_stop = stop.subscribe();
         tokio::spawn(async move {
             wait_for_signal().await;
-            tracing::info!("stop requested; flushing and confirming what Kafka acknowledged");
+            tracing::info!("stop requested; flushing and confirming what the sink acknowledged");
             let _ = stop.send(true);
             watchdog(grace);
         });
         let metrics = walrelay::metrics::Metrics::new();
+        let _ = metrics.sink.set(config.delivery.sink.name());
         if let Some(http) = &config.http {
             let console = walrelay::console::mount(
                 std::sync::Arc::new(config.clone()),

@@ -81,6 +81,13 @@ impl Args {
 }
 
 pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
+    if !config.delivery.sink.is_kafka() {
+        let sink = config.delivery.sink.name();
+        eprintln!(
+            "error: the audit reads the relayed records back from Kafka, and [delivery] sink = \"{sink}\" has no Kafka topics to read: the {sink} sink's messages cannot be read back without consuming them — fix: check delivery with the broker's own tools (docs/sinks.md says what each sink guarantees), or `walrelay replay` what a consumer lacks"
+        );
+        return ExitCode::from(2);
+    }
     if config.outbox.is_message_only() {
         eprintln!("error: nothing to audit: this relay's events are logical decoding messages (the table-less outbox), which are in no table — fix: audit a relay of an outbox table kept by [retention] keep");
         return ExitCode::FAILURE;

@@ -101,7 +101,29 @@ pub(super) async fn setup(config: &Config, publication_only: bool) -> ExitCode {
     if config.delivery.exactly_once() {
         return progress_topic(config).await;
     }
-    ExitCode::SUCCESS
+    sink(config).await
+}
+
+/// What a sink beyond Kafka needs (a JetStream stream, an exchange), for the names known before
+/// any row is routed: the dead-letter destination; the sink's own section names the rest.
+async fn sink(config: &Config) -> ExitCode {
+    let routed: Vec<String> = config.dead_letter.iter().map(|d| d.topic.clone()).collect();
+    match crate::sink::setup(&config.delivery.sink, &routed).await {
+        None => ExitCode::SUCCESS,
+        Some(Ok(lines)) => {
+            for line in lines {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Some(Err(e)) => {
+            eprintln!("error: the {} sink: {}", config.delivery.sink.name(), e.chain());
+            if let Some(hint) = e.hint() {
+                eprintln!("fix: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// With `[outbox] tables` patterns: adds the matching tables the publication lacks (their rows

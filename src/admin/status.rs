@@ -186,6 +186,7 @@ pub(super) async fn run(config: &Config, as_json: bool, with_tables: bool) -> Ex
             if as_json {
                 let mut v = status.to_json();
                 v["guarantee"] = json!(config.delivery.guarantee.name());
+                v["sink"] = json!(config.delivery.sink.name());
                 if let Some((_, progress)) = &delivery {
                     v["progress_topic"] = json!(config.delivery.progress_topic);
                     v["transactional_id"] = json!(config.delivery.transactional_id);
@@ -197,10 +198,11 @@ pub(super) async fn run(config: &Config, as_json: bool, with_tables: bool) -> Ex
                 }
                 println!("{v}");
             } else {
-                let more = match delivery {
-                    None => vec![("guarantee", "at-least-once".to_string())],
+                let mut more = vec![("sink", config.delivery.sink.name().to_string())];
+                match delivery {
+                    None => more.push(("guarantee", "at-least-once".to_string())),
                     Some((line, progress)) => {
-                        vec![("guarantee", line), ("progress LSN", progress)]
+                        more.extend([("guarantee", line), ("progress LSN", progress)])
                     }
                 };
                 print!("{}", status.to_table_with(more));

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{invalid, section, ConfigError, KafkaConfig, Options};
+use crate::sink::SinkConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guarantee {
@@ -28,6 +29,8 @@ impl Guarantee {
 /// `[delivery]`, with its defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryConfig {
+    /// `sink`: where records go — Kafka (the default) or a sink beyond it, with its section.
+    pub sink: SinkConfig,
     pub guarantee: Guarantee,
     /// The producer's `transactional.id`: shared by the active relay and its stand-by, so the
     /// one that takes the slot fences the other.
@@ -72,6 +75,7 @@ impl DeliveryConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Raw {
+    sink: Option<String>,
     guarantee: Option<String>,
     transactional_id: Option<String>,
     progress_topic: Option<String>,
@@ -79,17 +83,38 @@ pub(super) struct Raw {
     transaction_max_records: Option<u64>,
 }
 
+/// The sink `[delivery] sink` names (`kafka` when absent), before anything else is read: it
+/// decides which sections are needed.
+pub(super) fn sink_name(opts: &Options) -> &str {
+    opts.get("sink").map_or("kafka", |s| s.as_str())
+}
+
 /// `slot` names the default transactional id; `kafka` holds `transaction.timeout.ms`
 /// (librdkafka's default: 60 s). `[kafka]` refuses `transactional.id` itself, pointing here.
+/// `sink_section`: the options of the section of the sink `sink` names, if present.
 pub(super) fn parse(
     opts: &Options,
     slot: &str,
     kafka: &KafkaConfig,
+    sink_section: Option<&Options>,
 ) -> Result<DeliveryConfig, ConfigError> {
     const S: &str = "delivery";
     let raw: Raw = section::from_options(S, opts)?;
+    let sink = SinkConfig::parse(raw.sink.as_deref().unwrap_or("kafka"), sink_section)?;
     let guarantee = match raw.guarantee.as_deref() {
         None | Some("at-least-once") => Guarantee::AtLeastOnce,
+        Some("exactly-once") if !sink.is_kafka() => {
+            return Err(invalid(
+                S,
+                "guarantee",
+                "exactly-once",
+                &format!(
+                    "is Kafka's only (its transactions hold the relay's position); with sink = \"{}\" delivery is at-least-once and {}: remove guarantee",
+                    sink.name(),
+                    sink.instead_of_exactly_once()
+                ),
+            ))
+        }
         Some("exactly-once") => Guarantee::ExactlyOnce,
         Some(other) => {
             return Err(invalid(
@@ -146,6 +171,7 @@ pub(super) fn parse(
         None => Ok(default),
     };
     Ok(DeliveryConfig {
+        sink,
         guarantee,
         transactional_id: non_empty(
             "transactional_id",

@@ -28,6 +28,11 @@ impl fmt::Debug for KafkaConfig {
 }
 
 impl KafkaConfig {
+    /// No `[kafka]` section, with a sink beyond Kafka: no broker to reach, and no property.
+    pub fn absent() -> KafkaConfig {
+        KafkaConfig { properties: Options::new() }
+    }
+
     /// Checks every property with librdkafka without connecting, so that a typo is a
     /// configuration error (exit code 2) before any server is reached.
     pub fn check_with_librdkafka(&self) -> Result<(), ConfigError> {

@@ -31,8 +31,8 @@ mod source;
 mod tests;
 mod tracing;
 
-pub use crate::options::{secret, ConfigError, Options};
 use crate::options::{invalid, required};
+pub use crate::options::{secret, ConfigError, Options};
 pub use audit::AuditConfig;
 pub use debezium_offsets::{DebeziumOffsetsConfig, OffsetStore};
 pub use delivery::{DeliveryConfig, Guarantee};
@@ -91,6 +91,7 @@ const SECTIONS: &[&str] = &[
     "audit",
     "tracing",
     "debezium_offsets",
+    "webhook",
 ];
 
 impl Config {
@@ -164,9 +165,31 @@ impl Config {
         let (audit, schema_registry) = (take("audit"), take("schema_registry"));
         let (envelope, delivery, tracing) = (take("envelope"), take("delivery"), take("tracing"));
         let tracing = tracing.map(|t| tracing::parse(&t)).transpose()?.flatten();
-        let kafka = kafka::parse(kafka.unwrap_or_default())?;
+        let delivery = delivery.unwrap_or_default();
+        let sink = delivery::sink_name(&delivery).to_string();
+        let mut sink_section = None;
+        for (section, serves, _) in crate::sink::sections() {
+            match sections.remove(section) {
+                Some(options) if serves == sink => sink_section = Some(options),
+                Some(_) => {
+                    return Err(invalid(
+                        "delivery",
+                        "sink",
+                        &sink,
+                        &format!("leaves the [{section}] section unused (it configures sink = \"{serves}\"): set sink = \"{serves}\" or remove [{section}]"),
+                    ))
+                }
+                None => {}
+            }
+        }
+        // Only the Kafka sink needs a broker list; the others keep `[kafka]` for nothing but
+        // the commands that read Kafka.
+        let kafka = match kafka {
+            None if sink != "kafka" => KafkaConfig::absent(),
+            kafka => kafka::parse(kafka.unwrap_or_default())?,
+        };
         let source = source::parse(&source.unwrap_or_default())?;
-        let delivery = delivery::parse(&delivery.unwrap_or_default(), &source.slot, &kafka)?;
+        let delivery = delivery::parse(&delivery, &source.slot, &kafka, sink_section.as_ref())?;
         let (outbox, non_transactional) = outbox::parse(&outbox.unwrap_or_default())?;
         let debezium = debezium.unwrap_or_default();
         let debezium_offsets = debezium_offsets
@@ -257,6 +280,25 @@ impl Config {
                 ));
             }
         }
+        if !delivery.sink.is_kafka() {
+            let sink = delivery.sink.name();
+            if audit.is_some() {
+                return Err(invalid(
+                    "delivery",
+                    "sink",
+                    sink,
+                    &format!("leaves [audit] nothing to read: the audit reads the records back from Kafka, and the {sink} sink's cannot be read back without consuming them; remove [audit]"),
+                ));
+            }
+            if let Some(converter) = router.registry_key_converter() {
+                return Err(invalid(
+                    "debezium",
+                    "key.converter",
+                    converter,
+                    &format!("frames keys in bytes for Kafka's partitioner; the {sink} sink carries the key as text (a header, or SQS's message group): use the default key converter"),
+                ));
+            }
+        }
         Ok(Config {
             source,
             outbox,
@@ -282,7 +324,7 @@ impl Config {
 /// walrelay's own sections and the keys each accepts, from their serde derives (any other key
 /// is refused); the pass-through sections are open maps and not listed.
 pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
-    vec![
+    let mut keys = vec![
         ("source", section::keys_of::<source::Raw>()),
         ("outbox", section::keys_of::<outbox::Raw>()),
         ("delivery", section::keys_of::<delivery::Raw>()),
@@ -294,7 +336,9 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("debezium_offsets", section::keys_of::<debezium_offsets::Raw>()),
         ("tracing", section::keys_of::<tracing::Raw>()),
         ("schema_registry", section::keys_of::<schema_registry::Raw>()),
-    ]
+    ];
+    keys.extend(crate::sink::sections().into_iter().map(|(section, _, keys)| (section, keys)));
+    keys
 }
 
 /// PostgreSQL identifiers walrelay puts into SQL and into the replication command. pgwire-replication

@@ -213,6 +213,7 @@ impl Console {
         let mut lines = vec![
             format!("as of      {}", o["now"].as_str().unwrap_or("-")),
             format!("guarantee  {}", o["guarantee"].as_str().unwrap_or("-")),
+            format!("sink       {}", o["sink"].as_str().unwrap_or("-")),
             format!("streaming  {}", o["streaming"]),
             format!("source     {}", o["source"]["url"].as_str().unwrap_or("-")),
         ];
@@ -285,6 +286,7 @@ impl Console {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "guarantee": self.config.delivery.guarantee.name(),
+            "sink": self.config.delivery.sink.name(),
             "started_at": rfc3339(self.started_micros),
             "now": rfc3339(unix_micros()),
             "source": {"url": redact_url(&src.url), "slot": src.slot, "publication": src.publication},

@@ -22,6 +22,7 @@ use self::fault::Fault;
 use self::frontier::{Frontier, Sent, Seq, PROGRESS_SEQ};
 use self::offsets::Offsets;
 use self::producer::{Publisher, Refused, Report, SendError};
+use self::side::Side;
 use crate::clock::unix_micros;
 use crate::config::{Config, DeadLetterConfig, Limits};
 use crate::encoder::Framed;
@@ -29,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::router::Record;
+use crate::sink::dispatch::Dispatch;
 use crate::spans::Exporter;
 use crate::trace::Pending;
 use crate::txn::Txn;
@@ -74,7 +76,8 @@ type Partition = (Arc<str>, i32);
 const MAX_HELD: usize = 1_000;
 
 pub struct Delivery {
-    publisher: Publisher,
+    /// Kafka, or the dispatch of a sink beyond it.
+    side: Side,
     /// `[tracing]`: where each record's span goes once the broker acknowledged it.
     exporter: Option<Exporter>,
     /// Delivery reports served and not yet handled (a failure stops the handling: the rest wait).
@@ -119,17 +122,32 @@ pub struct Delivery {
 
 impl Delivery {
     /// A producer for one session, whose frontier starts at the slot's confirmed position.
-    pub fn new(config: &Config, confirmed: Lsn, metrics: &Arc<Metrics>) -> Result<Delivery> {
+    /// `dispatch`: the started sink beyond Kafka (`crate::sink::start`); `None`: Kafka.
+    pub fn new(
+        config: &Config,
+        confirmed: Lsn,
+        metrics: &Arc<Metrics>,
+        dispatch: Option<Dispatch>,
+    ) -> Result<Delivery> {
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
         let transactions = Transactions::new(&config.delivery, confirmed);
-        let publisher = Publisher::new(
-            &config.kafka,
-            capture,
-            metrics.clone(),
-            transactions.transactional_id(),
-        )?;
+        let side = match dispatch {
+            Some(dispatch) => {
+                // Kafka's probe keeps these; a sink beyond Kafka was reached to be started, and
+                // its failures show as `delivery_failing` until its next acknowledgement.
+                metrics.broker_asked.store(true, Relaxed);
+                metrics.broker_up.store(true, Relaxed);
+                Side::Broker(dispatch)
+            }
+            None => Side::Kafka(Publisher::new(
+                &config.kafka,
+                capture,
+                metrics.clone(),
+                transactions.transactional_id(),
+            )?),
+        };
         Ok(Delivery {
-            publisher,
+            side,
             reports: VecDeque::new(),
             frontier: Frontier::new(confirmed),
             offsets: Offsets::default(),
@@ -242,7 +260,7 @@ impl Delivery {
             }
         }
         if self.transactions.before_record(self.frontier.acked())? {
-            self.publisher.begin_transaction()?;
+            self.side.kafka().begin_transaction()?;
         }
         let bytes = record.size();
         let span = Pending::of(record.trace.as_ref(), &record.event_id, lsn, txn.commit_micros);
@@ -323,7 +341,7 @@ impl Delivery {
     /// Hands a record to librdkafka under `seq`; its delivery report settles that number. A
     /// record for a partition whose first write is in flight waits in `held` (`offsets.rs`).
     async fn send(&mut self, seq: Seq, record: Record) -> Result<()> {
-        let partitions = self.publisher.meet(&record.topic).await;
+        let partitions = self.side.meet(&record.topic).await;
         let partition = self.ordered_partition(&record, partitions);
         if let Some(p) = partition {
             if self.must_hold(&record.topic, p) {
@@ -363,7 +381,7 @@ impl Delivery {
         mut partition: Option<i32>,
     ) -> Result<()> {
         loop {
-            match self.publisher.send(&record, seq) {
+            match self.side.send(&record, seq) {
                 Ok(()) => {
                     if let Some(p) = partition {
                         self.offsets.sent(&record.topic, p, seq);
@@ -383,7 +401,7 @@ impl Delivery {
                     self.on_rejected(seq, e, Refused::of(&record))?;
                     match self.pending_dead.pop() {
                         Some((_, letter)) => {
-                            self.publisher.meet(&letter.topic).await;
+                            self.side.meet(&letter.topic).await;
                             (record, partition) = (letter, None);
                         }
                         None => return Ok(()),
@@ -516,7 +534,7 @@ impl Delivery {
     /// so they are served here meanwhile (and dropped: the transaction is abandoned already).
     async fn abort_within(&mut self, deadline: tokio::time::Instant) {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let publisher = &self.publisher;
+        let publisher = self.side.kafka();
         let abort = publisher.abort_transaction(left);
         tokio::pin!(abort);
         let mut purged = VecDeque::new();
@@ -565,6 +583,7 @@ pub(crate) mod partition_read;
 pub(crate) mod partitioner;
 pub(crate) mod producer;
 mod reports;
+pub(crate) mod side;
 #[cfg(test)]
 mod tests;
 mod transactions;

@@ -48,6 +48,12 @@ pub enum Report {
     Rejected { seq: Seq, error: KafkaError, record: Box<Refused> },
     /// The producer can't go on (e.g. the idempotence state was lost); it must be rebuilt.
     Fatal(String),
+    /// A sink beyond Kafka acknowledged the record (`crate::sink`).
+    Acked { seq: Seq },
+    /// A sink beyond Kafka refused the record for good; `reason` names why and the fix.
+    Refused { seq: Seq, reason: String, record: Box<Refused> },
+    /// A sink beyond Kafka cannot take records now; they wait, and are offered again.
+    Retrying { reason: String },
 }
 
 /// What a dead letter needs of a record Kafka refused, as the refusal saw it. The row's source

@@ -19,13 +19,13 @@ use crate::error::{Error, Result};
 impl Delivery {
     /// Resolves once librdkafka has delivery reports to serve (cancel-safe).
     pub async fn reports_ready(&self) {
-        self.publisher.reports_ready().await
+        self.side.reports_ready().await
     }
 
     /// Runs librdkafka's waiting callbacks and handles the delivery reports they produced.
     /// Returns whether there was any.
     pub fn serve_reports(&mut self) -> Result<bool> {
-        self.publisher.serve_reports(&mut self.reports);
+        self.side.serve_reports(&mut self.reports);
         let any = !self.reports.is_empty();
         while let Some(report) = self.reports.pop_front() {
             self.on_report(report)?;
@@ -36,7 +36,7 @@ impl Delivery {
     /// Waits until at least one delivery report was handled.
     pub async fn next_reports(&mut self) -> Result<()> {
         while !self.serve_reports()? {
-            self.publisher.reports_ready().await;
+            self.side.reports_ready().await;
         }
         Ok(())
     }
@@ -81,8 +81,7 @@ impl Delivery {
                 // librdkafka's report says only "Message timed out" when the leader kept
                 // refusing the record: the cluster's metadata says why.
                 let topic = self.frontier.sent_of(seq).map(|s| s.topic.clone());
-                let short =
-                    topic.as_deref().map_or(Vec::new(), |t| self.publisher.under_replicated(t));
+                let short = topic.as_deref().map_or(Vec::new(), |t| self.side.under_replicated(t));
                 self.metrics.under_replicated_partitions.store(short.len() as u64, Relaxed);
                 let what = match topic {
                     Some(topic) if !short.is_empty() => format!(
@@ -126,6 +125,44 @@ impl Delivery {
                 Err(Error::definite_with(what, fix, error))
             }
             Report::Rejected { seq, error, record } => self.on_rejected(seq, error, *record),
+            Report::Acked { seq } => {
+                if let Some(mut sent) = self.frontier.ack(seq) {
+                    if let (Some(span), Some(exporter)) = (sent.span.take(), &self.exporter) {
+                        // No partition or offset beyond Kafka.
+                        exporter.acked(*span, &sent.topic, -1, -1, unix_micros());
+                    }
+                    self.acked.push(sent);
+                }
+                Ok(())
+            }
+            // The sink holds the records and offers them again; the frontier stays before them.
+            Report::Retrying { reason } => {
+                self.metrics.delivery_errors.fetch_add(1, Relaxed);
+                self.metrics.broker_failed(&reason);
+                self.metrics.delivery_failing.store(true, Relaxed);
+                tracing::warn!(
+                    sink = self.side.name(),
+                    unacked = self.frontier.unacked(),
+                    "{reason}; the records wait and are sent again, and nothing after them is confirmed"
+                );
+                Ok(())
+            }
+            Report::Refused { seq, reason, record } => {
+                let sink = self.side.name();
+                let fix = format!("{reason}, or configure [dead_letter] topic; nothing after this row was confirmed");
+                let dead_letter_fix = format!(
+                    "the {sink} sink refused the dead letter too ({reason}): make [dead_letter] topic a destination the sink takes"
+                );
+                self.refused_for_good(
+                    seq,
+                    &format!("the {sink} sink refused"),
+                    *record,
+                    reason.clone(),
+                    fix,
+                    dead_letter_fix,
+                    None,
+                )
+            }
             Report::Fatal(reason) => Err(Error::transient_msg(format!(
                 "the kafka producer hit a fatal error and must be rebuilt: {reason}"
             ))),
@@ -181,6 +218,38 @@ impl Delivery {
         error: KafkaError,
         record: Refused,
     ) -> Result<()> {
+        let topic = record.topic.clone();
+        let acl_fix = producer::refusal_fix(&error, &topic, &self.principal);
+        let fix = acl_fix.clone().unwrap_or_else(|| record_fix(&error, &topic));
+        let fix = format!(
+            "{fix}, or configure [dead_letter] topic; nothing after this row was confirmed"
+        );
+        let dead_letter_fix = acl_fix.unwrap_or_else(|| "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes".into());
+        let reason = error.to_string();
+        self.refused_for_good(
+            seq,
+            "kafka refused",
+            record,
+            reason,
+            fix,
+            dead_letter_fix,
+            Some(Box::new(error)),
+        )
+    }
+
+    /// A record its sink refused for good (`who`: "kafka refused"): its dead letter takes its
+    /// number, or the relay stops with `fix` (`dead_letter_fix` when the letter itself was).
+    #[allow(clippy::too_many_arguments)]
+    fn refused_for_good(
+        &mut self,
+        seq: Seq,
+        who: &str,
+        record: Refused,
+        reason: String,
+        fix: String,
+        dead_letter_fix: String,
+        error: Option<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Result<()> {
         let lsn = self.frontier.lsn_of(seq).unwrap_or_default();
         let source = self.frontier.sent_of(seq).map_or_else(|| Arc::from(""), |s| s.table.clone());
         let topic = record.topic.clone();
@@ -189,37 +258,33 @@ impl Delivery {
             key: record.key,
             value: record.value,
             event_id: record.event_id,
-            ..Failed::new(source, lsn, error.to_string())
+            ..Failed::new(source, lsn, reason.clone())
         };
         let what = format!(
-            "kafka refused the record of outbox row {} at LSN {} (topic {topic})",
+            "{who} the record of outbox row {} at LSN {} (topic {topic})",
             rejected.event_id_or_none(),
             rejected.lsn,
         );
-        let acl_fix = producer::refusal_fix(&error, &topic, &self.principal);
         if self.dead_letter.as_ref().is_none_or(|dl| *dl.topic == *topic) {
             self.refused += 1;
         }
+        // Kafka's refusal carries its error as the chain's source; another sink's says it here.
+        let stopped = if error.is_some() { what.clone() } else { format!("{what}: {reason}") };
+        let stop = |what: String, fix: String| match error {
+            Some(error) => Error::definite_with(what, fix, error),
+            None => Error::definite(what, fix),
+        };
         let dl = match &self.dead_letter {
             Some(dl) if *dl.topic != *topic => dl,
             Some(_) => {
-                let fix = acl_fix.unwrap_or_else(|| "check that the dead-letter topic exists and accepts records of [dead_letter] max_value_bytes".into());
-                return Err(Error::definite_with(
+                return Err(stop(
                     format!("{what}: the dead-letter record itself was refused"),
-                    fix,
-                    error,
+                    dead_letter_fix,
                 ));
             }
-            None => {
-                let fix = acl_fix.unwrap_or_else(|| record_fix(&error, &topic));
-                return Err(Error::definite_with(
-                    what,
-                    format!("{fix}, or configure [dead_letter] topic; nothing after this row was confirmed"),
-                    error,
-                ));
-            }
+            None => return Err(stop(stopped, fix)),
         };
-        tracing::warn!(%error, topic = %dl.topic, "{what}; sent to the dead-letter topic");
+        tracing::warn!(error = %reason, topic = %dl.topic, "{what}; sent to the dead-letter topic");
         self.metrics.note_dead_letter(rejected.seen());
         let letter = dead_letter::record(dl, rejected);
         self.frontier.redirect(seq, letter.topic.clone());

@@ -40,7 +40,7 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     ))
     .expect("config");
     let metrics = Metrics::new();
-    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
     // The broker refuses the next record for good, as it refuses one over the topic's
     // max.message.bytes.
     mock.request_errors(
@@ -86,7 +86,7 @@ async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_se
     ))
     .expect("config");
     let metrics = Metrics::new();
-    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
     read_transaction(&mut delivery, 2, true).await;
     await_acks(&mut delivery, Lsn::from(0x210)).await;
     // The next record's report, as librdkafka gives it when the broker took the record's
@@ -125,7 +125,7 @@ async fn exactly_once_on(
     ))
     .expect("config");
     let metrics = Metrics::new();
-    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
     delivery.start(&config.kafka);
     tokio::time::timeout(Duration::from_secs(20), delivery.started())
         .await
@@ -267,7 +267,7 @@ async fn records_after_a_partitions_first_write_are_held_until_it_is_reported_th
     ))
     .expect("config");
     let metrics = Metrics::new();
-    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics).expect("delivery");
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
     let txn = Txn { commit_micros: unix_micros(), commit_lsn: Lsn::from(0x200), xid: 7 };
     let table = Arc::from("public.outbox");
     delivery.begin(&txn);

@@ -43,7 +43,7 @@ impl Delivery {
     /// no record is sent before it finished ([`Delivery::started`]). Nothing to do at-least-once.
     pub fn start(&mut self, kafka: &crate::config::KafkaConfig) {
         let Some(delivery) = self.transactions.config().cloned() else { return };
-        let init = self.publisher.init_transactions(TXN_CALL_TIMEOUT);
+        let init = self.side.kafka().init_transactions(TXN_CALL_TIMEOUT);
         let kafka = kafka.clone();
         let done = std::sync::Arc::new(tokio::sync::Notify::new());
         let notify = done.clone();
@@ -173,7 +173,7 @@ impl Delivery {
                 self.next_reports().await?;
             }
         }
-        let committed = self.publisher.commit_transaction(timeout).await;
+        let committed = self.side.kafka().commit_transaction(timeout).await;
         if let ProgressReport::Failed(error) = std::mem::take(&mut self.progress_report) {
             // librdkafka refuses to commit a transaction in which a delivery failed
             // (rd_kafka_commit_transaction), and its error names the cause: an ACL, a fence.

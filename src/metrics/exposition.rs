@@ -151,7 +151,15 @@ fn encode_session(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Result {
         &m.transactions,
     )?;
     count(e, "walrelay_keepalives", "Primary keepalive messages received.", &m.keepalives)?;
-    count(e, "walrelay_reconnects", "Sessions started after the first one.", &m.reconnects)
+    count(e, "walrelay_reconnects", "Sessions started after the first one.", &m.reconnects)?;
+    let Some(sink) = m.sink.get() else { return Ok(()) };
+    let mut family = e.encode_descriptor(
+        "walrelay_sink_info",
+        "Where records go ([delivery] sink): always 1, the sink in its label.",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(1).encode(family.encode_family(&[("sink", *sink)])?)
 }
 
 /// Exactly-once's Kafka transactions and the position its progress topic holds.

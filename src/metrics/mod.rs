@@ -41,6 +41,8 @@ pub struct Outage {
 
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// `[delivery] sink`, once the relay runs: `walrelay_sink_info{sink}`.
+    pub sink: std::sync::OnceLock<&'static str>,
     /// Acknowledged records by topic and events by source table, through
     /// [`Metrics::count_published`] (which bounds both).
     published: Mutex<Published>,
@@ -187,6 +189,14 @@ impl Metrics {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .map(|o| o.since.elapsed())
+    }
+
+    /// The sink as a sentence names it: "Kafka", or "the http sink".
+    pub fn sink_named(&self) -> String {
+        match self.sink.get() {
+            None | Some(&"kafka") => "Kafka".to_string(),
+            Some(sink) => format!("the {sink} sink"),
+        }
     }
 
     /// Why the broker refuses the producer's login, while it does.

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 mod error;
-pub(crate) mod section;
 pub mod secret;
+pub(crate) mod section;
 
 pub use error::ConfigError;
 

@@ -236,7 +236,8 @@ impl<'c> Session<'c> {
             return Err(slot::in_use(&config.source.slot, Some(pid)));
         }
         // The producer before the stream: it connects to Kafka while START_REPLICATION runs.
-        let mut delivery = Delivery::new(config, prepared.confirmed, metrics)?;
+        let dispatch = crate::sink::start(&config.delivery.sink).await?;
+        let mut delivery = Delivery::new(config, prepared.confirmed, metrics, dispatch)?;
         let stream =
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
         // Exactly-once: only now that the slot is ours, so a stand-by never fences the relay

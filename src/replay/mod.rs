@@ -125,7 +125,7 @@ impl<'c> Replay<'c> {
         let mut encoder = Encoder::new(self.config);
         let mut sender = match self.dry_run {
             true => None,
-            false => Some(send::Sender::new(self.config, metrics, self.rate)?),
+            false => Some(send::Sender::new(self.config, metrics, self.rate).await?),
         };
         let to_topic: Option<Arc<str>> = self.to_topic.as_deref().map(Arc::from);
         let header: (Arc<str>, Bytes) =

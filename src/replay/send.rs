@@ -1,4 +1,4 @@
-//! A replay's producer: the relay's [`Publisher`] (so the `[kafka]` properties — idempotence,
+//! A replay's producer: the relay's sink; for Kafka the relay's [`Publisher`] (so the `[kafka]` properties — idempotence,
 //! `acks=all`, `murmur2_random` — and thus keys' partitions are the live relay's), a producer of
 //! its own, paced to `--rate`.
 //!
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::delivery::producer::{self, Publisher, Report, SendError};
+use crate::delivery::side::Side;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::router::Record;
@@ -26,7 +27,8 @@ const FLUSH_SLACK: Duration = Duration::from_secs(10);
 const RETRY_HINT: &str = "fix the cause, then run the same replay again: consumers that deduplicate by the `id` header discard what this one already sent";
 
 pub(super) struct Sender {
-    publisher: Publisher,
+    /// Kafka, or the dispatch of the relay's sink beyond it.
+    publisher: Side,
     /// Delivery reports served and not yet taken in.
     reports: VecDeque<Report>,
     metrics: Arc<Metrics>,
@@ -40,8 +42,11 @@ pub(super) struct Sender {
 }
 
 impl Sender {
-    pub fn new(config: &Config, metrics: Arc<Metrics>, rate: Option<u32>) -> Result<Sender> {
-        let publisher = Publisher::new(&config.kafka, 0, metrics.clone(), None)?;
+    pub async fn new(config: &Config, metrics: Arc<Metrics>, rate: Option<u32>) -> Result<Sender> {
+        let publisher = match crate::sink::start(&config.delivery.sink).await? {
+            Some(dispatch) => Side::Broker(dispatch),
+            None => Side::Kafka(Publisher::new(&config.kafka, 0, metrics.clone(), None)?),
+        };
         let timeout_ms = config
             .kafka
             .properties
@@ -107,7 +112,7 @@ impl Sender {
         self.publisher.serve_reports(&mut self.reports);
         while let Some(report) = self.reports.pop_front() {
             match report {
-                Report::Delivered { .. } => {
+                Report::Delivered { .. } | Report::Acked { .. } => {
                     self.delivered += 1;
                     self.metrics.replayed_events.fetch_add(1, Relaxed);
                 }
@@ -124,6 +129,16 @@ impl Sender {
                         ),
                         fix,
                     ));
+                }
+                Report::Refused { reason, record, .. } => {
+                    let id = record.event_id.as_deref().unwrap_or("(no id)");
+                    return Err(
+                        self.refused(&format!("event {id} to {}: {reason}", record.topic), None)
+                    );
+                }
+                // The sink offers the records again itself; the flush's deadline bounds the wait.
+                Report::Retrying { reason } => {
+                    tracing::warn!(%reason, "replay: records wait for the sink")
                 }
                 Report::Fatal(why) => {
                     return Err(self.stopped(&format!("the producer failed: {why}")))

@@ -50,3 +50,115 @@ pub trait Publish: Send + Sync + 'static {
     /// concurrently from several tasks.
     fn publish(&self, records: &[Arc<Record>]) -> impl Future<Output = Vec<Published>> + Send;
 }
+
+pub mod dispatch;
+pub mod webhook;
+
+use crate::error::Error;
+use crate::options::{ConfigError, Options};
+
+use self::dispatch::Dispatch;
+
+/// `[delivery] sink`, and the section of the sink it names, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkConfig {
+    /// `[kafka]`: the default, and the only sink with exactly-once.
+    Kafka,
+    /// `[webhook]`.
+    Http(webhook::WebhookConfig),
+}
+
+/// What `[delivery] sink` accepts.
+pub const NAMES: &[&str] = &["kafka", "nats", "rabbitmq", "sqs", "http"];
+
+/// The sections of the sinks beyond Kafka, with the keys each accepts, and the sink each serves.
+pub fn sections() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
+    use crate::options::section::keys_of;
+    vec![("webhook", "http", keys_of::<webhook::Raw>())]
+}
+
+impl SinkConfig {
+    /// The sink `name` with its section's options (`None`: the section is absent).
+    pub fn parse(name: &str, section: Option<&Options>) -> Result<SinkConfig, ConfigError> {
+        let section_of = |sink: &str| {
+            sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section)
+        };
+        let need = |sink: &str| -> Result<&Options, ConfigError> {
+            let name = section_of(sink).unwrap_or("kafka");
+            section.ok_or_else(|| ConfigError::Missing {
+                section: name,
+                key: "url".into(),
+                hint: format!("[delivery] sink = \"{sink}\" sends to the [{name}] section's broker: add [{name}] with its url (see docs/sinks.md)"),
+            })
+        };
+        match name {
+            "kafka" => Ok(SinkConfig::Kafka),
+            "http" => Ok(SinkConfig::Http(webhook::parse(need("http")?)?)),
+            other if NAMES.contains(&other) => Err(crate::options::invalid(
+                "delivery",
+                "sink",
+                other,
+                "is not built into this walrelay yet; use \"kafka\" or \"http\"",
+            )),
+            other => Err(crate::options::invalid(
+                "delivery",
+                "sink",
+                other,
+                &format!("is no sink; one of {}", NAMES.join(", ")),
+            )),
+        }
+    }
+
+    /// The section that configures the sink (`kafka` for Kafka).
+    pub fn section(name: &str) -> Option<&'static str> {
+        match name {
+            "kafka" => Some("kafka"),
+            sink => {
+                sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section)
+            }
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            SinkConfig::Kafka => "kafka",
+            SinkConfig::Http(_) => "http",
+        }
+    }
+
+    pub fn is_kafka(&self) -> bool {
+        matches!(self, SinkConfig::Kafka)
+    }
+
+    /// What this sink offers instead of exactly-once, for the refusal of `guarantee`.
+    pub fn instead_of_exactly_once(&self) -> &'static str {
+        match self {
+            SinkConfig::Kafka => "",
+            SinkConfig::Http(_) => "every request carries Idempotency-Key and webhook-id = the event id, for the receiver to deduplicate",
+        }
+    }
+}
+
+/// Connects the sink beyond Kafka that `config` names and starts its dispatch; `None` for Kafka.
+pub async fn start(config: &SinkConfig) -> Result<Option<Dispatch>, Error> {
+    Ok(match config {
+        SinkConfig::Kafka => None,
+        SinkConfig::Http(c) => Some(Dispatch::spawn(webhook::connect(c).await?)),
+    })
+}
+
+/// `walrelay check`'s line for a sink beyond Kafka; `None` for Kafka (checked on its own).
+pub async fn check(config: &SinkConfig) -> Option<Result<String, Error>> {
+    match config {
+        SinkConfig::Kafka => None,
+        SinkConfig::Http(c) => Some(webhook::check(c).await),
+    }
+}
+
+/// `walrelay setup` for a sink beyond Kafka: what it created or found, for the `routed` names.
+pub async fn setup(config: &SinkConfig, routed: &[String]) -> Option<Result<Vec<String>, Error>> {
+    match config {
+        SinkConfig::Kafka => None,
+        SinkConfig::Http(c) => Some(webhook::setup(c, routed).await),
+    }
+}

@@ -67,7 +67,15 @@ pub(super) async fn run(config: &Config) -> ExitCode {
     let mut r = Report::default();
     r.ok("config", "parsed and valid");
     postgres::run(config, &mut r).await;
-    kafka::run(config, &mut r).await;
+    match crate::sink::check(&config.delivery.sink).await {
+        None => kafka::run(config, &mut r).await,
+        Some(Ok(line)) => r.ok(&format!("sink {}", config.delivery.sink.name()), line),
+        Some(Err(e)) => r.fail(
+            &format!("sink {}", config.delivery.sink.name()),
+            e.chain(),
+            e.hint().unwrap_or("start the broker, or fix its section's url and credentials"),
+        ),
+    }
     registry::run(config, &mut r).await;
     exactly_once::run(config, &mut r).await;
     line(format!(

@@ -199,7 +199,7 @@
     const inf = o.inflight || {}, c = o.counts || {}, m = { mono: true };
     const up = (Date.parse(o.now) - Date.parse(o.started_at)) / 1000;
     clear(panels.overview.body).appendChild(h('div', { class: 'groups' }, [
-      group('Relay', [['guarantee', o.guarantee, { id: 'guarantee' }], ['streaming', yesNo(o.streaming), { id: 'streaming' }],
+      group('Relay', [['guarantee', o.guarantee, { id: 'guarantee' }], ['sink', o.sink, { id: 'sink' }], ['streaming', yesNo(o.streaming), { id: 'streaming' }],
         ['version', o.version], ['started', fmtTime(o.started_at) + (isNum(up) ? ' (up ' + fmtSeconds(up) + ')' : '')]]),
       group('Source', [['url', src.url, m], ['slot', src.slot, m], ['publication', src.publication, m]]),
       group(o.slot ? 'Slot' : 'Slot (not sampled yet)', [

@@ -383,6 +383,7 @@ mod tests {
 
     fn config(max_ms: u64, max_records: usize) -> DeliveryConfig {
         DeliveryConfig {
+            sink: crate::sink::SinkConfig::Kafka,
             guarantee: crate::config::Guarantee::ExactlyOnce,
             transactional_id: "walrelay-t".into(),
             progress_topic: "walrelay.progress.t".into(),

@@ -1,0 +1,5 @@
+//! The sinks beyond Kafka, each against its real server: `scenarios` holds what every sink must
+//! show, each sink's module runs them and tests what is its own.
+
+mod scenarios;
+mod webhook;
