@@ -207,6 +207,39 @@ mod tests {
         }
     }
 
+    /// What `failure` makes of SQS answering `status` with `code`.
+    fn after(status: u16, code: &str) -> Failure {
+        let meta = aws_sdk_sqs::error::ErrorMetadata::builder().code(code).message("said").build();
+        let raw = HttpResponse::new(status.try_into().unwrap(), "".into());
+        failure(&SdkError::service_error(SendMessageBatchError::generic(meta), raw), "http://h/1/q")
+    }
+
+    #[test]
+    fn whole_call_failures_retry_refuse_or_split() {
+        for code in ["AccessDenied", "InvalidClientTokenId", "SignatureDoesNotMatch"] {
+            match after(403, code) {
+                Failure::Retry(why) => {
+                    assert!(why.contains("walrelay check") && why.contains(code))
+                }
+                _ => panic!("{code}: not a Retry"),
+            }
+        }
+        for code in ["QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"] {
+            match after(400, code) {
+                Failure::Refused(why) => {
+                    assert!(why.contains("no queue q") && why.contains("setup"))
+                }
+                _ => panic!("{code}: not Refused"),
+            }
+        }
+        assert!(matches!(after(400, "RequestThrottled"), Failure::Retry(_)));
+        assert!(matches!(after(400, "ThrottlingException"), Failure::Retry(_)));
+        assert!(matches!(after(503, "ServiceUnavailable"), Failure::Retry(_)));
+        assert!(matches!(after(400, "KmsThrottled"), Failure::Retry(_)));
+        assert!(matches!(after(400, "InvalidParameterValue"), Failure::OneByOne(_)));
+        assert!(matches!(after(400, "BatchRequestTooLong"), Failure::OneByOne(_)));
+    }
+
     #[test]
     fn messages_group_by_queue_and_pack_under_the_batch_size() {
         let messages = vec![

@@ -218,3 +218,28 @@ where
     }
     Error::definite(format!("SQS refused {call} for {queue} ({said})"), "see SQS's message")
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_sqs::error::ErrorMetadata;
+    use aws_sdk_sqs::operation::list_queues::ListQueuesError;
+
+    use super::*;
+
+    fn after(status: u16, code: &str) -> Error {
+        let meta = ErrorMetadata::builder().code(code).message("said").build();
+        let raw = HttpResponse::new(status.try_into().unwrap(), "".into());
+        failed(&SdkError::service_error(ListQueuesError::generic(meta), raw), "ListQueues", "q*")
+    }
+
+    #[test]
+    fn check_fails_for_good_on_credentials_and_for_now_on_outages() {
+        let denied = after(403, "AccessDenied");
+        assert!(!denied.is_transient(), "{denied:?}");
+        let text = format!("{denied:?}");
+        assert!(text.contains("WALRELAY_SQS_ACCESS_KEY_ID") && text.contains("sqs:ListQueues"));
+        assert!(!after(400, "InvalidClientTokenId").is_transient());
+        assert!(after(500, "InternalError").is_transient());
+        assert!(after(400, "RequestThrottled").is_transient());
+    }
+}
