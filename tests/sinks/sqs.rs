@@ -226,6 +226,19 @@ async fn check_reports_and_setup_finds_what_it_made() {
         )]
     );
     eprintln!("check: {line}");
+
+    // One fixed queue for every routed name: check reads its attributes.
+    let mut fixed = server.options("", true);
+    fixed.insert("queue_url".into(), server.queue_url(&format!("{prefix}one.fifo")));
+    let fixed = sqs::parse(&fixed).expect("[sqs] with a fixed queue");
+    let line = sqs::check(&fixed).await.expect("check of a fixed queue");
+    assert!(line.contains(&format!("queue {prefix}one.fifo holds ~0 messages")), "{line}");
+    eprintln!("check: {line}");
+    let mut missing = server.options("", false);
+    missing.insert("queue_url".into(), server.queue_url(&format!("{prefix}absent")));
+    let e = sqs::check(&sqs::parse(&missing).expect("[sqs]")).await.expect_err("no such queue");
+    assert!(!e.is_transient() && format!("{e:?}").contains("walrelay setup"), "{e:?}");
+    eprintln!("check: {e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
