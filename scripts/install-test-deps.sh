@@ -39,6 +39,10 @@
 #   * Chromium (apt package `chromium`), which the console's test drives headless
 #   * kubernetes-validate (PyPI, in a virtualenv at ~/.local/walrelay-kubeval), which validates
 #     the Helm chart's renderings against the Kubernetes schemas
+#   * ElasticMQ 1.7.1 (the SQS sink's tests' SQS-compatible server, FIFO queues included):
+#     org.elasticmq:elasticmq-server_2.13:1.7.1 and its runtime jars from Maven Central by `mvn
+#     dependency:copy-dependencies` into ~/.local/walrelay-elasticmq-1.7.1/libs
+#     ($WALRELAY_ELASTICMQ_HOME); runs on the Java 17 above. About 25 s the first time, then cached
 #   * helm v4.3.2, built from the Go module proxy (helm.sh/helm/v4) with the machine's Go (1.26+)
 #     into ~/.local/walrelay-helm/bin ($WALRELAY_HELM_HOME): lints and renders
 #     deploy/helm/walrelay. About 2 min on 2 cores the first time; a second run only asks it
@@ -297,6 +301,40 @@ else
   m=$(java_major "$JAVA17")
   [ -n "$m" ] && [ "$m" -ge 17 ] || die "Apicurio Registry needs Java 17+ (2.6) or 21+ (3.x); found '$JAVA17'; install a JDK 21+ (e.g. Temurin) under /usr/lib/jvm"
   install_apicurio 2.6.13.Final "$JAVA17"
+fi
+
+# ---------------------------------------------------------------- ElasticMQ (SQS sink tests)
+ELASTICMQ_VERSION=1.7.1
+ELASTICMQ_HOME=${WALRELAY_ELASTICMQ_HOME:-$HOME/.local/walrelay-elasticmq-$ELASTICMQ_VERSION}
+if [ -f "$ELASTICMQ_HOME/.complete" ] && [ -f "$ELASTICMQ_HOME/libs/elasticmq-server_2.13-$ELASTICMQ_VERSION.jar" ]; then
+  log "ElasticMQ $ELASTICMQ_VERSION: present in $ELASTICMQ_HOME"
+else
+  t0=$(date +%s)
+  mkdir -p "$ELASTICMQ_HOME"
+  # A throwaway POM, as for Kafka: the server's jars (its logback binding included).
+  cat >"$ELASTICMQ_HOME/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>walrelay.test</groupId>
+  <artifactId>elasticmq-server</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.elasticmq</groupId><artifactId>elasticmq-server_2.13</artifactId><version>$ELASTICMQ_VERSION</version></dependency>
+  </dependencies>
+</project>
+POM
+  rm -rf "$ELASTICMQ_HOME/libs.tmp"
+  log "resolving ElasticMQ $ELASTICMQ_VERSION from Maven Central into $ELASTICMQ_HOME/libs"
+  mvn -q -B -f "$ELASTICMQ_HOME/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$ELASTICMQ_HOME/libs.tmp" >"$ELASTICMQ_HOME/mvn.log" 2>&1 \
+    || die "mvn could not resolve org.elasticmq:elasticmq-server_2.13:$ELASTICMQ_VERSION; see $ELASTICMQ_HOME/mvn.log"
+  [ -f "$ELASTICMQ_HOME/libs.tmp/elasticmq-server_2.13-$ELASTICMQ_VERSION.jar" ] \
+    || die "mvn ran but elasticmq-server_2.13-$ELASTICMQ_VERSION.jar is missing; see $ELASTICMQ_HOME/mvn.log"
+  rm -rf "$ELASTICMQ_HOME/libs"
+  mv "$ELASTICMQ_HOME/libs.tmp" "$ELASTICMQ_HOME/libs"
+  touch "$ELASTICMQ_HOME/.complete"
+  log "ElasticMQ $ELASTICMQ_VERSION: $(ls "$ELASTICMQ_HOME/libs" | wc -l) jars in $ELASTICMQ_HOME/libs, $(( $(date +%s) - t0 )) s"
 fi
 
 # ---------------------------------------------------------------- Python consumers (envelope tests)

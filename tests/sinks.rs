@@ -2,4 +2,5 @@
 //! show, each sink's module runs them and tests what is its own.
 
 mod scenarios;
+mod sqs;
 mod webhook;

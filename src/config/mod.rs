@@ -91,6 +91,10 @@ const SECTIONS: &[&str] = &[
     "audit",
     "tracing",
     "debezium_offsets",
+    // The sinks beyond Kafka (`crate::sink::sections`), read when `[delivery] sink` names them.
+    "nats",
+    "rabbitmq",
+    "sqs",
     "webhook",
 ];
 

@@ -11,6 +11,7 @@
 //! Kafka is not here: its transactions and progress topic make it a side of its own
 //! (`crate::delivery`'s producer), and exactly-once lives only there.
 
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub trait Publish: Send + Sync + 'static {
 }
 
 pub mod dispatch;
+pub mod sqs;
 pub mod webhook;
 
 use crate::error::Error;
@@ -64,6 +66,8 @@ use self::dispatch::Dispatch;
 pub enum SinkConfig {
     /// `[kafka]`: the default, and the only sink with exactly-once.
     Kafka,
+    /// `[sqs]`.
+    Sqs(sqs::SqsConfig),
     /// `[webhook]`.
     Http(webhook::WebhookConfig),
 }
@@ -71,20 +75,17 @@ pub enum SinkConfig {
 /// What `[delivery] sink` accepts.
 pub const NAMES: &[&str] = &["kafka", "nats", "rabbitmq", "sqs", "http"];
 
-/// The sections of the sinks beyond Kafka, with the keys each accepts, and the sink each serves.
+/// The sections of the sinks beyond Kafka: `(section, the sink it configures, its keys)`.
 pub fn sections() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
     use crate::options::section::keys_of;
-    vec![("webhook", "http", keys_of::<webhook::Raw>())]
+    vec![("sqs", "sqs", sqs::keys()), ("webhook", "http", keys_of::<webhook::Raw>())]
 }
 
 impl SinkConfig {
     /// The sink `name` with its section's options (`None`: the section is absent).
     pub fn parse(name: &str, section: Option<&Options>) -> Result<SinkConfig, ConfigError> {
-        let section_of = |sink: &str| {
-            sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section)
-        };
         let need = |sink: &str| -> Result<&Options, ConfigError> {
-            let name = section_of(sink).unwrap_or("kafka");
+            let name = SinkConfig::section(sink).unwrap_or("kafka");
             section.ok_or_else(|| ConfigError::Missing {
                 section: name,
                 key: "url".into(),
@@ -93,12 +94,13 @@ impl SinkConfig {
         };
         match name {
             "kafka" => Ok(SinkConfig::Kafka),
+            "sqs" => Ok(SinkConfig::Sqs(sqs::parse(need("sqs")?)?)),
             "http" => Ok(SinkConfig::Http(webhook::parse(need("http")?)?)),
             other if NAMES.contains(&other) => Err(crate::options::invalid(
                 "delivery",
                 "sink",
                 other,
-                "is not built into this walrelay yet; use \"kafka\" or \"http\"",
+                "is not built into this walrelay yet; use \"kafka\", \"sqs\" or \"http\"",
             )),
             other => Err(crate::options::invalid(
                 "delivery",
@@ -109,19 +111,18 @@ impl SinkConfig {
         }
     }
 
-    /// The section that configures the sink (`kafka` for Kafka).
+    /// The section that configures the sink `name` (`kafka` for Kafka).
     pub fn section(name: &str) -> Option<&'static str> {
         match name {
             "kafka" => Some("kafka"),
-            sink => {
-                sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section)
-            }
+            sink => sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section),
         }
     }
 
     pub fn name(&self) -> &'static str {
         match self {
             SinkConfig::Kafka => "kafka",
+            SinkConfig::Sqs(_) => "sqs",
             SinkConfig::Http(_) => "http",
         }
     }
@@ -134,6 +135,7 @@ impl SinkConfig {
     pub fn instead_of_exactly_once(&self) -> &'static str {
         match self {
             SinkConfig::Kafka => "",
+            SinkConfig::Sqs(_) => "a FIFO queue drops a repeated MessageDeduplicationId (the event id) within its 5-minute window",
             SinkConfig::Http(_) => "every request carries Idempotency-Key and webhook-id = the event id, for the receiver to deduplicate",
         }
     }
@@ -143,22 +145,25 @@ impl SinkConfig {
 pub async fn start(config: &SinkConfig) -> Result<Option<Dispatch>, Error> {
     Ok(match config {
         SinkConfig::Kafka => None,
+        SinkConfig::Sqs(c) => Some(Dispatch::spawn(sqs::connect(c).await?)),
         SinkConfig::Http(c) => Some(Dispatch::spawn(webhook::connect(c).await?)),
     })
 }
 
 /// `walrelay check`'s line for a sink beyond Kafka; `None` for Kafka (checked on its own).
 pub async fn check(config: &SinkConfig) -> Option<Result<String, Error>> {
-    match config {
-        SinkConfig::Kafka => None,
-        SinkConfig::Http(c) => Some(webhook::check(c).await),
-    }
+    Some(match config {
+        SinkConfig::Kafka => return None,
+        SinkConfig::Sqs(c) => sqs::check(c).await,
+        SinkConfig::Http(c) => webhook::check(c).await,
+    })
 }
 
 /// `walrelay setup` for a sink beyond Kafka: what it created or found, for the `routed` names.
 pub async fn setup(config: &SinkConfig, routed: &[String]) -> Option<Result<Vec<String>, Error>> {
-    match config {
-        SinkConfig::Kafka => None,
-        SinkConfig::Http(c) => Some(webhook::setup(c, routed).await),
-    }
+    Some(match config {
+        SinkConfig::Kafka => return None,
+        SinkConfig::Sqs(c) => sqs::setup(c, routed).await,
+        SinkConfig::Http(c) => webhook::setup(c, routed).await,
+    })
 }

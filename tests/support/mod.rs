@@ -29,6 +29,7 @@ pub mod secure_kafka;
 pub mod servers;
 pub mod sinks;
 pub mod slot;
+pub mod sqs;
 pub mod webhook;
 pub mod writer;
 
