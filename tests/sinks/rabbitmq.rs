@@ -1,7 +1,9 @@
 //! The RabbitMQ sink against a real RabbitMQ node (tests/support/rabbitmq.rs): where a record
 //! goes, what arrives, what is refused, and what an outage looks like to the relay.
 
-use crate::support::rabbitmq::{private_rabbitmq, rabbitmq, RabbitMqServer, PASSWORD};
+use crate::support::rabbitmq::{
+    private_rabbitmq, private_rabbitmq_with_tls, rabbitmq, RabbitMqServer, PASSWORD,
+};
 use crate::support::unique;
 use bytes::Bytes;
 use lapin::ExchangeKind;
@@ -33,6 +35,7 @@ fn config(server: &RabbitMqServer, exchange: &str, timeout: Duration) -> RabbitM
         exchange: exchange.to_string(),
         exchange_type: ExchangeType::Topic,
         timeout,
+        ca_file: None,
     }
 }
 
@@ -380,4 +383,30 @@ async fn a_hung_broker_is_retry_at_the_timeout_and_a_new_connection_acks_after()
     eprintln!("after the resume: {ids:?}");
     // h-1's fate was unknown to the relay (Retry): it may be there too, offered again later.
     assert!(ids.contains(&"h-0".to_string()) && ids.contains(&"h-2".to_string()), "{ids:?}");
+}
+
+/// amqps:// with the broker's CA in ca_file: acked; with the public web roots only, the
+/// certificate is not trusted, which no retry changes: definite, naming ca_file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqps_acks_with_the_brokers_ca_and_is_definite_without_it() {
+    let server = private_rabbitmq_with_tls();
+    let exchange = unique("rmq_tls");
+    server.declare_exchange(&exchange, ExchangeKind::Topic).await;
+    let queue = server.bind_queue("rmq_tls_q", &exchange, "#").await;
+    let mut config = RabbitMqConfig {
+        url: server.amqps_url(),
+        ..config(&server, &exchange, Duration::from_secs(10))
+    };
+    let Err(e) = rabbitmq::connect(&config).await else { panic!("trusted a private CA") };
+    eprintln!("amqps without ca_file: {} / hint: {:?}", e.chain(), e.hint());
+    assert!(!e.is_transient() && e.hint().is_some_and(|h| h.contains("ca_file")), "{e}");
+    config.ca_file = Some(server.ca());
+    let client = rabbitmq::connect(&config).await.expect("amqps with the CA");
+    let answer = publish(&client, record("tls", "ev-tls", Some("k"), Some(b"over tls"))).await;
+    assert_eq!(answer, Published::Acked);
+    let line = rabbitmq::check(&config).await.expect("check over TLS");
+    eprintln!("check over TLS: {line}");
+    let got = server.read(&queue).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, b"over tls");
 }

@@ -50,6 +50,9 @@ pub struct RabbitMqServer {
     dist_port: u16,
     epmd_port: u16,
     node: String,
+    /// The TLS listener's port and the PEM file of the CA that signed its certificate (for
+    /// 127.0.0.1), on a [`private_rabbitmq_with_tls`].
+    tls: Option<(u16, PathBuf)>,
     /// The start script (its child is the Erlang VM); `None` while stopped.
     child: Mutex<Option<Child>>,
     /// Our epmd; the node registers with it.
@@ -62,7 +65,7 @@ static SHARED: OnceLock<Result<RabbitMqServer, String>> = OnceLock::new();
 /// must be the only ones using it meanwhile: see [`private_rabbitmq`].
 pub fn rabbitmq() -> &'static RabbitMqServer {
     let result = SHARED.get_or_init(|| {
-        let server = RabbitMqServer::start_new(&scratch_root().join("rabbitmq"))?;
+        let server = RabbitMqServer::start_new(&scratch_root().join("rabbitmq"), false)?;
         super::print_broker_log_on_failure("the shared RabbitMQ's", server.log_path());
         Ok(server)
     });
@@ -75,7 +78,14 @@ pub fn rabbitmq() -> &'static RabbitMqServer {
 /// A node of the test's own, for tests that stop and start it. Stopped on drop.
 pub fn private_rabbitmq() -> RabbitMqServer {
     let dir = scratch_root().join(unique("rabbitmq"));
-    RabbitMqServer::start_new(&dir).unwrap_or_else(|e| panic!("private RabbitMQ: {e}"))
+    RabbitMqServer::start_new(&dir, false).unwrap_or_else(|e| panic!("private RabbitMQ: {e}"))
+}
+
+/// A [`private_rabbitmq`] that also listens for AMQP over TLS ([`RabbitMqServer::amqps_url`]),
+/// with a certificate for 127.0.0.1 signed by a CA of the harness ([`RabbitMqServer::ca`]).
+pub fn private_rabbitmq_with_tls() -> RabbitMqServer {
+    let dir = scratch_root().join(unique("rabbitmq_tls"));
+    RabbitMqServer::start_new(&dir, true).unwrap_or_else(|e| panic!("RabbitMQ with TLS: {e}"))
 }
 
 /// The installed server's version, or what to run to install it.
@@ -94,13 +104,20 @@ pub fn installed() -> Result<String, String> {
 }
 
 impl RabbitMqServer {
-    fn start_new(dir: &Path) -> Result<RabbitMqServer, String> {
+    fn start_new(dir: &Path, with_tls: bool) -> Result<RabbitMqServer, String> {
         let version = installed()?;
         std::fs::create_dir_all(dir.join("epmd"))
             .map_err(|e| format!("create {}: {e}", dir.display()))?;
         let (port, dist_port, epmd_port) = (free_port(), free_port(), free_port());
         let node = format!("walrelay-{}-{port}@localhost", std::process::id());
-        write_config(dir, port)?;
+        let tls = match with_tls {
+            false => None,
+            true => {
+                let files = super::secure_kafka::make_certificates(dir)?;
+                Some((free_port(), files.ca))
+            }
+        };
+        write_config(dir, port, tls.as_ref())?;
         let epmd = Command::new("epmd")
             .args(["-port", &epmd_port.to_string()])
             .stdin(Stdio::null())
@@ -115,6 +132,7 @@ impl RabbitMqServer {
             dist_port,
             epmd_port,
             node,
+            tls,
             child: Mutex::new(None),
             epmd: Mutex::new(epmd),
         };
@@ -271,6 +289,17 @@ impl RabbitMqServer {
         )
     }
 
+    /// `amqps://walrelay:…@127.0.0.1:<tls port>/%2f`, on a [`private_rabbitmq_with_tls`].
+    pub fn amqps_url(&self) -> String {
+        let (port, _) = self.tls.as_ref().expect("a node started with TLS");
+        format!("amqps://{USER}:{PASSWORD}@127.0.0.1:{port}/%2f")
+    }
+
+    /// The PEM file of the CA that signed the TLS listener's certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.tls.as_ref().expect("a node started with TLS").1.clone()
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("log").join(format!("{}.log", self.node))
     }
@@ -421,20 +450,34 @@ impl Drop for RabbitMqServer {
     }
 }
 
-/// The node's own configuration: loopback only, one user, the defaults otherwise.
-fn write_config(dir: &Path, port: u16) -> Result<(), String> {
-    let files = [
-        (
-            "rabbitmq.conf",
-            format!(
-                "listeners.tcp.default = 127.0.0.1:{port}\n\
+/// The node's own configuration: loopback only, one user, messages up to 1 MiB (so that a
+/// test can be refused for size cheaply; RabbitMQ's default is 128 MiB), the defaults
+/// otherwise; with `tls`, a TLS listener too.
+fn write_config(dir: &Path, port: u16, tls: Option<&(u16, PathBuf)>) -> Result<(), String> {
+    let mut conf = format!(
+        "listeners.tcp.default = 127.0.0.1:{port}\n\
                  default_user = {USER}\n\
                  default_pass = {PASSWORD}\n\
                  loopback_users = none\n\
                  disk_free_limit.absolute = 50MB\n\
                  max_message_size = 1048576\n"
-            ),
-        ),
+    );
+    if let Some((tls_port, ca)) = tls {
+        let pem = |name: &str| ca.with_file_name(name).display().to_string();
+        conf.push_str(&format!(
+            "listeners.ssl.default = 127.0.0.1:{tls_port}\n\
+             ssl_options.cacertfile = {}\n\
+             ssl_options.certfile = {}\n\
+             ssl_options.keyfile = {}\n\
+             ssl_options.verify = verify_none\n\
+             ssl_options.fail_if_no_peer_cert = false\n",
+            ca.display(),
+            pem("broker.pem"),
+            pem("broker.key")
+        ));
+    }
+    let files = [
+        ("rabbitmq.conf", conf),
         // No plugins: the management plugin would want a port of its own.
         ("enabled_plugins", "[].\n".to_string()),
         // Keeps /etc/rabbitmq/rabbitmq-env.conf (the Debian service's) out.

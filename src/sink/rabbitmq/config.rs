@@ -4,6 +4,7 @@
 //! through [`crate::options::secret::redact_url`], and `WALRELAY_RABBITMQ_URL` sets it from the
 //! environment.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub struct RabbitMqConfig {
     pub exchange_type: ExchangeType,
     /// How long one publish may wait for its publisher confirm (connecting included).
     pub timeout: Duration,
+    /// `amqps://` only: a PEM file of the CA certificates to trust instead of the public web
+    /// roots (a private CA's broker).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RabbitMqConfig {
@@ -41,6 +45,7 @@ impl std::fmt::Debug for RabbitMqConfig {
             .field("exchange", &self.exchange)
             .field("exchange_type", &self.exchange_type)
             .field("timeout", &self.timeout)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -88,6 +93,7 @@ pub(crate) struct Raw {
     exchange: Option<String>,
     exchange_type: Option<String>,
     timeout: Option<String>,
+    ca_file: Option<String>,
 }
 
 pub fn parse(opts: &Options) -> Result<RabbitMqConfig, ConfigError> {
@@ -135,7 +141,19 @@ pub fn parse(opts: &Options) -> Result<RabbitMqConfig, ConfigError> {
             timeout
         }
     };
-    Ok(RabbitMqConfig { url, exchange, exchange_type, timeout })
+    let ca_file = match raw.ca_file.filter(|f| !f.trim().is_empty()) {
+        None => None,
+        Some(_) if !url.starts_with("amqps:") => {
+            return Err(invalid(
+                S,
+                "ca_file",
+                "",
+                "applies to amqps:// URLs only: use amqps:// or remove ca_file",
+            ))
+        }
+        Some(file) => Some(PathBuf::from(file)),
+    };
+    Ok(RabbitMqConfig { url, exchange, exchange_type, timeout, ca_file })
 }
 
 /// Refuses what lapin would refuse later, or misread: not a URL, another scheme.
@@ -193,6 +211,13 @@ mod tests {
         assert_eq!(config.exchange, "");
         assert_eq!(config.exchange_type, ExchangeType::Direct);
         assert_eq!(config.timeout, Duration::from_secs(30));
+        let mut pairs = base();
+        pairs.push(("ca_file", "/etc/walrelay/ca.pem"));
+        let e = parse(&opts(&pairs)).expect_err("ca_file without amqps").to_string();
+        assert!(e.contains("`ca_file`") && e.contains("amqps://"), "{e}");
+        pairs[0] = ("url", "amqps://relay:pw@mq.example/prod");
+        let config = parse(&opts(&pairs)).expect("ca_file with amqps");
+        assert_eq!(config.ca_file, Some(PathBuf::from("/etc/walrelay/ca.pem")));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use lapin::options::ConfirmSelectOptions;
+use lapin::tcp::OwnedTLSConfig;
 use lapin::{Channel, Connection, ConnectionProperties, ErrorKind};
 
 use super::config::RabbitMqConfig;
@@ -32,7 +33,10 @@ impl Link {
     /// not use are definite; anything else (refused, reset, no answer) is transient.
     pub(super) async fn open(config: &RabbitMqConfig) -> Result<Link, Error> {
         let properties = ConnectionProperties::default().with_connection_name("walrelay".into());
-        let connecting = Connection::connect(&config.url, properties);
+        let tls = tls_config(config)?;
+        let runtime = lapin::runtime::default_runtime()
+            .map_err(|e| Error::transient("lapin found no tokio runtime", e))?;
+        let connecting = Connection::connect_with_config(&config.url, properties, tls, runtime);
         let connection = match tokio::time::timeout(config.timeout, connecting).await {
             Ok(Ok(connection)) => connection,
             Ok(Err(e)) => return Err(connect_error(config, e)),
@@ -98,8 +102,33 @@ pub(super) fn ends_connection(e: &lapin::Error) -> bool {
     !e.is_amqp_soft_error() || e.is_io_error()
 }
 
+/// The CA certificates of `ca_file`, or none (the public web roots).
+fn tls_config(config: &RabbitMqConfig) -> Result<OwnedTLSConfig, Error> {
+    let Some(file) = &config.ca_file else { return Ok(OwnedTLSConfig::default()) };
+    let pem = std::fs::read_to_string(file).map_err(|e| {
+        Error::definite_with(
+            format!("cannot read [rabbitmq] ca_file {}", file.display()),
+            "point ca_file at a readable PEM file of the CA certificates that signed the \
+             broker's certificate",
+            e,
+        )
+    })?;
+    Ok(OwnedTLSConfig { identity: None, cert_chain: Some(pem) })
+}
+
 fn connect_error(config: &RabbitMqConfig, e: lapin::Error) -> Error {
     let url = config.shown_url();
+    // rustls's verdict on the broker's certificate comes as an I/O error: retrying cannot
+    // change it.
+    let text = e.to_string();
+    if text.contains("certificate") {
+        return Error::definite_with(
+            format!("the TLS certificate of RabbitMQ at {url} is not trusted"),
+            "set [rabbitmq] ca_file to the PEM file of the CA that signed it (without it, only \
+             the public web roots are trusted), and check that it names the URL's host",
+            e,
+        );
+    }
     match reply_code(&e) {
         Some(403) => Error::definite_with(
             format!("RabbitMQ at {url} refused the login"),
