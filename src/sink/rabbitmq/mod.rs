@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use lapin::message::BasicReturnMessage;
 use lapin::options::BasicPublishOptions;
+use lapin::types::ShortString;
 use lapin::Confirmation;
 use tokio::sync::{Mutex, Semaphore};
 
@@ -121,7 +122,10 @@ impl RabbitMq {
         };
         let options = BasicPublishOptions { mandatory: true, immediate: false };
         let body = record.value.as_deref().unwrap_or_default();
-        let exchange = self.config.exchange.as_str().into();
+        // `parse` bounds the name; a config built by hand might not, and `into` would panic.
+        let Ok(exchange) = ShortString::try_new(self.config.exchange.as_str()) else {
+            return retry("[rabbitmq] exchange is longer than AMQP's 255 bytes".to_string());
+        };
         let routing_key = message.routing_key.clone();
         let confirm = match channel
             .basic_publish(exchange, routing_key, options, body, message.properties)

@@ -18,6 +18,7 @@ use crate::error::Error;
 /// broker's own and only checked). With the default exchange `""`, each routed name is a
 /// queue's name: those queues are declared durable.
 pub async fn setup(config: &RabbitMqConfig, routed: &[String]) -> Result<Vec<String>, Error> {
+    let exchange_name = exchange_name(config)?;
     let link = Link::open(config).await?;
     let exchange = &config.exchange;
     let mut lines = Vec::new();
@@ -59,7 +60,7 @@ pub async fn setup(config: &RabbitMqConfig, routed: &[String]) -> Result<Vec<Str
     } else {
         let channel = open_channel(config, &link).await?;
         let declare = channel.exchange_declare(
-            exchange.as_str().into(),
+            exchange_name,
             config.exchange_type.kind(),
             ExchangeDeclareOptions { durable: true, ..Default::default() },
             FieldTable::default(),
@@ -112,7 +113,7 @@ pub async fn check(config: &RabbitMqConfig) -> Result<String, Error> {
 async fn passive_exchange(config: &RabbitMqConfig, link: &Link) -> Result<(), Error> {
     let channel = open_channel(config, link).await?;
     let declare = channel.exchange_declare(
-        config.exchange.as_str().into(),
+        exchange_name(config)?,
         ExchangeKind::Topic,
         ExchangeDeclareOptions { passive: true, ..Default::default() },
         FieldTable::default(),
@@ -134,6 +135,14 @@ async fn passive_exchange(config: &RabbitMqConfig, link: &Link) -> Result<(), Er
         )),
         Err(e) => Err(broker_error(config, "checking the exchange", e)),
     }
+}
+
+/// The exchange's name as AMQP carries it (`parse` bounds it; a config built by hand might
+/// not).
+fn exchange_name(config: &RabbitMqConfig) -> Result<ShortString, Error> {
+    ShortString::try_new(config.exchange.as_str()).map_err(|_| {
+        Error::definite("[rabbitmq] exchange is longer than AMQP's 255 bytes", "use a shorter name")
+    })
 }
 
 async fn open_channel(config: &RabbitMqConfig, link: &Link) -> Result<Channel, Error> {
