@@ -6,6 +6,7 @@ mod connections;
 use crate::support::rabbitmq::{rabbitmq, RabbitMqServer, PASSWORD};
 use crate::support::unique;
 use bytes::Bytes;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::ExchangeKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -271,4 +272,28 @@ async fn setup_declares_the_exchange_and_check_reports_it() {
             .expect("setup default exchange");
     eprintln!("setup, default exchange: {lines:?}");
     assert!(lines[0].contains(&queue) && lines[0].contains("durable"), "{lines:?}");
+}
+
+/// A queue that refuses more (full, `x-overflow = reject-publish`) nacks the publish: Retry,
+/// not Acked and not Refused (it takes the record again once consumers drain it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_that_rejects_publishes_nacks_and_the_record_is_retried() {
+    let server = rabbitmq();
+    let queue = unique("rmq_full_q");
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
+    arguments.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    server.declare_queue_with(&queue, arguments).await;
+    let client =
+        rabbitmq::connect(&config(server, "", Duration::from_secs(10))).await.expect("connect");
+    assert_eq!(publish(&client, record(&queue, "ev-f1", None, Some(b"1"))).await, Published::Acked);
+    let answer = publish(&client, record(&queue, "ev-f2", None, Some(b"2"))).await;
+    eprintln!("full queue: {answer:?}");
+    let Published::Retry { reason, .. } = answer else { panic!("expected Retry, got {answer:?}") };
+    assert!(reason.contains("nacked"), "{reason}");
+    // Drained, it takes the record offered again.
+    assert_eq!(server.read(&queue).await.len(), 1);
+    assert_eq!(publish(&client, record(&queue, "ev-f2", None, Some(b"2"))).await, Published::Acked);
+    let got = server.read(&queue).await;
+    assert_eq!(got.iter().map(|d| d.dedup_id.clone()).collect::<Vec<_>>(), [Some("ev-f2".into())]);
 }

@@ -58,13 +58,18 @@ impl RabbitMqServer {
 
     /// Declares durable queue `name`.
     pub async fn declare_queue(&self, name: &str) {
+        self.declare_queue_with(name, FieldTable::default()).await;
+    }
+
+    /// Declares durable queue `name` with `arguments` (`x-max-length`, `x-overflow`…).
+    pub async fn declare_queue_with(&self, name: &str, arguments: FieldTable) {
         let connection = self.connection().await;
         let channel = connection.create_channel().await.expect("reader: channel");
         channel
             .queue_declare(
                 name.into(),
                 QueueDeclareOptions { durable: true, ..Default::default() },
-                FieldTable::default(),
+                arguments,
             )
             .await
             .unwrap_or_else(|e| panic!("declare queue {name}: {e}"));
