@@ -36,6 +36,11 @@
 #   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
 #     translated messages (lc_messages; Debian's server has them, the wheels do not)
 #   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
+#   * RabbitMQ (apt package `rabbitmq-server`, 3.10.8 on Debian 12, with Erlang 25 and its
+#     `epmd`): the RabbitMQ sink's tests run a private node of their own from
+#     /usr/lib/rabbitmq/bin/rabbitmq-server (tests/support/rabbitmq.rs). The package's own
+#     service is not wanted: it is disabled and stopped if the install started it. About 20 s
+#     to install; a node boots in ~8-15 s
 #   * Chromium (apt package `chromium`), which the console's test drives headless
 #   * kubernetes-validate (PyPI, in a virtualenv at ~/.local/walrelay-kubeval), which validates
 #     the Helm chart's renderings against the Kubernetes schemas
@@ -105,6 +110,10 @@ if [ "$QUICK" = 0 ]; then
     NEW_PROMETHEUS=1
   fi
   command -v chromium >/dev/null 2>&1 || want chromium "headless Chromium, which the console's test drives"
+  if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+    want rabbitmq-server "the RabbitMQ sink's tests run a private node of it"
+    NEW_RABBITMQ=1
+  fi
 fi
 command -v pkg-config >/dev/null 2>&1 || want pkg-config "libz-sys finds the system zlib with it"
 if ! { [ -f /usr/include/zlib.h ] || dpkg -s zlib1g-dev >/dev/null 2>&1; }; then
@@ -133,6 +142,16 @@ if [ "${#PKGS[@]}" -gt 0 ]; then
   # Debian's package is the Prometheus server too, and enables it: only promtool is wanted here.
   if [ "${NEW_PROMETHEUS:-0}" = 1 ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     "${SUDO[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+  # The same for RabbitMQ: the tests start nodes of their own, on ports of their own; the
+  # Debian service (rabbit@<host> on 5672) would only hold memory. Without systemd the package
+  # starts it through /etc/init.d unless policy-rc.d denies it.
+  if [ "${NEW_RABBITMQ:-0}" = 1 ]; then
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+      "${SUDO[@]}" systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
+    elif [ -x /etc/init.d/rabbitmq-server ]; then
+      "${SUDO[@]}" /etc/init.d/rabbitmq-server stop >/dev/null 2>&1 || true
+    fi
   fi
 else
   log "apt packages: all present, nothing to install"

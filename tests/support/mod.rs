@@ -21,6 +21,7 @@ pub mod mtls_proxy;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
+pub mod rabbitmq;
 pub mod readback;
 pub mod registry;
 pub mod registry_decode;
