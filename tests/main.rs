@@ -45,6 +45,7 @@ mod retention;
 mod schema_registry;
 mod secure_counts;
 mod security;
+mod sinks;
 mod slot_creation;
 mod tables;
 mod takeover;

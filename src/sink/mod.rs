@@ -11,6 +11,8 @@
 //! Kafka is not here: its transactions and progress topic make it a side of its own
 //! (`crate::delivery`'s producer), and exactly-once lives only there.
 
+pub mod nats;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,3 @@
+//! The sinks beyond Kafka, each against its real server.
+
+mod nats;
