@@ -52,6 +52,9 @@ pub struct NatsServer {
     child: Mutex<Option<Child>>,
     /// How long the last start took to answer.
     started_in: Mutex<Duration>,
+    /// Arguments beyond the address, port and name: `-js -sd <store>` unless a test wants a
+    /// server without JetStream, and a login.
+    args: Vec<String>,
 }
 
 static SHARED: OnceLock<Result<NatsServer, String>> = OnceLock::new();
@@ -60,7 +63,7 @@ static SHARED: OnceLock<Result<NatsServer, String>> = OnceLock::new();
 /// a [`private_nats`].
 pub fn nats() -> &'static NatsServer {
     let result = SHARED.get_or_init(|| {
-        let server = NatsServer::launch(&super::scratch_root().join("nats"), free_port())?;
+        let server = NatsServer::launch(&super::scratch_root().join("nats"), free_port(), &[])?;
         super::print_broker_log_on_failure("the shared NATS server's", server.log_path.clone());
         note(&format!("shared NATS server: {}", server.describe()));
         Ok(server)
@@ -74,12 +77,26 @@ pub fn nats() -> &'static NatsServer {
 /// A server of the test's own on a free port, for tests that stop and start it. Blocking.
 /// Killed on drop.
 pub fn private_nats() -> NatsServer {
-    NatsServer::launch(&scratch_dir("nats"), free_port())
+    NatsServer::launch(&scratch_dir("nats"), free_port(), &[])
         .unwrap_or_else(|e| panic!("private NATS server: {e}"))
 }
 
+/// A [`private_nats`] that wants `user` and `password` of every client.
+pub fn private_nats_with_login(user: &str, password: &str) -> NatsServer {
+    NatsServer::launch(&scratch_dir("nats"), free_port(), &["--user", user, "--pass", password])
+        .unwrap_or_else(|e| panic!("private NATS server with a login: {e}"))
+}
+
+/// A [`private_nats`] without JetStream: core NATS only, as a server started without `-js`.
+pub fn private_nats_without_jetstream() -> NatsServer {
+    NatsServer::launch(&scratch_dir("nats"), free_port(), &["--no-jetstream"])
+        .unwrap_or_else(|e| panic!("private NATS server without JetStream: {e}"))
+}
+
 impl NatsServer {
-    fn launch(dir: &Path, port: u16) -> Result<NatsServer, String> {
+    /// Starts nats-server on 127.0.0.1:`port`, its store and log under `dir`; `extra`
+    /// arguments are passed on, but `--no-jetstream` leaves JetStream off.
+    fn launch(dir: &Path, port: u16, extra: &[&str]) -> Result<NatsServer, String> {
         let bin = installed()?;
         let version = Command::new(&bin)
             .arg("--version")
@@ -96,6 +113,7 @@ impl NatsServer {
             log_path: dir.join("nats-server.log"),
             child: Mutex::new(None),
             started_in: Mutex::new(Duration::ZERO),
+            args: args(dir, extra),
         };
         server.spawn()?;
         Ok(server)
@@ -111,9 +129,9 @@ impl NatsServer {
             .map_err(|e| format!("open {}: {e}", self.log_path.display()))?;
         let ready_before = self.ready_lines();
         let mut cmd = Command::new(&self.bin);
-        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
-            .arg(self.dir.join("store"))
+        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-n", &format!("walrelay-test-{}", self.port)])
+            .args(&self.args)
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -278,6 +296,17 @@ impl NatsServer {
             })
             .collect()
     }
+}
+
+/// `-js -sd <dir>/store` and `extra`, or `extra` without `--no-jetstream` alone.
+fn args(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = Vec::new();
+    if !extra.contains(&"--no-jetstream") {
+        args.extend(["-js".to_string(), "-sd".to_string()]);
+        args.push(dir.join("store").display().to_string());
+    }
+    args.extend(extra.iter().filter(|a| **a != "--no-jetstream").map(|a| a.to_string()));
+    args
 }
 
 impl Drop for NatsServer {

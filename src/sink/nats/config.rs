@@ -97,6 +97,15 @@ pub fn parse(opts: &Options) -> Result<NatsConfig, ConfigError> {
     )?;
     check_url(&url)?;
     let login = login(raw.user, raw.password, raw.token, raw.credentials_file)?;
+    let url_has_login = async_nats::ServerAddr::from_str(&url).is_ok_and(|a| a.has_user_pass());
+    if url_has_login && login != Login::Url {
+        return Err(invalid(
+            S,
+            "url",
+            &url,
+            "carries a login (user:password@) and user, token or credentials_file is set too: give one",
+        ));
+    }
     let duration = |key: &str, text: Option<String>, default: Duration| match text {
         None => Ok(default),
         Some(text) => match crate::duration::parse(&text) {
@@ -277,6 +286,8 @@ mod tests {
         assert!(e.contains("WALRELAY_NATS_PASSWORD"), "{e}");
         let e = refused(&[("url", "nats://h:4222"), ("password", "p")]);
         assert!(e.contains("without a user"), "{e}");
+        let e = refused(&[("url", "nats://u:url-pw@h:4222"), ("token", "t")]);
+        assert!(e.contains("give one") && !e.contains("url-pw"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod admin;
 pub(crate) mod config;
 mod message;
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,7 +152,13 @@ async fn client(config: &NatsConfig) -> Result<async_nats::Client, Error> {
             }
         });
     options = match &config.login {
-        Login::Url => options,
+        // async-nats reads only host and port from the URL: its login is ours to pass on.
+        Login::Url => match url_login(&config.url) {
+            Some((user, Some(password))) => options.user_and_password(user, password),
+            // `nats://token@host`, as the NATS tools read it.
+            Some((token, None)) => options.token(token),
+            None => options,
+        },
         Login::UserPassword { user, password } => {
             options.user_and_password(user.clone(), password.clone())
         }
@@ -180,4 +187,46 @@ async fn client(config: &NatsConfig) -> Result<async_nats::Client, Error> {
         ),
         _ => Error::transient(format!("the NATS server at {url} is unreachable"), e),
     })
+}
+
+/// The user and password (or the token) a `nats://user:password@host` URL carries, decoded.
+fn url_login(url: &str) -> Option<(String, Option<String>)> {
+    let addr = async_nats::ServerAddr::from_str(url).ok()?;
+    let user = addr.username()?;
+    Some((percent_decoded(user), addr.password().map(percent_decoded)))
+}
+
+/// `%40` → `@`, as a URL's user info is written; a malformed escape stays as it is.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_urls_login_is_read_and_decoded() {
+        let login = url_login("nats://relay:p%40ss%2Fword@127.0.0.1:4222");
+        assert_eq!(login, Some(("relay".into(), Some("p@ss/word".into()))));
+        assert_eq!(url_login("nats://s3cr3t-token@h:4222"), Some(("s3cr3t-token".into(), None)));
+        assert_eq!(url_login("nats://h:4222"), None);
+        assert_eq!(percent_decoded("100%"), "100%");
+    }
 }
