@@ -155,6 +155,55 @@ async fn a_message_over_max_payload_is_refused() {
     }
     let fits = record(&subject, "small-1", None, Some(b"x"));
     assert_eq!(publish(&sink, fits).await, Published::Acked, "the next one goes through");
+
+    // A stream's own limit, below the server's: JetStream refuses in its PubAck.
+    let small = unique("nats_small");
+    let js = async_nats::jetstream::new(
+        async_nats::connect(server.url()).await.expect("a client of the test's own"),
+    );
+    let limited = async_nats::jetstream::stream::Config {
+        name: small.clone(),
+        subjects: vec![format!("{small}.>")],
+        max_message_size: 100,
+        ..Default::default()
+    };
+    js.create_stream(limited).await.expect("a stream with max_msg_size 100");
+    let subject = format!("{small}.orders");
+    match publish(&sink, record(&subject, "big-2", None, Some(&[b'x'; 200]))).await {
+        Published::Refused(reason) => {
+            println!("200 bytes into max_msg_size 100: {reason}");
+            assert!(reason.contains("max_msg_size"), "{reason}");
+        }
+        other => panic!("expected Refused, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_are_each_acked_once() {
+    let server = shared();
+    let (stream, _, sink) = stream_and_sink(server, "nats_concurrent").await;
+    let sink = Arc::new(sink);
+    let mut tasks = tokio::task::JoinSet::new();
+    for key in 0..20 {
+        let (sink, subject) = (sink.clone(), format!("{stream}.k{key}"));
+        tasks.spawn(async move {
+            let mut answers = Vec::new();
+            for n in 0..10 {
+                let r = record(&subject, &format!("k{key}-{n}"), Some(&format!("k{key}")), None);
+                answers.push(publish(&sink, r).await);
+            }
+            answers
+        });
+    }
+    let answers: Vec<Published> = tasks.join_all().await.into_iter().flatten().collect();
+    assert_eq!(answers.len(), 200);
+    assert!(answers.iter().all(|a| *a == Published::Acked), "{answers:?}");
+    let got = server.read(&format!("{stream}.>")).await;
+    println!("20 tasks x 10 records: {} acked, the stream holds {}", answers.len(), got.len());
+    assert_eq!(got.len(), 200);
+    let in_order = got.iter().filter(|d| d.routed_to.ends_with(".k3")).map(|d| d.dedup_id.clone());
+    let expected = (0..10).map(|n| Some(format!("k3-{n}")));
+    assert!(in_order.eq(expected), "one key's records in the order sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
