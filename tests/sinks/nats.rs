@@ -240,6 +240,14 @@ async fn setup_creates_finds_and_updates_the_stream_and_check_answers() {
             "{subject}"
         );
     }
+    // A stream capturing by a wildcard already captures a routed name under it.
+    config.stream_subjects = vec![format!("{stream}.>")];
+    let wildcard = nats::setup(&config, &[]).await.expect("setup with a wildcard");
+    config.stream_subjects = Vec::new();
+    let under = [format!("{stream}.d.e")];
+    let found = nats::setup(&config, &under).await.expect("setup under the wildcard");
+    println!("{wildcard:?} then {found:?}");
+    assert!(found[0].contains("found") && found[0].contains(&format!("{stream}.>")), "{found:?}");
     let line = nats::check(&config).await.expect("check");
     println!("check: {line}");
     assert!(line.contains("answers") && line.contains("JetStream"), "{line}");

@@ -57,8 +57,13 @@ pub async fn setup(config: &NatsConfig, routed: &[String]) -> Result<Vec<String>
             )
         }
         Some(mut stream) => {
-            let missing: Vec<String> =
-                subjects.iter().filter(|s| !stream.subjects.contains(s)).cloned().collect();
+            // A subject the stream captures already, by a wildcard too, is not added again:
+            // JetStream refuses a stream whose subjects overlap.
+            let missing: Vec<String> = subjects
+                .iter()
+                .filter(|s| !stream.subjects.iter().any(|p| covers(p, s)))
+                .cloned()
+                .collect();
             let window_differs = stream.duplicate_window != config.duplicate_window;
             if missing.is_empty() && !window_differs {
                 format!(
@@ -66,18 +71,43 @@ pub async fn setup(config: &NatsConfig, routed: &[String]) -> Result<Vec<String>
                     stream.subjects.join(", ")
                 )
             } else {
-                stream.subjects.extend(missing.iter().cloned());
+                // An added wildcard takes the place of the subjects it covers: JetStream refuses
+                // subjects that overlap within one stream too.
+                let (replaced, kept): (Vec<String>, Vec<String>) =
+                    std::mem::take(&mut stream.subjects)
+                        .into_iter()
+                        .partition(|s| missing.iter().any(|m| covers(m, s)));
+                stream.subjects = kept.into_iter().chain(missing.iter().cloned()).collect();
                 stream.duplicate_window = config.duplicate_window;
                 js.update_stream(stream.clone()).await.map_err(|e| refused(config, name, e))?;
+                let list =
+                    |l: &[String]| if l.is_empty() { "none".to_string() } else { l.join(", ") };
                 format!(
-                    "stream {name}: updated, subjects {} (added: {}), duplicate window {window}",
+                    "stream {name}: updated, subjects {} (added: {}; replaced: {}), duplicate window {window}",
                     stream.subjects.join(", "),
-                    if missing.is_empty() { "none".to_string() } else { missing.join(", ") }
+                    list(&missing),
+                    list(&replaced)
                 )
             }
         }
     };
     Ok(vec![line])
+}
+
+/// Whether the stream subject `pattern` captures every subject `subject` stands for: `*`
+/// matches one token (or a `*`), `>` one or more (or a `>`).
+fn covers(pattern: &str, subject: &str) -> bool {
+    let mut wanted = subject.split('.');
+    for p in pattern.split('.') {
+        match (p, wanted.next()) {
+            (">", Some(_)) => return true,
+            (_, None) => return false,
+            ("*", Some(w)) if w != ">" => {}
+            (p, Some(w)) if p == w => {}
+            _ => return false,
+        }
+    }
+    wanted.next().is_none()
 }
 
 /// `stream_subjects`, or else the routed names (each one a subject to publish to).
@@ -267,5 +297,24 @@ fn refused(
         }
         CreateStreamErrorKind::JetStreamUnavailable => no_jetstream(config, e),
         _ => unavailable(config, &format!("creating stream {name}"), e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn a_wildcard_covers_what_it_captures() {
+        assert!(covers("outbox.>", "outbox.event.order"));
+        assert!(covers("outbox.>", "outbox.event.>"));
+        assert!(covers("outbox.*.order", "outbox.event.order"));
+        assert!(covers("outbox.*", "outbox.*"));
+        assert!(covers("a.b", "a.b"));
+        assert!(!covers("outbox.>", "outbox"));
+        assert!(!covers("outbox.*", "outbox.a.b"));
+        assert!(!covers("outbox.*", "outbox.>"));
+        assert!(!covers("a.b", "a.b.c"));
+        assert!(!covers("a.b.c", "a.b"));
     }
 }
