@@ -11,9 +11,8 @@ use async_nats::jetstream::ErrorCode;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::{client, context, message, NatsConfig};
+use super::{client, context, message, shown_url, NatsConfig};
 use crate::error::Error;
-use crate::options::secret::redact_url;
 
 /// Creates the `[nats] stream` (file storage) capturing `stream_subjects`, or the `routed`
 /// subjects when none are set, with the configured `duplicate_window`; or, when it exists,
@@ -139,7 +138,7 @@ pub async fn check(config: &NatsConfig) -> Result<String, Error> {
     let js = context(client, config.timeout);
     let account = js.query_account().await.map_err(|e| match e.kind() {
         AccountErrorKind::TimedOut => Error::transient(
-            format!("JetStream at {} did not answer within the timeout", redact_url(&config.url)),
+            format!("JetStream at {} did not answer within the timeout", shown_url(&config.url)),
             e,
         ),
         _ => no_jetstream(config, e),
@@ -147,7 +146,7 @@ pub async fn check(config: &NatsConfig) -> Result<String, Error> {
     Ok(format!(
         "NATS {} at {} answers; JetStream: {} streams, {} bytes stored, max_payload {} bytes",
         server.version,
-        redact_url(&config.url),
+        shown_url(&config.url),
         account.streams,
         account.storage,
         server.max_payload
@@ -267,12 +266,12 @@ fn unavailable(
     what: &str,
     e: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
-    Error::transient(format!("{what} at {}: {}", redact_url(&config.url), message::chain(&e)), e)
+    Error::transient(format!("{what} at {}: {}", shown_url(&config.url), message::chain(&e)), e)
 }
 
 fn no_jetstream(config: &NatsConfig, e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::definite_with(
-        format!("JetStream does not answer at {}: {}", redact_url(&config.url), message::chain(&e)),
+        format!("JetStream does not answer at {}: {}", shown_url(&config.url), message::chain(&e)),
         "enable JetStream on the server (nats-server -js, or a jetstream {} block) for walrelay's account",
         e,
     )

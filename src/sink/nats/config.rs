@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::options::secret::{redact_url, MASK};
+use crate::options::secret::MASK;
 use crate::options::{invalid, required, section, ConfigError, Options};
 
 /// `[nats]`, checked.
@@ -59,7 +59,7 @@ impl std::fmt::Debug for Login {
 impl std::fmt::Debug for NatsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsConfig")
-            .field("url", &redact_url(&self.url))
+            .field("url", &shown_url(&self.url))
             .field("login", &self.login)
             .field("timeout", &self.timeout)
             .field("stream", &self.stream)
@@ -102,7 +102,7 @@ pub fn parse(opts: &Options) -> Result<NatsConfig, ConfigError> {
         return Err(invalid(
             S,
             "url",
-            &url,
+            &shown_url(&url),
             "carries a login (user:password@) and user, token or credentials_file is set too: give one",
         ));
     }
@@ -139,13 +139,29 @@ pub fn parse(opts: &Options) -> Result<NatsConfig, ConfigError> {
     Ok(NatsConfig { url, login, timeout, stream, stream_subjects, duplicate_window })
 }
 
+/// `url` with any user info (`user:password@`, and a bare `token@`, which the usual URL
+/// redaction leaves alone) replaced by `****`, for every message that names the server.
+pub fn shown_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => format!("{scheme}://{MASK}{}", &rest[at..]),
+                None => url.to_string(),
+            }
+        }
+        None => crate::options::secret::redact_url(url),
+    }
+}
+
 fn check_url(url: &str) -> Result<(), ConfigError> {
+    let shown = shown_url(url);
     let scheme_ok = ["nats://", "tls://"].iter().any(|s| url.starts_with(s));
     if !scheme_ok {
         return Err(invalid(
             S,
             "url",
-            url,
+            &shown,
             "must start with nats:// (or tls://), e.g. \"nats://127.0.0.1:4222\"",
         ));
     }
@@ -153,7 +169,7 @@ fn check_url(url: &str) -> Result<(), ConfigError> {
         invalid(
             S,
             "url",
-            url,
+            &shown,
             "is not a server address: write nats://host:port, e.g. \"nats://127.0.0.1:4222\"",
         )
     })
@@ -275,6 +291,11 @@ mod tests {
         let e = refused(&[("url", "http://u:hunter2@host:4222")]);
         assert!(e.contains("must start with nats://"), "{e}");
         assert!(!e.contains("hunter2"), "the password is shown: {e}");
+        let e = refused(&[("url", "http://s3cret-token@host:4222")]);
+        assert!(!e.contains("s3cret-token"), "the token is shown: {e}");
+        assert_eq!(shown_url("nats://tok@h:4222"), "nats://****@h:4222");
+        assert_eq!(shown_url("nats://u:p@w@h:4222/x"), "nats://****@h:4222/x");
+        assert_eq!(shown_url("nats://h:4222"), "nats://h:4222");
     }
 
     #[test]
@@ -288,6 +309,8 @@ mod tests {
         assert!(e.contains("without a user"), "{e}");
         let e = refused(&[("url", "nats://u:url-pw@h:4222"), ("token", "t")]);
         assert!(e.contains("give one") && !e.contains("url-pw"), "{e}");
+        let e = refused(&[("url", "nats://url-token@h:4222"), ("user", "u"), ("password", "p")]);
+        assert!(e.contains("give one") && !e.contains("url-token"), "{e}");
     }
 
     #[test]

@@ -22,12 +22,11 @@ use async_nats::jetstream::context::GetStreamByNameErrorKind;
 use async_nats::{jetstream, ConnectErrorKind, ConnectOptions, Event};
 
 use crate::error::Error;
-use crate::options::secret::redact_url;
 use crate::router::Record;
 use crate::sink::{Publish, Published};
 
 pub use admin::{check, read_back, setup, Stored};
-pub use config::{parse, Login, NatsConfig};
+pub use config::{parse, shown_url, Login, NatsConfig};
 pub use message::KEY_HEADER;
 
 use message::{retry, Answer};
@@ -47,7 +46,7 @@ pub async fn connect(config: &NatsConfig) -> Result<Nats, Error> {
     Ok(Nats {
         jetstream: context(client, config.timeout),
         timeout: config.timeout,
-        url: redact_url(&config.url),
+        url: shown_url(&config.url),
     })
 }
 
@@ -132,7 +131,7 @@ fn context(client: async_nats::Client, timeout: Duration) -> jetstream::Context 
 
 /// A connected client that reconnects for ever, logging when the connection drops and returns.
 async fn client(config: &NatsConfig) -> Result<async_nats::Client, Error> {
-    let url = redact_url(&config.url);
+    let url = shown_url(&config.url);
     let logged_url = url.clone();
     let mut options = ConnectOptions::new()
         .name("walrelay")
