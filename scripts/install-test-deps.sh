@@ -52,10 +52,14 @@
 #     into ~/.local/walrelay-helm/bin ($WALRELAY_HELM_HOME): lints and renders
 #     deploy/helm/walrelay. About 2 min on 2 cores the first time; a second run only asks it
 #     its version
+#   * nats-server v2.15.3 (the NATS JetStream sink's tests), built from the Go module proxy
+#     (github.com/nats-io/nats-server/v2) with the machine's Go into ~/.local/walrelay-nats/bin
+#     ($WALRELAY_NATS_HOME). About 1.5 min on 2 cores the first time; then only asked its version
 #
 # --quickstart installs only what scripts/quickstart.sh needs: PostgreSQL (apt), the C toolchain
 # and libraries, python3 + pip and the in-memory broker; --quickstart --kafka adds Apache Kafka.
-# The rest (wheels, locale, promtool, Chromium, kubernetes-validate, helm) is for the test suite.
+# The rest (wheels, locale, promtool, Chromium, kubernetes-validate, helm, nats-server) is for the
+# test suite.
 #
 # apt-get update runs only when a package is missing. Exits non-zero with a message on failure.
 set -euo pipefail
@@ -412,5 +416,18 @@ if [ "$("$HELM_HOME/bin/helm" version --template '{{.Version}}' 2>/dev/null)" !=
     "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" || die "go install helm.sh/helm/v4/cmd/helm@$HELM_VERSION failed"
 fi
 log "helm: $("$HELM_HOME/bin/helm" version --template '{{.Version}} ({{.GoVersion}})') in $HELM_HOME/bin"
+
+# nats-server, for tests/sinks/nats.rs (tests/support/nats.rs starts it with JetStream on).
+NATS_VERSION=v2.15.3
+NATS_HOME=${WALRELAY_NATS_HOME:-$HOME/.local/walrelay-nats}
+if [ "$("$NATS_HOME/bin/nats-server" --version 2>/dev/null)" != "nats-server: $NATS_VERSION" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  [ -x "$GO" ] || die "go not found (nats-server $NATS_VERSION is built from the Go module proxy)"
+  log "building nats-server $NATS_VERSION from the Go module proxy into $NATS_HOME/bin ($("$GO" version))"
+  mkdir -p "$NATS_HOME/bin"
+  GOBIN="$NATS_HOME/bin" CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false "$GO" install -trimpath \
+    "github.com/nats-io/nats-server/v2@$NATS_VERSION" || die "go install nats-server $NATS_VERSION failed"
+fi
+log "nats-server: $("$NATS_HOME/bin/nats-server" --version) in $NATS_HOME/bin"
 
 log "done in $(( $(date +%s) - START )) s"

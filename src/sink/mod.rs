@@ -53,6 +53,7 @@ pub trait Publish: Send + Sync + 'static {
 }
 
 pub mod dispatch;
+pub mod nats;
 pub mod rabbitmq;
 pub mod sqs;
 pub mod webhook;
@@ -67,6 +68,8 @@ use self::dispatch::Dispatch;
 pub enum SinkConfig {
     /// `[kafka]`: the default, and the only sink with exactly-once.
     Kafka,
+    /// `[nats]`: JetStream.
+    Nats(nats::NatsConfig),
     /// `[rabbitmq]`.
     RabbitMq(rabbitmq::RabbitMqConfig),
     /// `[sqs]`.
@@ -82,6 +85,7 @@ pub const NAMES: &[&str] = &["kafka", "nats", "rabbitmq", "sqs", "http"];
 pub fn sections() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
     use crate::options::section::keys_of;
     vec![
+        ("nats", "nats", keys_of::<nats::config::Raw>()),
         ("rabbitmq", "rabbitmq", keys_of::<rabbitmq::config::Raw>()),
         ("sqs", "sqs", sqs::keys()), ("webhook", "http", keys_of::<webhook::Raw>())]
 }
@@ -99,15 +103,10 @@ impl SinkConfig {
         };
         match name {
             "kafka" => Ok(SinkConfig::Kafka),
+            "nats" => Ok(SinkConfig::Nats(nats::parse(need("nats")?)?)),
             "rabbitmq" => Ok(SinkConfig::RabbitMq(rabbitmq::parse(need("rabbitmq")?)?)),
             "sqs" => Ok(SinkConfig::Sqs(sqs::parse(need("sqs")?)?)),
             "http" => Ok(SinkConfig::Http(webhook::parse(need("http")?)?)),
-            other if NAMES.contains(&other) => Err(crate::options::invalid(
-                "delivery",
-                "sink",
-                other,
-                "is not built into this walrelay yet; use \"kafka\", \"rabbitmq\", \"sqs\" or \"http\"",
-            )),
             other => Err(crate::options::invalid(
                 "delivery",
                 "sink",
@@ -128,6 +127,7 @@ impl SinkConfig {
     pub fn name(&self) -> &'static str {
         match self {
             SinkConfig::Kafka => "kafka",
+            SinkConfig::Nats(_) => "nats",
             SinkConfig::RabbitMq(_) => "rabbitmq",
             SinkConfig::Sqs(_) => "sqs",
             SinkConfig::Http(_) => "http",
@@ -142,6 +142,7 @@ impl SinkConfig {
     pub fn instead_of_exactly_once(&self) -> &'static str {
         match self {
             SinkConfig::Kafka => "",
+            SinkConfig::Nats(_) => "every message carries Nats-Msg-Id = the event id, which JetStream drops when repeated within the stream's duplicate_window",
             SinkConfig::RabbitMq(_) => "publisher confirms of persistent, mandatory messages, each carrying message_id = the event id for consumers to deduplicate (RabbitMQ itself keeps no dedup window)",
             SinkConfig::Sqs(_) => "a FIFO queue drops a repeated MessageDeduplicationId (the event id) within its 5-minute window",
             SinkConfig::Http(_) => "every request carries Idempotency-Key and webhook-id = the event id, for the receiver to deduplicate",
@@ -153,6 +154,7 @@ impl SinkConfig {
 pub async fn start(config: &SinkConfig) -> Result<Option<Dispatch>, Error> {
     Ok(match config {
         SinkConfig::Kafka => None,
+        SinkConfig::Nats(c) => Some(Dispatch::spawn(nats::connect(c).await?)),
         SinkConfig::RabbitMq(c) => Some(Dispatch::spawn(rabbitmq::connect(c).await?)),
         SinkConfig::Sqs(c) => Some(Dispatch::spawn(sqs::connect(c).await?)),
         SinkConfig::Http(c) => Some(Dispatch::spawn(webhook::connect(c).await?)),
@@ -163,6 +165,7 @@ pub async fn start(config: &SinkConfig) -> Result<Option<Dispatch>, Error> {
 pub async fn check(config: &SinkConfig) -> Option<Result<String, Error>> {
     Some(match config {
         SinkConfig::Kafka => return None,
+        SinkConfig::Nats(c) => nats::check(c).await,
         SinkConfig::RabbitMq(c) => rabbitmq::check(c).await,
         SinkConfig::Sqs(c) => sqs::check(c).await,
         SinkConfig::Http(c) => webhook::check(c).await,
@@ -173,6 +176,7 @@ pub async fn check(config: &SinkConfig) -> Option<Result<String, Error>> {
 pub async fn setup(config: &SinkConfig, routed: &[String]) -> Option<Result<Vec<String>, Error>> {
     Some(match config {
         SinkConfig::Kafka => return None,
+        SinkConfig::Nats(c) => nats::setup(c, routed).await,
         SinkConfig::RabbitMq(c) => rabbitmq::setup(c, routed).await,
         SinkConfig::Sqs(c) => sqs::setup(c, routed).await,
         SinkConfig::Http(c) => webhook::setup(c, routed).await,

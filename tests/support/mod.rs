@@ -18,6 +18,7 @@ pub mod fuzz;
 pub mod kafka;
 pub mod kafka_cluster;
 pub mod mtls_proxy;
+pub mod nats;
 pub mod postgres;
 pub mod process;
 pub mod proxy;
