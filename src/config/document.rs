@@ -134,6 +134,7 @@ fn takes_list(section: &str, key: &str) -> bool {
     match section {
         "outbox" => key == "tables",
         "http" => key == "hosts",
+        "nats" => key == "stream_subjects",
         "router" | "debezium" | "kafka" | "envelope" => true,
         _ => false,
     }

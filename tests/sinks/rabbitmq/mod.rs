@@ -2,6 +2,7 @@
 //! goes, what arrives, what is refused, and what an outage looks like to the relay.
 
 mod connections;
+mod relay;
 
 use crate::support::rabbitmq::{rabbitmq, RabbitMqServer, PASSWORD};
 use crate::support::unique;
