@@ -32,7 +32,8 @@
 #     proto/walrelay/v1/event.proto); and the schema-registry tests' independent decoder,
 #     confluent-kafka's schema_registry serdes with what they import (fastavro for Avro,
 #     jsonschema + referencing for JSON Schema, googleapis-common-protos for Protobuf, httpx2,
-#     authlib, attrs, cachetools, certifi for the registry client); pinned, from PyPI
+#     authlib, attrs, cachetools, certifi for the registry client); and standardwebhooks, which
+#     verifies the HTTP sink's signatures independently; pinned, from PyPI
 #   * the `locales` package and the de_DE.UTF-8 locale, for tests that run PostgreSQL with
 #     translated messages (lc_messages; Debian's server has them, the wheels do not)
 #   * promtool (apt package `prometheus`), which checks and unit-tests docs/prometheus/alerts.yaml
@@ -369,7 +370,7 @@ PYENV=${WALRELAY_TEST_PYENV:-$HOME/.local/walrelay-pyenv}
 PY_PKGS=(cloudevents==2.2.0 protobuf==7.36.2 grpcio-tools==1.85.1
   confluent-kafka==2.16.1 fastavro==1.13.1 jsonschema==4.26.0 referencing==0.37.0
   googleapis-common-protos==1.76.0 httpx2==2.17.0 authlib==1.9.10 attrs==26.1.0
-  cachetools==8.0.3 certifi==2026.10.19.post1)
+  cachetools==8.0.3 certifi==2026.10.19.post1 standardwebhooks==1.1.0)
 py_pkgs_present() {
   "$PYENV/bin/python" - "${PY_PKGS[@]}" <<'PY' >/dev/null 2>&1
 import sys, importlib.metadata as m

@@ -82,9 +82,10 @@ impl Args {
 
 pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
     if !config.delivery.sink.is_kafka() {
-        let sink = config.delivery.sink.name();
         eprintln!(
-            "error: the audit reads the relayed records back from Kafka, and [delivery] sink = \"{sink}\" has no Kafka topics to read: the {sink} sink's messages cannot be read back without consuming them — fix: check delivery with the broker's own tools (docs/sinks.md says what each sink guarantees), or `walrelay replay` what a consumer lacks"
+            "error: nothing to audit with [delivery] sink = \"{}\": {} — fix: check delivery with the broker's own tools (docs/sinks.md says what each sink guarantees), or `walrelay replay` what a consumer lacks",
+            config.delivery.sink.name(),
+            config.delivery.sink.why_no_audit()
         );
         return ExitCode::from(2);
     }

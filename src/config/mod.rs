@@ -291,7 +291,10 @@ impl Config {
                     "delivery",
                     "sink",
                     sink,
-                    &format!("leaves [audit] nothing to read: the audit reads the records back from Kafka, and the {sink} sink's cannot be read back without consuming them; remove [audit]"),
+                    &format!(
+                        "leaves [audit] nothing to read: {}; remove [audit]",
+                        delivery.sink.why_no_audit()
+                    ),
                 ));
             }
             if let Some(converter) = router.registry_key_converter() {

@@ -11,7 +11,6 @@
 //! Kafka is not here: its transactions and progress topic make it a side of its own
 //! (`crate::delivery`'s producer), and exactly-once lives only there.
 
-
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +86,9 @@ pub fn sections() -> Vec<(&'static str, &'static str, &'static [&'static str])> 
     vec![
         ("nats", "nats", keys_of::<nats::config::Raw>()),
         ("rabbitmq", "rabbitmq", keys_of::<rabbitmq::config::Raw>()),
-        ("sqs", "sqs", sqs::keys()), ("webhook", "http", keys_of::<webhook::Raw>())]
+        ("sqs", "sqs", sqs::keys()),
+        ("webhook", "http", keys_of::<webhook::Raw>()),
+    ]
 }
 
 impl SinkConfig {
@@ -120,7 +121,9 @@ impl SinkConfig {
     pub fn section(name: &str) -> Option<&'static str> {
         match name {
             "kafka" => Some("kafka"),
-            sink => sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section),
+            sink => {
+                sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section)
+            }
         }
     }
 
@@ -136,6 +139,16 @@ impl SinkConfig {
 
     pub fn is_kafka(&self) -> bool {
         matches!(self, SinkConfig::Kafka)
+    }
+
+    /// Why the audit (which reads records back from Kafka) cannot check this sink.
+    pub fn why_no_audit(&self) -> String {
+        let sink = self.name();
+        match self {
+            SinkConfig::Kafka => String::new(),
+            SinkConfig::Nats(_) => "the audit reads records back from Kafka only: reading a JetStream stream back (which it allows without consuming) is not built into the audit yet".to_string(),
+            _ => format!("the audit reads records back from Kafka, and the {sink} sink's messages cannot be read back without consuming them"),
+        }
     }
 
     /// What this sink offers instead of exactly-once, for the refusal of `guarantee`.

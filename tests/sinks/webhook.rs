@@ -166,3 +166,64 @@ fn a_bad_sink_configuration_exits_2_naming_the_option_and_the_fix() {
         assert!(run.stderr.contains(names) && run.stderr.contains(fix), "{section}\n{run}");
     }
 }
+
+/// `walrelay replay` re-sends retained rows through the sink the relay uses: the receiver gets
+/// them again, with their event id and the `walrelay.replay` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_replay_resends_retained_rows_through_the_sink() {
+    let s = Setup::new("wh_replay").await;
+    let hook = Hook::new();
+    let config = s.config_with("", "", &hook.sections(&s));
+    let mut relay = crate::support::process::RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let ids = s.insert_events("Order", "o-1", 4).await;
+    let live = hook.delivered(&s).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while hook.0.accepted().len() < 4 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(relay.terminate(), Some(0), "relay log:\n{}", relay.log());
+    let run =
+        crate::support::process::walrelay_async(&["replay", "--since", "1h"], Some(&config)).await;
+    println!("{run}\nlive before the replay: {}", live.len());
+    assert_eq!(run.code, Some(0), "{run}");
+    let replayed: Vec<Delivered> =
+        hook.0.accepted().into_iter().filter(|d| d.header("walrelay.replay").is_some()).collect();
+    let got: Vec<&str> = replayed.iter().filter_map(|d| d.dedup_id.as_deref()).collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>(), "{replayed:?}");
+    assert!(replayed
+        .iter()
+        .all(|d| d.routed_to == s.topic("Order") && d.key.as_deref() == Some("o-1")));
+}
+
+/// `/metrics`, the console's overview and `walrelay status` name the sink; `walrelay audit`
+/// says it cannot read a webhook back, and `[audit]` is refused with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_console_and_status_name_the_sink_and_the_audit_says_it_cannot_read_it_back() {
+    use crate::support::process::{http_get, walrelay_async, RelayProcess};
+    let s = Setup::new("wh_names").await;
+    let hook = Hook::new();
+    let port = crate::support::free_port();
+    let config = s.config_with(
+        "",
+        "",
+        &format!("{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n", hook.sections(&s)),
+    );
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let metrics = http_get(port, "/metrics").await.unwrap_or_default();
+    assert!(metrics.contains("walrelay_sink_info{sink=\"http\"} 1"), "{metrics}");
+    let (_, overview, raw) = crate::console::get_json(port, "/api/v1/overview").await;
+    assert_eq!(overview["sink"], "http", "{raw}");
+    let status = walrelay_async(&["status", "--json"], Some(&config)).await;
+    assert!(status.stdout.contains("\"sink\":\"http\""), "{status}");
+    let audit = walrelay_async(&["audit", "--since", "1h"], Some(&config)).await;
+    println!("audit with sink = http: exit {:?}: {}", audit.code, audit.stderr.trim());
+    assert_eq!(audit.code, Some(2), "{audit}");
+    assert!(audit.stderr.contains("cannot be read back without consuming them"), "{audit}");
+    let with_audit = format!("{config}\n[audit]\ninterval = \"1h\"\nwindow = \"1h\"\n");
+    let run = walrelay_async(&["check"], Some(&with_audit)).await;
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("remove [audit]"), "{run}");
+    assert_eq!(relay.terminate(), Some(0), "relay log:\n{}", relay.log());
+}

@@ -26,7 +26,10 @@ impl Broker for Stream<'_> {
     fn sections(&self, s: &Setup) -> String {
         let subjects = ["Order", "Invoice", "dlq"].map(|t| s.topic(t));
         let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
-        format!("[delivery]\nsink = \"nats\"\n\n{}", self.server.config_section(&self.stream, &subjects))
+        format!(
+            "[delivery]\nsink = \"nats\"\n\n{}",
+            self.server.config_section(&self.stream, &subjects)
+        )
     }
 
     async fn delivered(&self, s: &Setup) -> Vec<Delivered> {
@@ -73,8 +76,7 @@ async fn nats_stopped_for_20_s_loses_nothing_and_confirms_nothing_past_it() {
     let s = Setup::new("nats_outage").await;
     let own = private_nats();
     let broker = Stream::new(&own, &s).await;
-    scenarios::a_twenty_second_outage_loses_nothing_and_confirms_nothing_past_it(&broker, &s)
-        .await;
+    scenarios::a_twenty_second_outage_loses_nothing_and_confirms_nothing_past_it(&broker, &s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -267,10 +267,12 @@ async fn setup_declares_the_exchange_and_check_reports_it() {
     assert!(lines[0].contains("exists, but not as a durable fanout exchange"), "{lines:?}");
     // The default exchange: setup declares the queues the routed names name.
     let queue = unique("rmq_setup_q");
-    let lines =
-        rabbitmq::setup(&RabbitMqConfig { exchange: String::new(), ..config }, &[queue.clone()])
-            .await
-            .expect("setup default exchange");
+    let lines = rabbitmq::setup(
+        &RabbitMqConfig { exchange: String::new(), ..config },
+        std::slice::from_ref(&queue),
+    )
+    .await
+    .expect("setup default exchange");
     eprintln!("setup, default exchange: {lines:?}");
     assert!(lines[0].contains(&queue) && lines[0].contains("durable"), "{lines:?}");
 }

@@ -83,8 +83,7 @@ async fn rabbitmq_stopped_for_20_s_loses_nothing_and_confirms_nothing_past_it() 
     let s = Setup::new("rmq_outage").await;
     let own = private_rabbitmq();
     let broker = Exchange::new(&own, &s).await;
-    scenarios::a_twenty_second_outage_loses_nothing_and_confirms_nothing_past_it(&broker, &s)
-        .await;
+    scenarios::a_twenty_second_outage_loses_nothing_and_confirms_nothing_past_it(&broker, &s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,8 +78,7 @@ async fn sqs_stopped_for_20_s_loses_nothing_and_confirms_nothing_past_it() {
     let s = Setup::new("sqs_outage").await;
     let own = private_sqs();
     let broker = Fifo::new(&own, &s).await;
-    scenarios::a_twenty_second_outage_loses_nothing_and_confirms_nothing_past_it(&broker, &s)
-        .await;
+    scenarios::a_twenty_second_outage_loses_nothing_and_confirms_nothing_past_it(&broker, &s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
