@@ -71,18 +71,24 @@ impl Error {
 
     /// The message followed by every cause, `: `-separated, for one log line.
     pub fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut cur = self.source();
-        while let Some(e) = cur {
-            let text = e.to_string();
-            if !out.contains(&text) {
-                out.push_str(": ");
-                out.push_str(&text);
-            }
-            cur = e.source();
-        }
-        out
+        chain(self)
     }
+}
+
+/// Any error followed by its causes, `: `-separated, each said once: hyper's "connection error"
+/// alone hides the TLS alert beneath it, and a client's "request failed" the refusal.
+pub fn chain(e: &(dyn StdError + '_)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = err.source();
+    }
+    out
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use serde_json::Value;
 
+use crate::error::chain;
 use crate::config::SchemaRegistryConfig;
 
 /// How long one call may take before the registry counts as unreachable.
@@ -330,19 +331,6 @@ where
     let status = response.status();
     let body = response.into_body().collect().await.map_err(|e| chain(&e))?.to_bytes();
     Ok((status, body))
-}
-
-/// An error and its sources, `: `-joined: hyper's "connection error" alone hides the TLS alert
-/// beneath it.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// What a response says: its JSON, or why it gave none.

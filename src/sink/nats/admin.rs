@@ -266,12 +266,12 @@ fn unavailable(
     what: &str,
     e: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
-    Error::transient(format!("{what} at {}: {}", shown_url(&config.url), message::chain(&e)), e)
+    Error::transient(format!("{what} at {}: {}", shown_url(&config.url), crate::error::chain(&e)), e)
 }
 
 fn no_jetstream(config: &NatsConfig, e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::definite_with(
-        format!("JetStream does not answer at {}: {}", shown_url(&config.url), message::chain(&e)),
+        format!("JetStream does not answer at {}: {}", shown_url(&config.url), crate::error::chain(&e)),
         "enable JetStream on the server (nats-server -js, or a jetstream {} block) for walrelay's account",
         e,
     )

@@ -14,6 +14,7 @@ use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
 
+use crate::error::chain;
 use crate::router::Record;
 use crate::sink::Published;
 
@@ -136,21 +137,6 @@ fn too_large_for_stream(e: &PublishError) -> bool {
         cur = err.source();
     }
     false
-}
-
-/// The error and its causes, `: `-separated.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cur = err.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ impl Nats {
             Err(e) => retry(format!(
                 "no one answered the publish to {subject} and JetStream did not say which stream \
                  captures it ({}); is JetStream enabled on {} (nats-server -js)?",
-                message::chain(&e),
+                crate::error::chain(&e),
                 self.url
             )),
         }

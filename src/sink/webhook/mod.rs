@@ -25,6 +25,7 @@ pub(crate) use self::config::Raw;
 pub use self::config::{parse, WebhookConfig};
 pub use self::signature::Secret;
 use super::{Publish, Published};
+use crate::error::chain;
 use crate::error::Error;
 use crate::router::Record;
 
@@ -263,17 +264,6 @@ fn origin(uri: &Uri) -> String {
         uri.host().unwrap_or(""),
         uri.port_u16().unwrap_or(0)
     )
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]
