@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use serde_json::Value;
 
-use crate::error::chain;
 use crate::config::SchemaRegistryConfig;
+use crate::error::chain;
 
 /// How long one call may take before the registry counts as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);

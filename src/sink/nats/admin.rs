@@ -266,7 +266,10 @@ fn unavailable(
     what: &str,
     e: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
-    Error::transient(format!("{what} at {}: {}", shown_url(&config.url), crate::error::chain(&e)), e)
+    Error::transient(
+        format!("{what} at {}: {}", shown_url(&config.url), crate::error::chain(&e)),
+        e,
+    )
 }
 
 fn no_jetstream(config: &NatsConfig, e: impl std::error::Error + Send + Sync + 'static) -> Error {

@@ -91,3 +91,47 @@ async fn nats_sigterm_exits_within_ten_seconds() {
     let s = Setup::new("nats_term").await;
     scenarios::sigterm_exits_within_ten_seconds(&Stream::new(shared(), &s).await, &s).await;
 }
+
+/// `walrelay setup` creates the stream `[nats]` names, capturing its subjects with its
+/// duplicate window, beside the slot and the publication; the relay then publishes into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_setup_creates_the_jetstream_stream_the_relay_publishes_to() {
+    use crate::support::process::{walrelay_async, RelayProcess};
+    let s = Setup::new("nats_setup").await;
+    let server = shared();
+    let stream = s.topic_prefix.replace('.', "_");
+    let subjects = ["Order", "Invoice", "dlq"].map(|t| s.topic(t));
+    let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    let sections = format!(
+        "[delivery]\nsink = \"nats\"\n\n{}duplicate_window = \"5m\"\n",
+        server.config_section(&stream, &subjects)
+    );
+    let config = s.config_with("", "", &sections);
+    let run = walrelay_async(&["setup"], Some(&config)).await;
+    println!("{run}");
+    assert_eq!(run.code, Some(0), "{run}");
+    let line = format!("stream {stream}: created (file storage), subjects");
+    assert!(run.stdout.contains(&line) && run.stdout.contains("duplicate window 5m"), "{run}");
+    let again = walrelay_async(&["setup"], Some(&config)).await;
+    assert!(again.stdout.contains(&format!("stream {stream}: found")), "{again}");
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let ids = s.insert_events("Order", "o-1", 2).await;
+    let broker = Stream { server, stream };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let got = loop {
+        let got = broker.delivered(&s).await;
+        if got.len() >= 2 || std::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let got: Vec<&str> = got.iter().filter_map(|d| d.dedup_id.as_deref()).collect();
+    assert_eq!(
+        got,
+        ids.iter().map(String::as_str).collect::<Vec<_>>(),
+        "relay log:\n{}",
+        relay.log()
+    );
+    assert_eq!(relay.terminate(), Some(0), "relay log:\n{}", relay.log());
+}
