@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::measure::{peak_rss_mb, proc_cpu};
+use crate::measure::{machine_busy, peak_rss_mb, proc_cpu};
 
 /// One message as walrelay delivered it, read back from the broker.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -41,6 +41,8 @@ pub struct FloorOut {
     pub cpu_s: f64,
     /// VmHWM of the child, which holds all the records in memory.
     pub peak_rss_mb: Option<f64>,
+    /// Busy cores of the whole machine meanwhile (2.0 = saturated here).
+    pub machine_cores: f64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -86,21 +88,24 @@ pub fn main(args: FloorArgs) {
 struct Clock {
     at: Instant,
     cpu: f64,
+    machine: f64,
     events: u64,
 }
 
 impl Clock {
     fn start(events: usize) -> Clock {
         let cpu = proc_cpu(std::process::id()).unwrap_or(0.0);
-        Clock { at: Instant::now(), cpu, events: events as u64 }
+        Clock { at: Instant::now(), cpu, machine: machine_busy(), events: events as u64 }
     }
 
     fn stop(self, acked: u64) -> FloorOut {
         let pid = std::process::id();
+        let seconds = self.at.elapsed().as_secs_f64();
         FloorOut {
             events: self.events,
             acked,
-            seconds: self.at.elapsed().as_secs_f64(),
+            seconds,
+            machine_cores: (machine_busy() - self.machine) / seconds,
             cpu_s: proc_cpu(pid).unwrap_or(0.0) - self.cpu,
             peak_rss_mb: peak_rss_mb(pid),
         }

@@ -60,6 +60,10 @@ pub struct Row {
     pub relay_events_per_s: f64,
     pub relay_cpu_us_per_event: f64,
     pub relay_peak_rss_mb: Option<f64>,
+    /// PostgreSQL's CPU (the walsender decoding the slot) per event, and the machine's busy
+    /// cores, during walrelay's drain: what the floor does not share the two cores with.
+    pub pg_cpu_us_per_event: f64,
+    pub machine_cores: f64,
     /// Distinct event ids read back from the broker (Kafka: the read-back found all, or not).
     pub delivered: u64,
     pub drained: bool,
@@ -143,6 +147,8 @@ async fn run(args: &SinksArgs, bin: &Path) -> Vec<Row> {
                     relay_events_per_s: d.events_per_s,
                     relay_cpu_us_per_event: d.relay_cpu_s * 1e6 / d.events as f64,
                     relay_peak_rss_mb: d.peak_rss_mb,
+                    pg_cpu_us_per_event: d.cpu.pg_cpu_s * 1e6 / d.events as f64,
+                    machine_cores: d.cpu.machine_cores,
                     delivered: if complete { d.events } else { 0 },
                     drained: d.ok,
                     floor: None,
@@ -233,6 +239,8 @@ async fn sink_row(
         relay_events_per_s: load.events as f64 / cpu.wall_s,
         relay_cpu_us_per_event: cpu.relay_cpu_s * 1e6 / load.events as f64,
         relay_peak_rss_mb: rss,
+        pg_cpu_us_per_event: cpu.pg_cpu_s * 1e6 / load.events as f64,
+        machine_cores: cpu.machine_cores,
         delivered,
         drained: drained && delivered == load.events,
         floor,
@@ -275,8 +283,9 @@ fn render(args: &SinksArgs, rows: &[Row]) -> String {
          (keys), 4 destinations; floor = a plain client, {} in flight (SQS: batches of 10)\n\n",
         args.events, args.aggregates, args.inflight
     );
-    s += "| sink | walrelay events/s | floor events/s | ratio | walrelay CPU µs/event | \
-          floor CPU µs/event | walrelay peak RSS MB | floor peak RSS MB | delivered |\n";
+    s += "| sink | walrelay events/s | floor events/s | ratio | CPU µs/event, walrelay / floor \
+          | PostgreSQL CPU µs/event (walrelay's drain) | busy cores, walrelay / floor \
+          | peak RSS MB, walrelay / floor | delivered |\n";
     s += "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
     let num = |x: Option<f64>, digits: usize| match x {
         Some(v) if v.is_finite() => format!("{v:.digits$}"),
@@ -293,13 +302,16 @@ fn render(args: &SinksArgs, rows: &[Row]) -> String {
             _ => format!("{}/{}", r.delivered, r.events),
         };
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} / {} | {} | {} / {} | {} / {} | {} |\n",
             r.sink,
             num(Some(r.relay_events_per_s), 0),
             num(floor_eps, 0),
             num(r.ratio(), 2),
             num(Some(r.relay_cpu_us_per_event), 1),
             num(floor_cpu, 1),
+            num(Some(r.pg_cpu_us_per_event), 1),
+            num(Some(r.machine_cores), 2),
+            num(f.map(|f| f.machine_cores), 2),
             num(r.relay_peak_rss_mb, 1),
             num(f.and_then(|f| f.peak_rss_mb), 1),
             delivered,
