@@ -19,6 +19,8 @@ pub enum Broker {
 }
 
 impl Broker {
+    /// Queue and stream setup go through the harness and walrelay's own `setup`, as the
+    /// integration tests do: only the publishing of the floor must be independent of walrelay.
     pub async fn start(sink: &str, prefix: &str, routed: &[String]) -> Broker {
         let routed_refs: Vec<&str> = routed.iter().map(String::as_str).collect();
         match sink {
@@ -137,6 +139,7 @@ impl Broker {
     }
 }
 
+/// The harness starts servers synchronously (it waits for them to answer): off the runtime.
 async fn blocking<T: Send + 'static>(f: fn() -> T) -> T {
     tokio::task::spawn_blocking(f).await.expect("start a broker")
 }
