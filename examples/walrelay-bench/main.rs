@@ -30,6 +30,9 @@ mod replay;
 mod report;
 mod retention;
 mod shapes;
+mod sink_brokers;
+mod sink_floor;
+mod sinks;
 mod steady;
 mod systems;
 mod txnprobe;
@@ -68,6 +71,12 @@ enum Cmd {
     Latency(latency::LatencyArgs),
     /// Does each test broker honour Kafka transactions (abort, commit, fencing)?
     ProbeTransactions(txnprobe::TxnProbeArgs),
+    /// The sinks beyond Kafka (NATS, RabbitMQ, SQS, HTTP) draining one backlog beside Kafka,
+    /// each against its broker's plain client (docs/benchmarks.md).
+    Sinks(sinks::SinksArgs),
+    /// One sink's floor as a child process (used by `sinks`).
+    #[command(hide = true)]
+    SinkFloor(sink_floor::FloorArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -187,6 +196,8 @@ fn main() {
         Some(Cmd::ProbeProducer(args)) => return probe::probe_main(args),
         Some(Cmd::Latency(args)) => return latency::main(args),
         Some(Cmd::ProbeTransactions(args)) => return txnprobe::main(args),
+        Some(Cmd::Sinks(args)) => return sinks::main(args),
+        Some(Cmd::SinkFloor(args)) => return sink_floor::main(args),
         None => {}
     }
     let o = cli.opts;

@@ -232,7 +232,7 @@ pub fn start_walrelay_bin(bin: &Path, config: &str) -> RelayProcess {
     RelayProcess::start_program(bin, config, &[], &[("RUST_LOG", level.as_str())])
 }
 
-async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> Lsn {
+pub async fn confirmed_lsn(c: &tokio_postgres::Client, slot: &str) -> Lsn {
     c.query_opt(
         "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1",
         &[&slot],
