@@ -60,6 +60,8 @@ impl Side {
         }
     }
 
+    /// Hands `record` over under `seq`. Delivery's own path gives a sink beyond Kafka the
+    /// record itself (no copy); this copies it, for the replay's producer.
     pub fn send(&self, record: &Record, seq: Seq) -> Result<(), SendError> {
         match self {
             Side::Kafka(p) => p.send(record, seq),

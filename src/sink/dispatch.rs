@@ -4,7 +4,7 @@
 //! A key's records go out one call at a time, in order: the next is offered only once the one
 //! before is acknowledged or refused for good, so a retried record is never overtaken by a later
 //! one of its key (I5), whatever the broker does with concurrent publishes. Records of different
-//! keys go out concurrently, up to [`MAX_CALLS`] calls at once, each call carrying up to
+//! keys go out concurrently, up to [`Publish::max_calls`] calls at once, each call carrying up to
 //! [`Publish::max_batch`] records of distinct keys. A record without a key has no order to keep.
 //!
 //! A record the broker could not take this time is offered again after a backoff (doubling from
@@ -26,12 +26,15 @@ use tokio::time::Instant;
 use super::{Publish, Published};
 use crate::router::Record;
 
-/// Publish calls in flight at once, across keys.
+/// Publish calls in flight at once, across keys, unless the sink says otherwise
+/// ([`Publish::max_calls`]).
 pub const MAX_CALLS: usize = 64;
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// A broker's own `Retry-After` is honoured up to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How many ready lanes a batch looks through for records of its destination.
+const BATCH_LOOKAHEAD: usize = 64;
 /// While a broker keeps failing, how often the relay hears about it again.
 const RETRY_NOTE_EVERY: Duration = Duration::from_secs(5);
 
@@ -65,13 +68,6 @@ pub struct Dispatch {
 struct Outcomes {
     ready: Mutex<Vec<Outcome>>,
     notify: Notify,
-}
-
-impl Outcomes {
-    fn push(&self, outcome: Outcome) {
-        self.ready.lock().unwrap_or_else(|e| e.into_inner()).push(outcome);
-        self.notify.notify_one();
-    }
 }
 
 impl Drop for Dispatch {
@@ -144,6 +140,8 @@ struct Keyed<P> {
     /// Lanes waiting out a backoff, by when they may go again.
     backoff: BinaryHeap<Reverse<(Instant, u64, Lane)>>,
     calls: JoinSet<Vec<(Lane, Published)>>,
+    /// Outcomes of this trip of the loop, not yet handed to delivery.
+    settled: Vec<Outcome>,
     /// When the relay last heard that the broker fails; `None`: it does not.
     failing_since_note: Option<Instant>,
     ties: u64,
@@ -175,6 +173,7 @@ impl<P: Publish> Keyed<P> {
             ready: VecDeque::new(),
             backoff: BinaryHeap::new(),
             calls: JoinSet::new(),
+            settled: Vec::new(),
             failing_since_note: None,
             ties: 0,
         }
@@ -194,18 +193,39 @@ impl<P: Publish> Keyed<P> {
                     }
                     None => return,
                 },
-                Some(done) = self.calls.join_next(), if !self.calls.is_empty() => match done {
-                    Ok(results) => self.settle(results),
-                    // A publish call panicked: its records were not acknowledged; the relay
-                    // ends the session on the refusal below and replays them.
-                    Err(e) => self.outcomes.push(Outcome::Retrying {
-                        reason: format!("a publish call of the {} sink failed: {e}", self.client.name()),
-                    }),
-                },
+                Some(done) = self.calls.join_next(), if !self.calls.is_empty() => {
+                    self.finished(done);
+                    // Every call done meanwhile, before launching: one trip for many.
+                    while let Some(done) = self.calls.try_join_next() {
+                        self.finished(done);
+                    }
+                }
                 _ = sleep_until_some(next_backoff) => self.wake_backoffs(),
             }
             self.launch();
+            self.hand_back();
         }
+    }
+
+    fn finished(&mut self, done: Result<Vec<(Lane, Published)>, tokio::task::JoinError>) {
+        match done {
+            Ok(results) => self.settle(results),
+            // A publish call panicked: its records were not acknowledged and stay so; the
+            // relay hears it, and replays them in its next session.
+            Err(e) => self.settled.push(Outcome::Retrying {
+                reason: format!("a publish call of the {} sink failed: {e}", self.client.name()),
+            }),
+        }
+    }
+
+    /// Hands what was settled in this trip to delivery, with one wake-up.
+    fn hand_back(&mut self) {
+        if self.settled.is_empty() {
+            return;
+        }
+        let outcomes = &self.outcomes;
+        outcomes.ready.lock().unwrap_or_else(|e| e.into_inner()).append(&mut self.settled);
+        outcomes.notify.notify_one();
     }
 
     fn enqueue(&mut self, seq: u64, record: Arc<Record>) {
@@ -225,17 +245,9 @@ impl<P: Publish> Keyed<P> {
 
     /// Starts publish calls while calls are free and lanes are ready.
     fn launch(&mut self) {
-        let batch = self.client.max_batch().max(1);
-        while self.calls.len() < MAX_CALLS && !self.ready.is_empty() {
-            let mut lanes = Vec::with_capacity(batch);
-            let mut records = Vec::with_capacity(batch);
-            while lanes.len() < batch {
-                let Some(lane) = self.ready.pop_front() else { break };
-                let Some(queue) = self.lanes.get(&lane) else { continue };
-                let Some((_, record)) = queue.records.front() else { continue };
-                records.push(record.clone());
-                lanes.push(lane);
-            }
+        let (batch, calls) = (self.client.max_batch().max(1), self.client.max_calls().max(1));
+        while self.calls.len() < calls && !self.ready.is_empty() {
+            let (lanes, records) = self.next_batch(batch);
             if lanes.is_empty() {
                 return;
             }
@@ -256,6 +268,33 @@ impl<P: Publish> Keyed<P> {
         }
     }
 
+    /// The heads of up to `batch` ready lanes. A batch goes to one destination where it can
+    /// (SQS sends one request per queue): the first ready lane's topic, then the ready lanes
+    /// of the same topic among the next few, in their order; the others keep their place.
+    fn next_batch(&mut self, batch: usize) -> (Vec<Lane>, Vec<Arc<Record>>) {
+        let mut lanes = Vec::with_capacity(batch);
+        let mut records: Vec<Arc<Record>> = Vec::with_capacity(batch);
+        let mut skipped = Vec::new();
+        let mut looked = 0;
+        while lanes.len() < batch && looked < BATCH_LOOKAHEAD {
+            let Some(lane) = self.ready.pop_front() else { break };
+            looked += 1;
+            let Some((_, record)) = self.lanes.get(&lane).and_then(|q| q.records.front()) else {
+                continue;
+            };
+            if records.first().is_some_and(|first| first.topic != record.topic) {
+                skipped.push(lane);
+                continue;
+            }
+            records.push(record.clone());
+            lanes.push(lane);
+        }
+        for lane in skipped.into_iter().rev() {
+            self.ready.push_front(lane);
+        }
+        (lanes, records)
+    }
+
     fn settle(&mut self, results: Vec<(Lane, Published)>) {
         for (lane, published) in results {
             let Some(queue) = self.lanes.get_mut(&lane) else { continue };
@@ -270,7 +309,7 @@ impl<P: Publish> Keyed<P> {
                             Outcome::Acked(seq)
                         }
                     };
-                    self.outcomes.push(outcome);
+                    self.settled.push(outcome);
                     if queue.records.is_empty() {
                         self.lanes.remove(&lane);
                     } else {
@@ -287,7 +326,7 @@ impl<P: Publish> Keyed<P> {
                         self.failing_since_note.is_none_or(|at| at.elapsed() >= RETRY_NOTE_EVERY);
                     if due {
                         self.failing_since_note = Some(Instant::now());
-                        self.outcomes.push(Outcome::Retrying { reason });
+                        self.settled.push(Outcome::Retrying { reason });
                     }
                 }
             }

@@ -130,3 +130,27 @@ async fn a_batch_carries_distinct_keys_only_and_keyless_records_wait_on_nothing(
     let pos = |id: &str| offered.iter().position(|o| o == id).unwrap();
     assert!(pos("a1") < pos("a2"), "{offered:?}");
 }
+
+#[tokio::test]
+async fn a_batch_takes_the_records_of_one_destination_and_the_others_keep_their_turn() {
+    let client = Arc::new(Scripted::new(10, &[]));
+    let dispatch = Dispatch::spawn(client.clone());
+    // One send of all of them, so they wait together when the first batch is made.
+    for (seq, (id, topic)) in
+        [("a", "q1"), ("b", "q2"), ("c", "q1"), ("d", "q2"), ("e", "q1")].iter().enumerate()
+    {
+        let mut r = Record::bare(topic, id);
+        r.key = Some(Bytes::copy_from_slice(id.as_bytes()));
+        dispatch.send(seq as u64, Arc::new(r));
+    }
+    settled(&dispatch, 5).await;
+    let calls = client.offered.lock().unwrap().clone();
+    assert_eq!(calls.concat().len(), 5, "{calls:?}");
+    let topic = |id: &str| if "ace".contains(id) { "q1" } else { "q2" };
+    for call in &calls {
+        assert!(
+            call.iter().all(|id| topic(id) == topic(&call[0])),
+            "a batch mixed queues: {calls:?}"
+        );
+    }
+}

@@ -44,6 +44,12 @@ pub trait Publish: Send + Sync + 'static {
         1
     }
 
+    /// How many [`Publish::publish`] calls may be in flight at once, across keys (one per key
+    /// at most). 64 by default: as many requests as a receiver should have to take at once.
+    fn max_calls(&self) -> usize {
+        dispatch::MAX_CALLS
+    }
+
     /// Publishes `records` (at most [`Publish::max_batch`], each of a different key) and
     /// answers one [`Published`] per record, in their order. Never panics on what a broker
     /// does, and returns within a bounded time (a timeout is a [`Published::Retry`]). Called

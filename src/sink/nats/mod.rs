@@ -113,6 +113,13 @@ impl Publish for Nats {
         "nats"
     }
 
+    /// JetStream is built for many publishes awaiting their PubAck at once (the client pipelines
+    /// them on one connection); a PubAck takes a round trip through the stream's storage, so
+    /// 64 at once leave the server idle between them.
+    fn max_calls(&self) -> usize {
+        256
+    }
+
     async fn publish(&self, records: &[Arc<Record>]) -> Vec<Published> {
         let mut answers = Vec::with_capacity(records.len());
         for record in records {
