@@ -291,6 +291,7 @@ async fn status_reports_lag_and_active_pid_as_table_and_json() {
         "wal_status",
         "failover",
         "last status update",
+        "sink",
         "guarantee",
     ];
     assert_eq!(lines.len(), labels.len(), "{run}");
