@@ -102,7 +102,8 @@ async fn a_hung_broker_is_retry_at_the_timeout_and_a_new_connection_acks_after()
     eprintln!("hung broker: {answer:?} after {took:.2?}");
     server.resume();
     assert!(
-        matches!(&answer, Published::Retry { reason, .. } if reason.contains("no publisher confirm"))
+        matches!(&answer, Published::Retry { reason, .. } if reason.contains("no publisher confirm")),
+        "{answer:?} after {took:?} from a node stopped by SIGSTOP"
     );
     assert!(took >= timeout && took < timeout + Duration::from_secs(1), "{took:?}");
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -237,20 +237,37 @@ impl RabbitMqServer {
     /// Freezes the node (SIGSTOP): its connections stay open and answer nothing, as a hung
     /// broker's do. [`RabbitMqServer::resume`] thaws it.
     pub fn pause(&self) {
-        self.signal_vm(libc::SIGSTOP);
+        let pid = self.signal_vm(libc::SIGSTOP);
+        // Only once the kernel says the VM is stopped does "nothing answers" hold: a publish
+        // sent before it could still be confirmed.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
+            if state == Some("T") {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the RabbitMQ node (pid {pid} from its pid file) is not stopped 5 s after SIGSTOP: state {state:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn resume(&self) {
         self.signal_vm(libc::SIGCONT);
     }
 
-    fn signal_vm(&self, signal: i32) {
+    /// Sends `signal` to the node's VM; its pid.
+    fn signal_vm(&self, signal: i32) -> i32 {
         let pid = std::fs::read_to_string(self.dir.join(PID_FILE))
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
             .expect("the node's pid file");
         // SAFETY: kill(2) with a pid the node wrote for itself.
         unsafe { libc::kill(pid, signal) };
+        pid
     }
 
     /// Whether something on the port answers the AMQP 0-9-1 protocol header with a frame
