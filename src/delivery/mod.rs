@@ -6,17 +6,19 @@
 //! by its dead letter under the same number (or stops the relay), so the frontier never moves
 //! past a record that did not reach Kafka in some form (I2, I8).
 //!
-//! The Kafka side is this folder: `producer.rs` (librdkafka and its delivery reports, with the
-//! broker probe and the transactional calls under `producer/`), `frontier.rs` (what may be
-//! confirmed), `reports.rs` (what each delivery report means for its record), `dead_letter.rs` (the record sent in place of a refused one), `failed.rs` (what
-//! did not reach Kafka as itself) and `exactly_once/` (the Kafka transactions: their policy, the
-//! progress topic, and the session's commits).
+//! The common part is this file, `frontier.rs` (what may be confirmed), `reports.rs` (what each
+//! report means for its record), `dead_letter.rs` (the record sent in place of a refused one),
+//! `failed.rs` (what did not reach the broker as itself) and `side.rs` (Kafka, or a sink beyond
+//! it). Kafka's own: `producer.rs` (librdkafka and its delivery reports, with the broker probe
+//! and the transactional calls under `producer/`), `offsets.rs` (first writes per partition) and
+//! `exactly_once/` (the Kafka transactions: their policy, the progress topic, and the session's
+//! commits), which only an exactly-once Kafka delivery holds.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use self::exactly_once::{AtStop, Transactions};
+use self::exactly_once::KafkaTransactions;
 pub use self::failed::Failed;
 use self::fault::Fault;
 use self::frontier::{Frontier, Sent, Seq, PROGRESS_SEQ};
@@ -101,14 +103,11 @@ pub struct Delivery {
     read_records: u64,
     /// Acknowledged records not yet counted in the metrics.
     acked: Vec<Sent>,
-    /// The Kafka transactions records go out in (none at-least-once): what they allow to be
-    /// confirmed, and when they begin, skip and commit.
-    transactions: Transactions,
-    /// Exactly-once: `init_transactions` and the read of the progress topic, under way on a
-    /// task of their own while the stream starts (see [`Delivery::start`]).
-    starting: Option<transactions::Starting>,
-    /// Exactly-once: the report of the open Kafka transaction's progress record.
-    progress_report: transactions::ProgressReport,
+    /// Exactly-once: the Kafka transactions records go out in — what they allow to be
+    /// confirmed, and when they begin, skip and commit. `None` at-least-once and for every
+    /// sink beyond Kafka: their path makes no transactional call, and checks this once per
+    /// hook.
+    exactly_once: Option<KafkaTransactions>,
 
     /// Who the broker sees (`User:walrelay`), for the fix of a missing ACL.
     principal: String,
@@ -130,21 +129,23 @@ impl Delivery {
         dispatch: Option<Dispatch>,
     ) -> Result<Delivery> {
         let capture = config.dead_letter.as_ref().map_or(0, |d| d.max_value_bytes);
-        let transactions = Transactions::new(&config.delivery, confirmed);
-        let side = match dispatch {
+        let (side, exactly_once) = match dispatch {
             Some(dispatch) => {
                 // Kafka's probe keeps these; a sink beyond Kafka was reached to be started, and
                 // its failures show as `delivery_failing` until its next acknowledgement.
                 metrics.broker_asked.store(true, Relaxed);
                 metrics.broker_up.store(true, Relaxed);
-                Side::Broker(dispatch)
+                (Side::Broker(dispatch), None)
             }
-            None => Side::Kafka(Publisher::new(
-                &config.kafka,
-                capture,
-                metrics.clone(),
-                transactions.transactional_id(),
-            )?),
+            None => {
+                let d = &config.delivery;
+                let id = d.exactly_once().then_some(d.transactional_id.as_str());
+                let publisher = Publisher::new(&config.kafka, capture, metrics.clone(), id)?;
+                let exactly_once = publisher
+                    .transactional()
+                    .map(|calls| KafkaTransactions::new(d, &config.kafka, confirmed, calls));
+                (Side::Kafka(publisher), exactly_once)
+            }
         };
         Ok(Delivery {
             side,
@@ -156,12 +157,10 @@ impl Delivery {
             pending_dead: Vec::new(),
             held: HashMap::new(),
             held_records: 0,
-            progress_report: transactions::ProgressReport::NotSent,
             read_lag: 0.0,
             read_records: 0,
             acked: Vec::new(),
-            transactions,
-            starting: None,
+            exactly_once,
             principal: producer::principal(&config.kafka),
             refused: 0,
             table_metrics: config.http.as_ref().is_none_or(|h| h.table_metrics),
@@ -176,14 +175,16 @@ impl Delivery {
         self.held_records < MAX_HELD
             && self.frontier.inflight_records() < self.limits.inflight_records
             && self.frontier.inflight_bytes() < self.limits.inflight_bytes
-            && self.transactions.may_read()
+            && self.exactly_once.as_ref().is_none_or(|t| t.policy.may_read())
     }
 
     /// Transaction `txn` starts; its rows follow, each with the same `txn`.
     pub fn begin(&mut self, txn: &Txn) {
-        if self.transactions.begin(txn) {
-            let commit_lsn = txn.commit_lsn;
-            tracing::debug!(%commit_lsn, "transaction in Kafka already (exactly-once); skipped");
+        if let Some(t) = &mut self.exactly_once {
+            if t.policy.begin(txn) {
+                let commit_lsn = txn.commit_lsn;
+                tracing::debug!(%commit_lsn, "transaction in Kafka already (exactly-once); skipped");
+            }
         }
         self.frontier.begin(txn.commit_micros);
         self.read_lag = (unix_micros() - txn.commit_micros).max(0) as f64 / 1e6;
@@ -191,7 +192,9 @@ impl Delivery {
 
     pub async fn commit(&mut self, end_lsn: Lsn) -> Result<()> {
         self.frontier.commit(end_lsn);
-        self.transactions.end();
+        if let Some(t) = &mut self.exactly_once {
+            t.policy.end();
+        }
         if self.read_records > 0 {
             // Once per transaction: its records share the read time.
             self.metrics.observe_commit_to_read(self.read_lag, self.read_records);
@@ -200,7 +203,7 @@ impl Delivery {
         self.metrics.transactions.fetch_add(1, Relaxed);
         tracing::debug!(%end_lsn, inflight = self.frontier.inflight_records(), "transaction read");
         // Exactly-once, the loop commits the Kafka transaction once it knows whether more is
-        // waiting (`commit_kafka_if_due` after each event).
+        // waiting (`commit_due` after each event).
         Ok(())
     }
 
@@ -208,7 +211,9 @@ impl Delivery {
     /// own: its position and read time): what is published until [`Delivery::end_alone`] is
     /// confirmable at the message's own position.
     pub fn begin_alone(&mut self, txn: &Txn) {
-        self.transactions.alone(txn);
+        if let Some(t) = &mut self.exactly_once {
+            t.policy.alone(txn);
+        }
         self.frontier.begin(txn.commit_micros);
         self.read_lag = 0.0;
     }
@@ -220,14 +225,18 @@ impl Delivery {
     pub async fn end_alone(&mut self, lsn: Lsn) -> Result<()> {
         self.frontier.commit(lsn);
         self.read_records = 0;
-        self.transactions.end();
+        if let Some(t) = &mut self.exactly_once {
+            t.policy.end();
+        }
         Ok(())
     }
 
     /// A keepalive's position, confirmable when nothing is in flight (I3).
     pub fn idle(&mut self, wal_end: Lsn) {
         self.frontier.idle(wal_end);
-        self.transactions.caught_up();
+        if let Some(t) = &mut self.exactly_once {
+            t.policy.caught_up();
+        }
     }
 
     /// Hands the record of the row of `table` at `lsn`, in transaction `txn`, to librdkafka.
@@ -249,18 +258,8 @@ impl Delivery {
         lsn: Lsn,
         txn: &Txn,
     ) -> Result<()> {
-        if self.transactions.skipping() {
+        if self.exactly_once.is_some() && !self.enter_kafka_transaction().await? {
             return Ok(());
-        }
-        if self.transactions.needs_start() {
-            // A lone logical message comes without a Begin to stop reading at.
-            self.finish_start().await?;
-            if self.transactions.skipping() {
-                return Ok(());
-            }
-        }
-        if self.transactions.before_record(self.frontier.acked())? {
-            self.side.kafka().begin_transaction()?;
         }
         let bytes = record.size();
         let span = Pending::of(record.trace.as_ref(), &record.event_id, lsn, txn.commit_micros);
@@ -358,7 +357,7 @@ impl Delivery {
     /// batch fails its Kafka transaction, which is aborted, so no read-committed consumer sees
     /// the records after it.
     fn ordered_partition(&self, record: &Record, partitions: Option<i32>) -> Option<i32> {
-        if self.transactions.transactional_id().is_some() {
+        if self.exactly_once.is_some() {
             return None;
         }
         record
@@ -459,18 +458,16 @@ impl Delivery {
     /// record before it acknowledged, I2) with the commit times around it.
     pub fn progress(&mut self) -> Acked {
         self.count_acked();
-        let ceiling = self.transactions.ceiling();
-        let oldest =
-            [self.frontier.oldest_unacked_commit(), self.transactions.oldest_uncommitted()];
-        Acked {
+        let mut acked = Acked {
             acked: self.frontier.acked(),
-            ceiling,
-            oldest_unconfirmed_commit: oldest.into_iter().flatten().min(),
-            last_confirmed_commit: match ceiling {
-                Some(_) => self.transactions.last_committed_commit(),
-                None => self.frontier.last_acked_commit(),
-            },
+            ceiling: None,
+            oldest_unconfirmed_commit: self.frontier.oldest_unacked_commit(),
+            last_confirmed_commit: self.frontier.last_acked_commit(),
+        };
+        if let Some(t) = &self.exactly_once {
+            t.policy.cap(&mut acked);
         }
+        acked
     }
 
     /// Counts the records acknowledged since the last call, and what is in flight.
@@ -498,71 +495,23 @@ impl Delivery {
     }
 
     /// Waits (until `deadline`) for outstanding acknowledgements, for a graceful stop.
-    /// Exactly-once: commits the open Kafka transaction if it holds whole PostgreSQL
-    /// transactions only, else aborts it (the next start resumes before the transaction that
-    /// was cut). Either way, what did not commit holds the ceiling where it began.
+    /// Exactly-once: ends the open Kafka transaction instead (`exactly_once::session`).
     pub async fn drain(&mut self, deadline: tokio::time::Instant) {
-        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
-        match self.transactions.at_stop() {
-            // A record Kafka refused is not in the transaction: committing it would put the
-            // position past an event that is not there.
-            AtStop::Commit if self.refused == 0 => {
-                let committed = tokio::time::timeout_at(deadline, self.commit_kafka(left())).await;
-                if !matches!(committed, Ok(Ok(()))) {
-                    self.abandon_transaction();
-                    tracing::warn!("could not commit the open Kafka transaction while stopping; the next start resumes before it");
-                }
-            }
-            AtStop::Commit | AtStop::Abort => {
-                // Abandoned first: whatever the abort does in the time left, nothing in this
-                // transaction is confirmed.
-                self.abandon_transaction();
-                self.abort_within(deadline).await;
-            }
-            AtStop::Settle if self.transactions.transactional_id().is_some() => {}
-            AtStop::Settle => match tokio::time::timeout_at(deadline, self.settle()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed")
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        unacked = self.frontier.unacked(),
-                        "shutdown grace period over; unacknowledged records will be replayed"
-                    )
-                }
-            },
+        if self.exactly_once.is_some() {
+            return self.end_kafka_transaction(deadline).await;
         }
-    }
-
-    /// Aborts the open Kafka transaction by `deadline`. librdkafka purges its records and waits
-    /// for their reports to be served before the abort returns; this thread serves the queue,
-    /// so they are served here meanwhile (and dropped: the transaction is abandoned already).
-    async fn abort_within(&mut self, deadline: tokio::time::Instant) {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let publisher = self.side.kafka();
-        let abort = publisher.abort_transaction(left);
-        tokio::pin!(abort);
-        let mut purged = VecDeque::new();
-        loop {
-            tokio::select! {
-                _ = &mut abort => return,
-                _ = publisher.reports_ready() => {
-                    publisher.serve_reports(&mut purged);
-                    purged.clear();
-                }
-                _ = tokio::time::sleep_until(deadline) => return,
+        match tokio::time::timeout_at(deadline, self.settle()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e.chain(), "delivery failed during shutdown; those records will be replayed")
+            }
+            Err(_) => {
+                tracing::warn!(
+                    unacked = self.frontier.unacked(),
+                    "shutdown grace period over; unacknowledged records will be replayed"
+                )
             }
         }
-    }
-
-    /// The open Kafka transaction will not commit (its commit failed, the stop aborts it, or
-    /// the session ends on an error): counted, and the ceiling stays where it began.
-    pub fn abandon_transaction(&mut self) {
-        if self.transactions.is_open() {
-            self.metrics.kafka_transactions_failed.fetch_add(1, Relaxed);
-        }
-        self.transactions.abandon();
     }
 
     /// Waits until every record is acknowledged or refused for good. A record refused now goes
@@ -592,4 +541,3 @@ mod reports;
 pub(crate) mod side;
 #[cfg(test)]
 mod tests;
-mod transactions;

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::router::Record;
 
 mod transactions;
+pub use self::transactions::Transactional;
 
 /// What librdkafka tells the relay loop.
 #[derive(Debug)]
@@ -133,9 +134,10 @@ pub struct Publisher {
 /// thread took 13 % of the relay's CPU while draining a backlog).
 struct MainQueue {
     queue: *mut rdsys::rd_kafka_queue_t,
-    /// Notified by librdkafka whenever the queue turns non-empty. Boxed so its address, which
-    /// librdkafka holds, stays put; it outlives the callback (disabled first thing in Drop).
-    ready: Box<Notify>,
+    /// Notified by librdkafka whenever the queue turns non-empty. On the heap so its address,
+    /// which librdkafka holds, stays put; it outlives the callback (disabled first thing in
+    /// Drop). Shared with [`Transactional`], whose calls serve the queue on another thread.
+    ready: Arc<Notify>,
 }
 
 // The queue handle is librdkafka's, which is thread-safe; the Notify is Sync.
@@ -157,8 +159,8 @@ unsafe extern "C" fn queue_turned_non_empty(
 
 impl MainQueue {
     fn new(producer: &BaseProducer<RelayContext>) -> MainQueue {
-        let ready = Box::new(Notify::new());
-        let opaque = &*ready as *const Notify as *mut std::ffi::c_void;
+        let ready = Arc::new(Notify::new());
+        let opaque = Arc::as_ptr(&ready) as *mut std::ffi::c_void;
         // SAFETY: the handle is released in Drop, after the callback is disabled.
         let queue = unsafe { rdsys::rd_kafka_queue_get_main(producer.client().native_ptr()) };
         unsafe {

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use super::dead_letter;
+use super::exactly_once::ProgressReport;
 use super::fault::{self, Fault};
 use super::frontier::{Seq, PROGRESS_SEQ};
 use super::producer::{self, Refused, Report};
-use super::{dead_letter, transactions};
 use super::{Delivery, Failed};
 use crate::clock::unix_micros;
 use crate::error::{Error, Result};
@@ -45,12 +46,12 @@ impl Delivery {
         match report {
             // The commit of its transaction is what counts: it fails too, and tells why.
             Report::Delivered { seq: PROGRESS_SEQ, .. } => {
-                self.progress_report = transactions::ProgressReport::Delivered;
+                self.progress_reported(ProgressReport::Delivered);
                 Ok(())
             }
             Report::Failed { seq: PROGRESS_SEQ, error }
             | Report::Rejected { seq: PROGRESS_SEQ, error, .. } => {
-                self.progress_report = transactions::ProgressReport::Failed(error);
+                self.progress_reported(ProgressReport::Failed(error));
                 Ok(())
             }
             Report::Delivered { seq, partition, offset } => {
@@ -110,7 +111,9 @@ impl Delivery {
             // as refused: the transaction is lost, so a stop aborts it at once instead of
             // committing it (a refusal librdkafka makes itself leaves the producer willing to
             // try) and waiting for an acknowledgement that never comes.
-            Report::Rejected { seq, error, record } if self.transactions.is_open() => {
+            Report::Rejected { seq, error, record }
+                if self.exactly_once.as_ref().is_some_and(|t| t.policy.is_open()) =>
+            {
                 self.refused += 1;
                 let what = format!(
                     "kafka refused the record of outbox row {} at LSN {} (topic {}) inside a Kafka transaction, which fails the transaction",

@@ -1,7 +1,8 @@
-//! Where delivery hands records: Kafka through librdkafka (with its transactions, when
-//! exactly-once), or a sink beyond Kafka through its dispatch (`crate::sink`). Both answer by
-//! sequence number in [`Report`]s, so the frontier, the dead letters, the metrics and the stop
-//! are delivery's, once, whichever the sink.
+//! Where delivery hands records: Kafka through librdkafka, or a sink beyond Kafka through its
+//! dispatch (`crate::sink`). Both answer by sequence number in [`Report`]s, so the frontier, the
+//! dead letters, the metrics and the stop are delivery's, once, whichever the sink. Kafka's
+//! transactions are not here: `Delivery::exactly_once` holds their calls, taken from the
+//! producer when it is made.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -77,16 +78,6 @@ impl Side {
         match self {
             Side::Kafka(p) => p.under_replicated(topic),
             Side::Broker(_) => Vec::new(),
-        }
-    }
-
-    /// The Kafka producer, for the transactional calls: exactly-once is Kafka's alone, refused
-    /// at start-up for every other sink (`config::delivery`), so only Kafka's transactions call
-    /// this.
-    pub fn kafka(&self) -> &Publisher {
-        match self {
-            Side::Kafka(p) => p,
-            Side::Broker(d) => unreachable!("Kafka transactions with sink = {}", d.name()),
         }
     }
 }

@@ -109,6 +109,34 @@ async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_se
     );
 }
 
+/// At-least-once, Kafka's transactions are not there at all: the producer was made without a
+/// `transactional.id`, so it hands out no transactional calls; nothing caps what the
+/// acknowledgements allow to be confirmed; no Kafka transaction is ever due or has a deadline.
+#[tokio::test(flavor = "current_thread")]
+async fn at_least_once_holds_no_kafka_transactions_and_nothing_caps_what_is_acknowledged() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("outbox.event.order", 1, 1).expect("topic");
+    let config = Config::parse(&format!(
+        "[source]\nurl = \"postgres://walrelay@127.0.0.1:5432/app\"\n\
+         [kafka]\n\"bootstrap.servers\" = \"{}\"\n",
+        mock.bootstrap_servers()
+    ))
+    .expect("config");
+    let metrics = Metrics::new();
+    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
+    assert!(delivery.exactly_once.is_none(), "at-least-once made Kafka transactions");
+    match &delivery.side {
+        Side::Kafka(publisher) => assert!(publisher.transactional().is_none()),
+        Side::Broker(_) => panic!("no sink was configured: Kafka is the side"),
+    }
+    delivery.start();
+    read_transaction(&mut delivery, 2, true).await;
+    assert!(!delivery.commit_due() && delivery.transaction_deadline().is_none());
+    await_acks(&mut delivery, Lsn::from(0x210)).await;
+    let progress = delivery.progress();
+    assert_eq!((progress.ceiling, progress.confirmable()), (None, Lsn::from(0x210)));
+}
+
 /// An exactly-once delivery on the mock cluster, started, resumed at 0/100: Kafka transactions
 /// commit only when told to (a minute, a million records).
 async fn exactly_once_on(
@@ -126,7 +154,7 @@ async fn exactly_once_on(
     .expect("config");
     let metrics = Metrics::new();
     let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
-    delivery.start(&config.kafka);
+    delivery.start();
     tokio::time::timeout(Duration::from_secs(20), delivery.started())
         .await
         .expect("the transactions started within 20 s")

@@ -242,7 +242,7 @@ impl<'c> Session<'c> {
             source::stream::start(&config.source, &prepared.control, prepared.confirmed).await?;
         // Exactly-once: only now that the slot is ours, so a stand-by never fences the relay
         // that streams. It runs beside the loop, which reads up to the first Begin meanwhile.
-        delivery.start(&config.kafka);
+        delivery.start();
         let tables = prepared.describe_tables(&config.outbox);
         let control = prepared.control;
         // Our walsender, to tell a fence by a successor (which took the slot) from the broker
@@ -408,10 +408,14 @@ impl<'c> Session<'c> {
                         if handled < BATCH && self.delivery.has_room() {
                             next = ready_now(self.stream.recv());
                         }
-                        tokio::select! {
-                            biased;
-                            done = self.delivery.commit_kafka_if_due() => done?,
-                            _ = stop.wait() => return self.stop().await,
+                        // Exactly-once: commit the open Kafka transaction now that more is
+                        // known to be waiting or not (never due at-least-once).
+                        if self.delivery.commit_due() {
+                            tokio::select! {
+                                biased;
+                                done = self.delivery.commit_kafka_if_due() => done?,
+                                _ = stop.wait() => return self.stop().await,
+                            }
                         }
                     }
                 }

@@ -15,39 +15,30 @@
 //! ahead of the events.
 //!
 //! This file holds the policy (when to begin, skip and commit); `progress_topic.rs` reads and
-//! creates the progress topic, `delivery/transactions.rs` drives the session's Kafka
-//! transactions with the policy, and `delivery/producer/transactions.rs` makes librdkafka's transactional calls.
+//! creates the progress topic, `session.rs` drives the session's Kafka transactions with the
+//! policy, and `delivery/producer/transactions.rs` makes librdkafka's transactional calls.
+//! Only a Kafka delivery with `guarantee = "exactly-once"` holds any of it.
 
 pub(crate) mod progress_topic;
+mod session;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 pub use self::progress_topic::read_progress;
+pub(crate) use self::session::{KafkaTransactions, ProgressReport};
 use crate::config::DeliveryConfig;
+use crate::delivery::Acked;
 use crate::error::{Error, Result};
 use crate::lsn::Lsn;
 use crate::router::Record;
 use crate::txn::Txn;
 
 /// The session's Kafka transactions, and the one place that says what they allow to be
-/// confirmed. At-least-once has none: every call is then a no-op, so delivery asks the same
-/// questions under both guarantees.
-pub struct Transactions(Option<State>);
-
-/// What a graceful stop does with the open Kafka transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtStop {
-    /// None is open (or at-least-once): wait for the acknowledgements.
-    Settle,
-    /// It holds whole PostgreSQL transactions only: commit it.
-    Commit,
-    /// It cuts a PostgreSQL transaction: abort it; the next start resumes before it.
-    Abort,
-}
-
-struct State {
+/// confirmed. Exactly-once only: at-least-once, and every sink beyond Kafka, has none
+/// (`Delivery` then holds no `KafkaTransactions` at all, so none of this runs).
+pub struct Transactions {
     config: DeliveryConfig,
     /// Where the session resumed: all that may be confirmed until the progress topic is read.
     resumed: Lsn,
@@ -72,6 +63,17 @@ struct State {
     last_committed_commit: Option<i64>,
 }
 
+/// What a graceful stop does with the open Kafka transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtStop {
+    /// None is open: wait for the acknowledgements.
+    Settle,
+    /// It holds whole PostgreSQL transactions only: commit it.
+    Commit,
+    /// It cuts a PostgreSQL transaction: abort it; the next start resumes before it.
+    Abort,
+}
+
 /// The open Kafka transaction.
 struct Open {
     since: Instant,
@@ -89,9 +91,10 @@ struct Open {
 }
 
 impl Transactions {
-    /// The transactions `config` asks for, in a session that resumed at `resumed`.
+    /// Exactly-once's transactions (`config` asks for them), in a session that resumed at
+    /// `resumed`.
     pub fn new(config: &DeliveryConfig, resumed: Lsn) -> Transactions {
-        Transactions(config.exactly_once().then(|| State {
+        Transactions {
             config: config.clone(),
             resumed,
             started: false,
@@ -103,77 +106,64 @@ impl Transactions {
             current_commit: 0,
             in_pg_transaction: false,
             last_committed_commit: None,
-        }))
+        }
     }
 
-    /// The producer's `transactional.id`; `None` at-least-once.
-    pub fn transactional_id(&self) -> Option<&str> {
-        self.0.as_ref().map(|s| s.config.transactional_id.as_str())
+    pub fn config(&self) -> &DeliveryConfig {
+        &self.config
     }
 
-    /// Exactly-once's `[delivery]`; `None` at-least-once.
-    pub fn config(&self) -> Option<&DeliveryConfig> {
-        self.0.as_ref().map(|s| &s.config)
-    }
-
-    pub fn progress_topic(&self) -> Option<&str> {
-        self.0.as_ref().map(|s| s.config.progress_topic.as_str())
-    }
-
-    /// Exactly-once before `Delivery::start` finished: no record may be sent yet.
+    /// Before `Delivery::start` finished: no record may be sent yet.
     pub fn needs_start(&self) -> bool {
-        self.0.as_ref().is_some_and(|s| !s.started)
+        !self.started
     }
 
     /// The transactions are initialised and the progress topic says what Kafka holds.
     pub fn started(&mut self, committed: Option<Lsn>) {
-        let Some(s) = &mut self.0 else { return };
-        s.started = true;
-        s.committed = committed;
+        self.started = true;
+        self.committed = committed;
         // A Begin read while the start was under way is judged now: none of its records has
         // been sent yet (`may_read`).
-        if s.in_pg_transaction {
-            s.skipping = committed.is_some_and(|c| s.current <= c);
+        if self.in_pg_transaction {
+            self.skipping = committed.is_some_and(|c| self.current <= c);
         }
     }
 
     /// Whether the relay may read more from the WAL: before the start, up to the first Begin
     /// only (so the lag shows the oldest waiting transaction while Kafka is away), never a row.
     pub fn may_read(&self) -> bool {
-        self.0.as_ref().is_none_or(|s| s.started || !s.in_pg_transaction)
+        self.started || !self.in_pg_transaction
     }
 
     /// PostgreSQL transaction `txn` starts. Returns whether it is in Kafka already (its
     /// records are to be dropped).
     pub fn begin(&mut self, txn: &Txn) -> bool {
-        let Some(s) = &mut self.0 else { return false };
-        s.in_pg_transaction = true;
-        s.enter(txn)
+        self.in_pg_transaction = true;
+        self.enter(txn)
     }
 
     /// A non-transactional logical message, `txn` its own, is relayed on its own.
     pub fn alone(&mut self, txn: &Txn) -> bool {
-        self.0.as_mut().is_some_and(|s| s.enter(txn))
+        self.enter(txn)
     }
 
     pub fn skipping(&self) -> bool {
-        self.0.as_ref().is_some_and(|s| s.skipping)
+        self.skipping
     }
 
     /// Whether a record of the current transaction needs a Kafka transaction begun first;
     /// `acked` is the acknowledged position, where a new one would begin.
     pub fn before_record(&mut self, acked: Lsn) -> Result<bool> {
-        let Some(s) = &mut self.0 else { return Ok(false) };
-        if let Some(open) = &mut s.open {
+        if let Some(open) = &mut self.open {
             open.records += 1;
-            s.overrun()?;
+            self.overrun()?;
             return Ok(false);
         }
-        s.open = Some(Open {
+        self.open = Some(Open {
             since: Instant::now(),
             records: 1,
             last: None,
-            first_commit: s.current_commit,
+            first_commit: self.current_commit,
             cap: acked,
             caught_up: false,
         });
@@ -182,11 +172,10 @@ impl Transactions {
 
     /// The current PostgreSQL transaction (or lone message) has been read whole.
     pub fn end(&mut self) {
-        let Some(s) = &mut self.0 else { return };
-        s.in_pg_transaction = false;
-        if !std::mem::take(&mut s.skipping) {
-            if let Some(open) = &mut s.open {
-                open.last = Some((s.current, s.current_commit));
+        self.in_pg_transaction = false;
+        if !std::mem::take(&mut self.skipping) {
+            if let Some(open) = &mut self.open {
+                open.last = Some((self.current, self.current_commit));
             }
         }
     }
@@ -197,7 +186,7 @@ impl Transactions {
     /// commit after every PostgreSQL transaction of steady traffic, which is read in bursts
     /// with a keepalive between them.
     pub fn caught_up(&mut self) {
-        if let Some(open) = self.0.as_mut().and_then(|s| s.open.as_mut()) {
+        if let Some(open) = self.open.as_mut() {
             open.caught_up = true;
         }
     }
@@ -209,11 +198,10 @@ impl Transactions {
     /// pipeline, and at drain speed that cost half the throughput with 100 ms transactions.
     /// Caught up, `transaction_max_ms` bounds commit→visible latency.
     pub fn due(&self) -> bool {
-        let Some(s) = &self.0 else { return false };
-        match &s.open {
-            Some(open) if !s.in_pg_transaction && open.last.is_some() => {
-                open.records >= s.config.transaction_max_records
-                    || open.since.elapsed() >= s.max_age()
+        match &self.open {
+            Some(open) if !self.in_pg_transaction && open.last.is_some() => {
+                open.records >= self.config.transaction_max_records
+                    || open.since.elapsed() >= self.max_age()
             }
             _ => false,
         }
@@ -223,28 +211,20 @@ impl Transactions {
     /// age, or — inside a PostgreSQL transaction — when that transaction would keep it open
     /// past what the broker allows ([`Transactions::overrun`]), however slowly its rows come.
     pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        let s = self.0.as_ref()?;
-        let open = s.open.as_ref()?;
-        let after = match (s.in_pg_transaction, open.last) {
-            (true, _) => overrun_limit(&s.config),
-            (false, Some(_)) => s.max_age(),
+        let open = self.open.as_ref()?;
+        let after = match (self.in_pg_transaction, open.last) {
+            (true, _) => overrun_limit(&self.config),
+            (false, Some(_)) => self.max_age(),
             (false, None) => return None,
         };
         Some(tokio::time::Instant::from_std(open.since + after))
     }
 
-    /// Refuses a PostgreSQL transaction that has kept the Kafka transaction open for most of
-    /// `transaction.timeout.ms`: the broker would abort it, and splitting it would break the
-    /// guarantee.
-    pub fn overrun(&self) -> Result<()> {
-        self.0.as_ref().map_or(Ok(()), State::overrun)
-    }
-
     /// What a graceful stop does with the open Kafka transaction.
     pub fn at_stop(&self) -> AtStop {
-        match self.0.as_ref().and_then(|s| s.open.as_ref().map(|o| (s, o))) {
+        match &self.open {
             None => AtStop::Settle,
-            Some((s, open)) if !s.in_pg_transaction && open.last.is_some() => AtStop::Commit,
+            Some(open) if !self.in_pg_transaction && open.last.is_some() => AtStop::Commit,
             Some(_) => AtStop::Abort,
         }
     }
@@ -252,11 +232,10 @@ impl Transactions {
     /// The progress record for the open transaction: the commit LSN of its last PostgreSQL
     /// transaction, keyed by the transactional id.
     pub fn progress_record(&self) -> Option<(Record, Lsn)> {
-        let s = self.0.as_ref()?;
-        let (lsn, _) = s.open.as_ref()?.last?;
-        let id = &s.config.transactional_id;
+        let (lsn, _) = self.open.as_ref()?.last?;
+        let id = &self.config.transactional_id;
         let record = Record {
-            topic: s.config.progress_topic.as_str().into(),
+            topic: self.config.progress_topic.as_str().into(),
             key: Some(Bytes::copy_from_slice(id.as_bytes())),
             value: Some(Bytes::from(lsn.to_string())),
             headers: Vec::new(),
@@ -273,58 +252,61 @@ impl Transactions {
 
     /// The open transaction committed; its records and position are visible.
     pub fn committed(&mut self, lsn: Lsn) {
-        let Some(s) = &mut self.0 else { return };
-        if let Some(open) = s.open.take() {
-            s.last_committed_commit = open.last.map(|(_, at)| at).or(s.last_committed_commit);
+        if let Some(open) = self.open.take() {
+            self.last_committed_commit = open.last.map(|(_, at)| at).or(self.last_committed_commit);
         }
-        s.committed = Some(lsn);
+        self.committed = Some(lsn);
     }
 
     /// The open transaction was aborted, failed to commit, or is left to the next
     /// `init_transactions`: what it held is not in Kafka, so the ceiling stays where it began
     /// for the rest of the session. It can only come down, never go up.
     pub fn abandon(&mut self) {
-        let Some(s) = &mut self.0 else { return };
-        if let Some(open) = s.open.take() {
-            let (cap, oldest) = match s.abandoned {
+        if let Some(open) = self.open.take() {
+            let (cap, oldest) = match self.abandoned {
                 Some((cap, oldest)) => (cap.min(open.cap), oldest.min(open.first_commit)),
                 None => (open.cap, open.first_commit),
             };
-            s.abandoned = Some((cap, oldest));
+            self.abandoned = Some((cap, oldest));
         }
     }
 
     pub fn is_open(&self) -> bool {
-        self.0.as_ref().is_some_and(|s| s.open.is_some())
+        self.open.is_some()
     }
 
-    /// The most that may be confirmed, by what Kafka transactions committed; `None`: no cap
-    /// (at-least-once, or every acknowledged record is in a committed transaction).
-    pub fn ceiling(&self) -> Option<Lsn> {
-        let s = self.0.as_ref()?;
-        if !s.started {
-            return Some(s.resumed);
+    /// Caps what the acknowledgements allow to be confirmed by what Kafka transactions
+    /// committed ([`Transactions::ceiling`]); with no cap, `acked` stands as it is.
+    pub fn cap(&self, acked: &mut Acked) {
+        let Some(ceiling) = self.ceiling() else { return };
+        acked.ceiling = Some(ceiling);
+        acked.oldest_unconfirmed_commit =
+            [acked.oldest_unconfirmed_commit, self.oldest_uncommitted()]
+                .into_iter()
+                .flatten()
+                .min();
+        acked.last_confirmed_commit = self.last_committed_commit;
+    }
+
+    /// The most that may be confirmed, by what Kafka transactions committed: nothing past the
+    /// start of the open or an abandoned one, nothing past where the session resumed until the
+    /// progress topic is read; `None`: no cap (every acknowledged record is in a committed
+    /// transaction).
+    fn ceiling(&self) -> Option<Lsn> {
+        if !self.started {
+            return Some(self.resumed);
         }
-        let open = s.open.as_ref().map(|o| o.cap);
-        let abandoned = s.abandoned.map(|(cap, _)| cap);
-        open.into_iter().chain(abandoned).min()
+        let open = self.open.as_ref().map(|o| o.cap);
+        open.into_iter().chain(self.abandoned.map(|(cap, _)| cap)).min()
     }
 
     /// Commit time of the oldest PostgreSQL transaction acknowledged but not in a committed
     /// Kafka transaction (it is late too, for the lag).
-    pub fn oldest_uncommitted(&self) -> Option<i64> {
-        let s = self.0.as_ref()?;
-        let open = s.open.as_ref().map(|o| o.first_commit);
-        open.into_iter().chain(s.abandoned.map(|(_, at)| at)).min()
+    fn oldest_uncommitted(&self) -> Option<i64> {
+        let open = self.open.as_ref().map(|o| o.first_commit);
+        open.into_iter().chain(self.abandoned.map(|(_, at)| at)).min()
     }
 
-    /// Commit time of the last PostgreSQL transaction in a committed Kafka transaction.
-    pub fn last_committed_commit(&self) -> Option<i64> {
-        self.0.as_ref()?.last_committed_commit
-    }
-}
-
-impl State {
     /// How long the open Kafka transaction may stay open: [`backlog_max`] while the last
     /// PostgreSQL transaction read committed longer ago than that (a backlog: steady traffic
     /// is read within milliseconds of its commit) and PostgreSQL has not said it sent all it
@@ -346,7 +328,10 @@ impl State {
         self.skipping
     }
 
-    fn overrun(&self) -> Result<()> {
+    /// Refuses a PostgreSQL transaction that has kept the Kafka transaction open for most of
+    /// `transaction.timeout.ms`: the broker would abort it, and splitting it would break the
+    /// guarantee.
+    pub fn overrun(&self) -> Result<()> {
         let Some(open) = self.open.as_ref().filter(|_| self.in_pg_transaction) else {
             return Ok(());
         };
@@ -410,17 +395,6 @@ mod tests {
     }
 
     #[test]
-    fn at_least_once_has_no_transactions_and_no_ceiling() {
-        let cfg =
-            DeliveryConfig { guarantee: crate::config::Guarantee::AtLeastOnce, ..config(100, 10) };
-        let mut t = Transactions::new(&cfg, lsn(1));
-        assert!(!t.needs_start() && t.may_read() && !t.begin(&txn(5)));
-        assert!(!t.before_record(lsn(1)).unwrap());
-        t.end();
-        assert_eq!((t.ceiling(), t.at_stop(), t.due()), (None, AtStop::Settle, false));
-    }
-
-    #[test]
     fn transactions_at_or_below_the_stored_commit_lsn_are_skipped_and_later_ones_are_not() {
         let mut t = txns(100, 10, Some(lsn(200)));
         assert!(t.begin(&txn(100)), "before the stored position");
@@ -465,7 +439,7 @@ mod tests {
         assert_eq!(record.partition, Some(0));
         t.committed(at);
         assert!(!t.is_open() && !t.due());
-        assert_eq!(t.last_committed_commit(), Some(10_000));
+        assert_eq!(t.last_committed_commit, Some(10_000));
         assert!(t.begin(&txn(10)), "what was committed is skipped from now on");
     }
 
@@ -572,9 +546,7 @@ mod tests {
     fn a_postgresql_transaction_that_outlives_most_of_the_transaction_timeout_is_refused_even_between_rows(
     ) {
         let mut t = txns(10, 1_000_000, None);
-        if let Some(s) = &mut t.0 {
-            s.config.transaction_timeout = Duration::from_millis(20);
-        }
+        t.config.transaction_timeout = Duration::from_millis(20);
         t.begin(&txn(10));
         t.before_record(lsn(5)).unwrap();
         let deadline = t.deadline().expect("a deadline while inside the PostgreSQL transaction");

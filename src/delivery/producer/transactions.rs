@@ -7,11 +7,37 @@ use std::time::Duration;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, Producer};
 
+use tokio::sync::Notify;
+
 use super::{refusal_fix, Publisher, RelayContext};
 use crate::delivery::fault::{classify, Fault};
 use crate::error::{Error, Result};
 
+/// A transactional producer's transactional calls. Only a Kafka publisher created with a
+/// `transactional.id` hands one out, so no other sink, and no at-least-once session, can make
+/// them.
+pub struct Transactional {
+    producer: Arc<BaseProducer<RelayContext>>,
+    /// The main queue's wake-up: a call that served reports on its thread wakes the loop.
+    ready: Arc<Notify>,
+    transactional_id: String,
+    principal: String,
+}
+
 impl Publisher {
+    /// The transactional calls of this producer; `None` unless it was created with a
+    /// `transactional.id` (exactly-once).
+    pub fn transactional(&self) -> Option<Transactional> {
+        (!self.transactional_id.is_empty()).then(|| Transactional {
+            producer: Arc::clone(&self.producer),
+            ready: Arc::clone(&self.queue.ready),
+            transactional_id: self.transactional_id.clone(),
+            principal: self.principal.clone(),
+        })
+    }
+}
+
+impl Transactional {
     /// Fences every earlier producer of this `transactional.id` and aborts what it left open;
     /// a future of its own, so the relay loop goes on meanwhile.
     pub fn init_transactions(
@@ -58,7 +84,7 @@ impl Publisher {
     /// Runs one of librdkafka's blocking transactional calls off the relay's thread, which
     /// must keep answering PostgreSQL meanwhile. Delivery reports a commit flushes are served
     /// by that call, on that thread: they wait with the others for the next
-    /// [`Publisher::serve_reports`].
+    /// `Publisher::serve_reports`.
     async fn blocking(
         &self,
         call: impl FnOnce(&BaseProducer<RelayContext>) -> rdkafka::error::KafkaResult<()>
@@ -68,7 +94,7 @@ impl Publisher {
         let producer = Arc::clone(&self.producer);
         let result = tokio::task::spawn_blocking(move || call(&producer)).await;
         // Served on the other thread: whatever it left on the queue is the loop's again.
-        self.queue.ready.notify_one();
+        self.ready.notify_one();
         result.unwrap_or(Err(KafkaError::Canceled))
     }
 }
