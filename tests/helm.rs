@@ -23,6 +23,7 @@ use crate::ops_docs::{kubeval_venv, repo, run, yaml_documents};
 mod monitoring;
 mod pods;
 mod secrets;
+mod sinks;
 mod upgrades;
 
 const CHART: &str = "deploy/helm/walrelay";

@@ -49,8 +49,11 @@ what must not be in it. Every template that needs a value of walrelay.toml reads
 {{- end -}}
 {{- end -}}
 {{- $source := $config.source | default dict -}}
-{{- if regexMatch "^[a-z][a-z0-9+.-]*://[^/@?#]*:[^/@?#]*@" ($source.url | default "") -}}
-{{- fail "config.source.url holds a password: give it from a Secret (secrets.postgresPassword, PGPASSWORD)" -}}
+{{- range list (list "source" "secrets.postgresPassword, PGPASSWORD") (list "nats" "secrets.natsPassword, WALRELAY_NATS_PASSWORD") (list "rabbitmq" "secrets.rabbitmqUrl: the whole URL, WALRELAY_RABBITMQ_URL") (list "webhook" "the receiver's credentials do not belong in the URL: sign with secrets.webhookSecret") -}}
+{{- $url := (index $config (index . 0) | default dict).url | default "" -}}
+{{- if regexMatch "^[a-z][a-z0-9+.-]*://[^/@?#]*:[^/@?#]*@" $url -}}
+{{- fail (printf "config.%s.url holds a password: give it from a Secret (%s)" (index . 0) (index . 1)) -}}
+{{- end -}}
 {{- end -}}
 {{- if regexMatch "(^|\\s)password\\s*=" ($source.url | default "") -}}
 {{- fail "config.source.url holds a password: give it from a Secret (secrets.postgresPassword, PGPASSWORD)" -}}
@@ -108,6 +111,11 @@ Whether a key is a secret, by walrelay's own rule (src/options/secret.rs, docs/o
 {{ end -}}
 {{- end -}}
 
+{{/* The sink records go to: [delivery] sink, Kafka unless it is set. */}}
+{{- define "walrelay.sink" -}}
+{{- (.Values.config.delivery | default dict).sink | default "kafka" -}}
+{{- end -}}
+
 {{/* The environment from Secrets, by secretKeyRef: the same for the relay and the audit. */}}
 {{- define "walrelay.secretEnv" -}}
 {{- $known := list
@@ -115,9 +123,15 @@ Whether a key is a secret, by walrelay's own rule (src/options/secret.rs, docs/o
   (list "WALRELAY_KAFKA_SASL__PASSWORD" .Values.secrets.kafkaSaslPassword)
   (list "WALRELAY_KAFKA_SSL__KEY__PASSWORD" .Values.secrets.kafkaSslKeyPassword)
   (list "WALRELAY_HTTP_CONSOLE_TOKEN" .Values.secrets.consoleToken)
-  (list "WALRELAY_SCHEMA_REGISTRY_PASSWORD" .Values.secrets.schemaRegistryPassword) -}}
+  (list "WALRELAY_SCHEMA_REGISTRY_PASSWORD" .Values.secrets.schemaRegistryPassword)
+  (list "WALRELAY_NATS_PASSWORD" .Values.secrets.natsPassword)
+  (list "WALRELAY_NATS_TOKEN" .Values.secrets.natsToken)
+  (list "WALRELAY_RABBITMQ_URL" .Values.secrets.rabbitmqUrl)
+  (list "WALRELAY_SQS_ACCESS_KEY_ID" .Values.secrets.sqsAccessKeyId)
+  (list "WALRELAY_SQS_SECRET_ACCESS_KEY" .Values.secrets.sqsSecretAccessKey)
+  (list "WALRELAY_WEBHOOK_SECRET" .Values.secrets.webhookSecret) -}}
 {{- range $known }}
-{{- $ref := index . 1 }}
+{{- $ref := index . 1 | default dict }}
 {{- if $ref.secretName }}
 - name: {{ index . 0 }}
   valueFrom:
