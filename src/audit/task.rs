@@ -92,7 +92,7 @@ async fn every(
                 let fields = (t.expected, t.missing, t.duplicated, t.out_of_order, t.unexpected);
                 let window = crate::duration::format(window);
                 if report.clean() {
-                    tracing::info!(events = fields.0, expired = t.expired, pending = t.pending, repaired = t.repaired, foreign = t.foreign, seconds = report.seconds, "audit: every settled event of the last {window} is in Kafka once; next in {every}");
+                    tracing::info!(events = fields.0, expired = t.expired, pending = t.pending, repaired = t.repaired, foreign = t.foreign, seconds = report.seconds, "audit: every settled event of the last {window} is in {} once; next in {every}", report.read_from.name());
                 } else {
                     let quiet = [
                         super::ProblemKind::Expired,
