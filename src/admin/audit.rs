@@ -1,5 +1,5 @@
-//! `walrelay audit`: compares the retained outbox rows of a window with what Kafka holds (see
-//! [`crate::audit`]). A table by default, `--json` for scripts. `--repair` re-publishes the
+//! `walrelay audit`: compares the retained outbox rows of a window with what Kafka (or the NATS
+//! sink's JetStream stream) holds (see [`crate::audit`]). A table by default, `--json` for scripts. `--repair` re-publishes the
 //! missing events the way `walrelay replay --ids` does (same ids, keys and partitions), then
 //! audits again and shows both.
 //!
@@ -142,7 +142,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         }
         // Asked once, for every missing event, not once per round.
         let ask = repair.rounds == 0 && !args.yes && std::io::stdin().is_terminal();
-        if ask && !confirmed(left, config.delivery.exactly_once()) {
+        if ask && !confirmed(left, config) {
             eprintln!("repair cancelled: nothing was sent");
             show(&before, &described, &args, None);
             return ExitCode::FAILURE;
@@ -301,11 +301,11 @@ async fn republish(
 }
 
 /// Asks on the terminal; anything but y/yes is no.
-fn confirmed(n: u64, exactly_once: bool) -> bool {
-    if exactly_once {
+fn confirmed(n: u64, config: &Config) -> bool {
+    if config.delivery.exactly_once() {
         eprintln!("note: under exactly-once the repair's records go outside Kafka transactions: read_committed consumers see them at once");
     }
-    eprint!("re-publish {n} missing events to Kafka? [y/N] ");
+    eprint!("re-publish {n} missing events to {}? [y/N] ", audit::ReadFrom::of(config).name());
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     let _ = std::io::stdin().lock().read_line(&mut answer);

@@ -1,18 +1,20 @@
-//! Audit: is every committed outbox event of a window in Kafka, once, in order, where the router
-//! puts it (`walrelay audit`)?
+//! Audit: is every committed outbox event of a window in Kafka (or, with the NATS sink, in its
+//! JetStream stream), once, in order, where the router puts it (`walrelay audit`)?
 //!
 //! The outbox table is the source of truth for as long as `[retention] keep` keeps its rows. The
 //! audit reads the window's rows in one [`crate::snapshot`] and turns each into the record the
 //! live relay sends (same router, same envelope, so the same topic, key, partition and event id),
 //! then reads those topics from the offsets for the window's start (a margin before it) to their
-//! end, with no consumer group, and compares:
+//! end, with no consumer group (a JetStream stream's subjects from that time, with an ordered
+//! consumer: [`jetstream`]; [`readback`] chooses), and compares:
 //!
 //! * **delivered**: in Kafka once;
 //! * **missing**: not in Kafka, committed before `--settle` ago (younger ones are **pending**);
 //! * **duplicated**: more than once (how many copies came from `walrelay replay`, by its header);
 //! * **out of order**: for one key, Kafka holds the events in another order than they committed
 //!   (known only with `track_commit_timestamp = on`);
-//! * **misplaced**: in another partition than the router's key gives;
+//! * **misplaced**: in another partition than the router's key gives (Kafka only: a stream has
+//!   no partitions);
 //! * **unexpected**: a record whose event id is no row of the outbox tables (purged, or never
 //!   committed).
 //!
