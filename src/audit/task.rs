@@ -1,5 +1,6 @@
 //! `[audit]` in `walrelay run`: every `interval`, an audit of the trailing `window` on a thread,
-//! a database connection and a Kafka reader of its own, so the relay loop never waits for it. Its
+//! a database connection and a reader of its own (Kafka's, or the JetStream stream's with the NATS
+//! sink), so the relay loop never waits for it. Its
 //! counts go to `walrelay_audit_events`; a run that cannot finish is logged and counted, and the
 //! next interval tries again. It never stops the relay and repairs nothing.
 //!
