@@ -1,5 +1,5 @@
-//! `walrelay audit`: compares the retained outbox rows of a window with what Kafka holds (see
-//! [`crate::audit`]). A table by default, `--json` for scripts. `--repair` re-publishes the
+//! `walrelay audit`: compares the retained outbox rows of a window with what Kafka (or the NATS
+//! sink's JetStream stream) holds (see [`crate::audit`]). A table by default, `--json` for scripts. `--repair` re-publishes the
 //! missing events the way `walrelay replay --ids` does (same ids, keys and partitions), then
 //! audits again and shows both.
 //!
@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::audit::{self, Options, Report, TopicReport};
+use crate::audit::{self, Options, ReadFrom, Report, TopicReport};
 use crate::config::Config;
 use crate::replay;
 use crate::snapshot::{self, Selection, TimeBound};
@@ -81,11 +81,10 @@ impl Args {
 }
 
 pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
-    if !config.delivery.sink.is_kafka() {
+    if let Some(why) = config.delivery.sink.why_no_audit() {
         eprintln!(
-            "error: nothing to audit with [delivery] sink = \"{}\": {} — fix: check delivery with the broker's own tools (docs/sinks.md says what each sink guarantees), or `walrelay replay` what a consumer lacks",
+            "error: nothing to audit with [delivery] sink = \"{}\": {why} — fix: check delivery with the broker's own tools (docs/sinks.md says what each sink guarantees), or `walrelay replay` what a consumer lacks",
             config.delivery.sink.name(),
-            config.delivery.sink.why_no_audit()
         );
         return ExitCode::from(2);
     }
@@ -143,7 +142,7 @@ pub(super) async fn run(config: &Config, args: Args) -> ExitCode {
         }
         // Asked once, for every missing event, not once per round.
         let ask = repair.rounds == 0 && !args.yes && std::io::stdin().is_terminal();
-        if ask && !confirmed(left, config.delivery.exactly_once()) {
+        if ask && !confirmed(left, config) {
             eprintln!("repair cancelled: nothing was sent");
             show(&before, &described, &args, None);
             return ExitCode::FAILURE;
@@ -302,11 +301,11 @@ async fn republish(
 }
 
 /// Asks on the terminal; anything but y/yes is no.
-fn confirmed(n: u64, exactly_once: bool) -> bool {
-    if exactly_once {
+fn confirmed(n: u64, config: &Config) -> bool {
+    if config.delivery.exactly_once() {
         eprintln!("note: under exactly-once the repair's records go outside Kafka transactions: read_committed consumers see them at once");
     }
-    eprint!("re-publish {n} missing events to Kafka? [y/N] ");
+    eprint!("re-publish {n} missing events to {}? [y/N] ", audit::ReadFrom::of(config).name());
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -371,16 +370,22 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     if r.empty() {
         return format!("audit of 0 events ({window}): the window holds no outbox row, so nothing could be lost; clean\n");
     }
+    let read = match (r.read_from, r.read_committed) {
+        (ReadFrom::JetStream, _) => {
+            "JetStream streams read without consuming (no partitions: misplaced does not apply)"
+        }
+        (ReadFrom::Kafka, true) => "Kafka read read_committed",
+        (ReadFrom::Kafka, false) => "Kafka read read_uncommitted (aborted records count too)",
+    };
+    let (kafka, places) = match r.read_from {
+        ReadFrom::Kafka => ("Kafka", "topic(s)"),
+        ReadFrom::JetStream => ("JetStream", "subject(s)"),
+    };
     let mut out = format!(
-        "audit of {} events ({window}) in {} topic(s), event ids from {}; Kafka read {}; {}\n",
+        "audit of {} events ({window}) in {} {places}, event ids from {}; {read}; {}\n",
         r.total.expected,
         r.topics.len(),
         r.event_id_in,
-        if r.read_committed {
-            "read_committed"
-        } else {
-            "read_uncommitted (aborted records count too)"
-        },
         if r.order_checked {
             "order checked against commit order"
         } else {
@@ -409,24 +414,39 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     out += &format!("{:<width$}  {}\n", "topic", header.join("  "));
     let row = |name: &str, t: &TopicReport| {
         let counts = std::iter::once(t.expected).chain(t.counts());
-        let cells: Vec<String> = counts.zip(widths).map(|(n, w)| format!("{n:>w$}")).collect();
+        let cells: Vec<String> = (counts.zip(widths).zip(names))
+            .map(|((n, w), name)| match name {
+                // A stream has no partitions: a 0 would claim a check that was not made.
+                "misplaced" if !r.read_from.partitioned() => format!("{:>w$}", "-"),
+                _ => format!("{n:>w$}"),
+            })
+            .collect();
         format!("{name:<width$}  {}\n", cells.join("  "))
     };
     for (topic, t) in &r.topics {
         out += &row(topic, t);
     }
     out += &row("total", &r.total);
+    let age_limit = r.read_from.age_limit();
     for (topic, t) in r.topics.iter().filter(|(_, t)| t.expired > 0) {
-        let retention = t.retention_ms.map_or("retention.ms unknown".to_string(), |ms| {
+        let retention = t.retention_ms.map_or(format!("{age_limit} unknown"), |ms| {
             format!(
-                "retention.ms={ms}, {}",
+                "{age_limit}={ms}, {}",
                 crate::duration::format(Duration::from_millis(ms.max(0) as u64))
             )
         });
-        out += &format!("{topic}: {} event(s) expired: time retention deleted the partition's records from before they committed, and they are older than the topic's retention ({retention}): deleted as configured, so whether they were delivered cannot be checked; audit a window younger than the topic's retention\n", t.expired);
+        let (records, holder) = match r.read_from {
+            ReadFrom::Kafka => ("the partition's records", "topic"),
+            ReadFrom::JetStream => ("the stream's messages", "stream"),
+        };
+        out += &format!("{topic}: {} event(s) expired: time retention deleted {records} from before they committed, and they are older than the {holder}'s retention ({retention}): deleted as configured, so whether they were delivered cannot be checked; audit a window younger than the {holder}'s retention\n", t.expired);
     }
+    let other_deletes = match r.read_from {
+        ReadFrom::Kafka => "retention.bytes, a delete-records request, compaction",
+        ReadFrom::JetStream => "max_msgs, max_bytes, a purge",
+    };
     for (topic, t) in r.topics.iter().filter(|(_, t)| t.unverifiable > 0) {
-        out += &format!("{topic}: {} event(s) unverifiable: not in Kafka, where records that could have held them were deleted for a reason time retention does not explain (retention.bytes, a delete-records request, compaction): deleted or never written cannot be told, so the window is not clean; each line below says why\n", t.unverifiable);
+        out += &format!("{topic}: {} event(s) unverifiable: not in {kafka}, where records that could have held them were deleted for a reason time retention does not explain ({other_deletes}): deleted or never written cannot be told, so the window is not clean; each line below says why\n", t.unverifiable);
     }
     for note in &r.notes {
         out += &format!("note: {note}\n");
@@ -441,8 +461,8 @@ pub fn render(r: &Report, window: &str, details: usize) -> String {
     out += &if r.clean() {
         let replays = r.total.duplicated_by_replay;
         format!(
-            "clean: every settled event{} is in Kafka once{}{}\n",
-            if r.total.expired > 0 { " Kafka still keeps" } else { "" },
+            "clean: every settled event{} is in {kafka} once{}{}\n",
+            if r.total.expired > 0 { format!(" {kafka} still keeps") } else { String::new() },
             match replays {
                 0 => String::new(),
                 n => format!(" (and {n} again from walrelay replay, on purpose)"),

@@ -6,7 +6,7 @@
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use super::kafka::{Held, Shape};
+use super::readback::{Held, Shape, Trimmed};
 use super::report::{Problem, ProblemKind, Report};
 use super::spill::{failed, heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
 use crate::delivery::partitioner::key_partition;
@@ -238,7 +238,8 @@ fn judge<'c>(w: &Want, group: &'c [Held], j: &Judge<'_>, r: &mut Report) -> Opti
                 t.duplicated += 1;
                 t.duplicated_by_replay += 1;
             }
-            Some((ProblemKind::Repaired, format!("in Kafka only as {n} re-published copy(ies) (walrelay replay or audit --repair), after the events of its key that the relay sent meanwhile")))
+            let kafka = j.shape.read_from.name();
+            Some((ProblemKind::Repaired, format!("in {kafka} only as {n} re-published copy(ies) (walrelay replay or audit --repair), after the events of its key that the relay sent meanwhile")))
         }
         1 => {
             t.delivered_once += 1;
@@ -255,6 +256,8 @@ fn judge<'c>(w: &Want, group: &'c [Held], j: &Judge<'_>, r: &mut Report) -> Opti
     };
     let first = copies.first().copied();
     let misplaced = match (first, want_partition) {
+        // A stream has no partitions: nothing to misplace.
+        _ if !j.shape.read_from.partitioned() => None,
         (Some(c), Some(want)) if c.partition != want => {
             t.misplaced += 1;
             Some(format!("in partition {}, the router's is {want}", c.partition))
@@ -284,39 +287,32 @@ fn absent(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> (ProblemKind, Stri
     if config.compacted {
         return (ProblemKind::Unverifiable, "not in Kafka, in a compacted topic (cleanup.policy compact): Kafka keeps only the latest record of a key, so an earlier one cannot be told from one never written".into());
     }
+    let from = j.shape.read_from;
+    let (kafka, age_limit) = (from.name(), from.age_limit());
     let Some(trimmed) = deleted_where(w, partition, j) else {
-        return (
-            ProblemKind::Missing,
-            "committed and in the outbox table, in no partition of its topic".into(),
-        );
+        let nowhere = from.nowhere();
+        return (ProblemKind::Missing, format!("committed and in the outbox table, {nowhere}"));
     };
     let age = crate::duration::format(std::time::Duration::from_millis(
         (j.now_ms - commit_ms).max(0) as u64,
     ));
-    let gone = match trimmed.first_left_ms {
-        i64::MAX => {
-            format!("Kafka deleted every record of its partition (log start {})", trimmed.log_start)
-        }
-        _ => format!(
-            "Kafka deleted its partition's records before offset {}, from before it committed",
-            trimmed.log_start
-        ),
-    };
+    let gone = from.gone(&trimmed);
     match config.retention_ms {
         Some(ms) if ms >= 0 && j.now_ms - commit_ms > ms => (
             ProblemKind::Expired,
-            format!("not in Kafka: {gone}, and it committed {age} ago, past retention.ms={ms}"),
+            format!("not in {kafka}: {gone}, and it committed {age} ago, past {age_limit}={ms}"),
         ),
         Some(ms) => {
-            let bytes = match config.retention_bytes {
-                Some(b) if b >= 0 => format!("retention.bytes={b} or "),
-                _ => String::new(),
-            };
+            let mut limits = config.count_limits.clone();
+            if let Some(b) = config.retention_bytes.filter(|b| *b >= 0) {
+                limits.insert(0, format!("{}={b}", from.size_limit()));
+            }
+            let limits: String = limits.iter().map(|l| format!("{l} or ")).collect();
             let within = match ms {
-                -1 => "the topic keeps records forever (retention.ms=-1)".to_string(),
-                ms => format!("it committed {age} ago, within retention.ms={ms}"),
+                -1 => format!("{} keeps records forever ({age_limit}=-1)", from.holder()),
+                ms => format!("it committed {age} ago, within {age_limit}={ms}"),
             };
-            (ProblemKind::Unverifiable, format!("not in Kafka: {gone}, but {within}, so time retention does not explain it; {bytes}a delete-records request may have removed it, or it was never written: the audit cannot tell"))
+            (ProblemKind::Unverifiable, format!("not in {kafka}: {gone}, but {within}, so time retention does not explain it; {limits}{} may have removed it, or it was never written: the audit cannot tell", from.delete_request()))
         }
         None => (ProblemKind::Unverifiable, format!("not in Kafka: {gone}, and Kafka would not describe the topic's retention (DescribeConfigs), so whether retention explains it cannot be told")),
     }
@@ -324,9 +320,9 @@ fn absent(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> (ProblemKind, Stri
 
 /// Where records that may have held a missing event were deleted: its partition (any, for an
 /// event without a key) lost records from before its commit.
-fn deleted_where(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<super::kafka::Trimmed> {
+fn deleted_where(w: &Want, partition: Option<i32>, j: &Judge<'_>) -> Option<Trimmed> {
     let commit_ms = w.commit_micros / 1000;
-    let left_after = |t: &&super::kafka::Trimmed| commit_ms <= t.first_left_ms;
+    let left_after = |t: &&Trimmed| commit_ms <= t.first_left_ms;
     match partition {
         Some(p) => j.shape.trimmed.get(&(w.topic, p)).filter(left_after).copied(),
         // Without a key the event could be in any partition.

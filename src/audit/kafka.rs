@@ -10,7 +10,6 @@
 //! false "missing".
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::id::IdPlace;
-use super::spill::{heap, read_bytes, read_i64, write_bytes, write_i64, Item, Sorter};
+use super::readback::{Held, Shape, TopicConfig, Trimmed, FOREIGN_KEPT};
+use super::spill::Sorter;
 use crate::config::Config;
 use crate::delivery::exactly_once::progress_topic::Quiet;
 use crate::delivery::partition_read::{self, Stop};
@@ -32,98 +32,6 @@ use crate::replay::REPLAY_HEADER;
 const REQUEST: Duration = Duration::from_secs(15);
 /// How long a partition's read may go without a record before the audit gives up.
 const IDLE: Duration = Duration::from_secs(30);
-
-/// One record of an audited topic, as far as the audit cares; sorted by event id, then where
-/// it is.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Held {
-    pub id: String,
-    /// Its topic's index in the audit's topic list.
-    pub topic: u32,
-    pub partition: i32,
-    pub offset: i64,
-    /// Sent by `walrelay replay` (its header).
-    pub replayed: bool,
-    /// The record's timestamp (Unix ms); -1 when it has none.
-    pub timestamp_ms: i64,
-}
-
-impl Item for Held {
-    fn size(&self) -> usize {
-        heap(self.id.capacity())
-    }
-
-    fn write(&self, w: &mut impl Write) -> io::Result<()> {
-        write_bytes(w, self.id.as_bytes())?;
-        write_i64(w, ((self.topic as i64) << 32) | (self.partition as u32 as i64))?;
-        write_i64(w, self.offset)?;
-        write_i64(w, self.timestamp_ms)?;
-        w.write_all(&[self.replayed as u8])
-    }
-
-    fn read(r: &mut impl Read) -> io::Result<Option<Held>> {
-        let Some(id) = read_bytes(r)? else { return Ok(None) };
-        let place = read_i64(r)?;
-        let offset = read_i64(r)?;
-        let timestamp_ms = read_i64(r)?;
-        let mut replayed = [0u8];
-        r.read_exact(&mut replayed)?;
-        let replayed = replayed[0] != 0;
-        Ok(Some(Held {
-            id: String::from_utf8_lossy(&id).into_owned(),
-            topic: (place >> 32) as u32,
-            partition: place as u32 as i32,
-            offset,
-            replayed,
-            timestamp_ms,
-        }))
-    }
-}
-
-/// What a topic's partition held when the audit read it.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Trimmed {
-    /// Kafka's log start offset: records before it were deleted.
-    pub log_start: i64,
-    /// The timestamp of the first record left (Unix ms); `i64::MAX` when none is left.
-    pub first_left_ms: i64,
-}
-
-/// What a topic's configuration says about records that are gone.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TopicConfig {
-    /// `retention.ms`; -1: kept forever; `None`: Kafka would not say.
-    pub retention_ms: Option<i64>,
-    /// `retention.bytes`; -1: no limit.
-    pub retention_bytes: Option<i64>,
-    /// `cleanup.policy` holds `compact`: an earlier record of a key may be gone at any age.
-    pub compacted: bool,
-}
-
-/// Records in an audited topic with no event id where the envelope puts it; the first
-/// [`FOREIGN_KEPT`] are named.
-pub(crate) const FOREIGN_KEPT: usize = 100;
-
-/// Per topic, what the read found besides the records.
-#[derive(Debug, Default)]
-pub(crate) struct Shape {
-    /// Partitions per topic (by index).
-    pub partitions: Vec<i32>,
-    /// Partitions whose records from the window's start on were partly or wholly deleted:
-    /// events expected there that committed before the first record left may have been
-    /// among them.
-    pub trimmed: HashMap<(u32, i32), Trimmed>,
-    /// Each topic's configuration (by index), for what deleted records can be told from.
-    pub configs: Vec<TopicConfig>,
-    /// Records read.
-    pub records: u64,
-    /// Records of the window's time with no event id: (topic index, partition, offset) of the
-    /// first [`FOREIGN_KEPT`], and how many per topic (by index).
-    pub foreign: Vec<(u32, i32, i64)>,
-    pub foreign_counts: Vec<u64>,
-    /// Answers of the broker that did not hold together, and what the audit did instead.
-    pub notes: Vec<String>,
-}
 
 /// Records checked before an offset the broker gave for a time: each must be older than it.
 const PROBE: i64 = 8;
@@ -140,6 +48,7 @@ pub(crate) async fn read(
     copies: Sorter<Held>,
 ) -> Result<(Shape, Sorter<Held>)> {
     let configs = configs(config, topics).await;
+    let described = id.describe();
     let (config, topics, id) = (config.clone(), topics.to_vec(), id.clone());
     let (mut shape, copies) = tokio::task::spawn_blocking(move || {
         let mut copies = copies;
@@ -149,6 +58,7 @@ pub(crate) async fn read(
     .await
     .map_err(|e| Error::transient("the audit's Kafka reader stopped", e))??;
     shape.configs = configs;
+    shape.event_id_in = described;
     Ok((shape, copies))
 }
 
@@ -371,6 +281,7 @@ pub(crate) async fn configs(config: &Config, topics: &[Arc<str>]) -> Vec<TopicCo
         *slot = TopicConfig {
             retention_ms: number("retention.ms"),
             retention_bytes: number("retention.bytes"),
+            count_limits: Vec::new(),
             compacted: c
                 .get("cleanup.policy")
                 .and_then(|e| e.value.as_deref())
@@ -392,27 +303,5 @@ fn unreadable(config: &Config, topic: &str, e: KafkaError) -> Error {
             format!("topic {topic}, where the router sends events of the window, cannot be read: {e}"),
             "every event routed there is missing: check the topic's name and that it exists (kafka-topics.sh --describe --topic …)",
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_copy_reads_back_as_written_replayed_or_not_with_or_without_a_timestamp() {
-        for (replayed, timestamp_ms) in [(false, -1), (false, 0), (true, -1), (true, 1_700_000)] {
-            let c = Held {
-                id: "e-1".into(),
-                topic: 3,
-                partition: 7,
-                offset: 42,
-                replayed,
-                timestamp_ms,
-            };
-            let mut b = Vec::new();
-            c.write(&mut b).unwrap();
-            assert_eq!(Held::read(&mut b.as_slice()).unwrap(), Some(c));
-        }
     }
 }

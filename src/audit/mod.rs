@@ -1,18 +1,20 @@
-//! Audit: is every committed outbox event of a window in Kafka, once, in order, where the router
-//! puts it (`walrelay audit`)?
+//! Audit: is every committed outbox event of a window in Kafka (or, with the NATS sink, in its
+//! JetStream stream), once, in order, where the router puts it (`walrelay audit`)?
 //!
 //! The outbox table is the source of truth for as long as `[retention] keep` keeps its rows. The
 //! audit reads the window's rows in one [`crate::snapshot`] and turns each into the record the
 //! live relay sends (same router, same envelope, so the same topic, key, partition and event id),
 //! then reads those topics from the offsets for the window's start (a margin before it) to their
-//! end, with no consumer group, and compares:
+//! end, with no consumer group (a JetStream stream's subjects from that time, with an ordered
+//! consumer: [`jetstream`]; [`readback`] chooses), and compares:
 //!
 //! * **delivered**: in Kafka once;
 //! * **missing**: not in Kafka, committed before `--settle` ago (younger ones are **pending**);
 //! * **duplicated**: more than once (how many copies came from `walrelay replay`, by its header);
 //! * **out of order**: for one key, Kafka holds the events in another order than they committed
 //!   (known only with `track_commit_timestamp = on`);
-//! * **misplaced**: in another partition than the router's key gives;
+//! * **misplaced**: in another partition than the router's key gives (Kafka only: a stream has
+//!   no partitions);
 //! * **unexpected**: a record whose event id is no row of the outbox tables (purged, or never
 //!   committed).
 //!
@@ -30,8 +32,10 @@
 mod compare;
 mod expect;
 mod id;
+mod jetstream;
 mod kafka;
 pub mod lookup;
+mod readback;
 mod report;
 mod spill;
 pub mod task;
@@ -44,6 +48,7 @@ use crate::error::Result;
 use crate::snapshot::{self, Selection, Snapshot, BATCH_ROWS};
 
 use self::compare::Judge;
+pub use self::readback::ReadFrom;
 pub use self::report::{Problem, ProblemKind, Report, TopicReport, PROBLEMS_KEPT};
 use self::spill::Sorter;
 
@@ -99,8 +104,13 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     let Some(id_place) = id_place else {
         // No rows (allowed by `allow_empty`), or none the router takes: nothing to compare.
         snapshot.close().await;
-        let mut report =
-            Report { order_checked: commit_ordered, read_committed, ..Report::default() };
+        let read_from = ReadFrom::of(config);
+        let mut report = Report {
+            order_checked: commit_ordered,
+            read_committed,
+            read_from,
+            ..Report::default()
+        };
         report.refused(config, refused, refused_count);
         report.finish();
         return Ok(report);
@@ -110,7 +120,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     let from_ms = since_micros / 1000 - 60_000;
     let copies = Sorter::new(MEMORY_PER_SORT);
     let (shape, copies) =
-        kafka::read(config, &topics, &id_place, from_ms, read_committed, copies).await?;
+        readback::read(config, &topics, &id_place, from_ms, read_committed, copies).await?;
     tracing::debug!(
         records = shape.records,
         peak_rss_mb = peak_rss_mb(),
@@ -128,7 +138,8 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
     };
     let (mut report, strangers) = compare::compare(wants, copies, &judge)?;
     report.refused(config, refused, refused_count);
-    report.event_id_in = id_place.describe();
+    report.read_from = shape.read_from;
+    report.event_id_in = shape.event_id_in.clone();
     report.slot_behind_bytes = slot_behind_bytes;
     report.snapshot_lsn = snapshot_lsn;
     report.notes = shape.notes.clone();
@@ -137,7 +148,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         .map(|(t, _)| t.to_string())
         .collect();
     for &(topic, partition, offset) in &shape.foreign {
-        let why = format!("no event id in {}: another producer's record", id_place.describe());
+        let why = format!("no event id in {}: another producer's record", shape.event_id_in);
         report.foreign("(none)", &topics[topic as usize], format!("{partition}@{offset}"), &why);
     }
     for (index, count) in shape.foreign_counts.iter().enumerate() {
@@ -161,7 +172,7 @@ pub async fn run(config: &Config, opts: Options) -> Result<Report> {
         tenants: !config.outbox.patterns.is_empty(),
     };
     // Records of no row of the window: of a row outside it, or of none (unexpected).
-    let mut batch: Vec<kafka::Held> = Vec::new();
+    let mut batch: Vec<readback::Held> = Vec::new();
     let mut distinct = 0;
     let strangers = strangers.sorted().map_err(spill::failed)?;
     for c in strangers {
@@ -202,7 +213,7 @@ fn peak_rss_mb() -> u64 {
 async fn look_up(
     snapshot: &Snapshot,
     report: &mut Report,
-    batch: &mut Vec<kafka::Held>,
+    batch: &mut Vec<readback::Held>,
     topics: &[Arc<str>],
     who: compare::Strangers,
 ) -> Result<()> {

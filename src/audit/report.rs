@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::kafka::Held;
+use super::readback::{Held, ReadFrom};
 
 /// Problem events listed one by one; past it they are only counted.
 pub const PROBLEMS_KEPT: usize = 10_000;
@@ -104,6 +104,9 @@ pub struct Report {
     pub read_committed: bool,
     /// Records read from Kafka.
     pub records_read: u64,
+    /// What the records were read back from: Kafka, or JetStream (no partitions: nothing is
+    /// misplaced, and `misplaced` is not judged).
+    pub read_from: ReadFrom,
     /// Where the records' event ids were read from (`header id`, …).
     pub event_id_in: String,
     /// WAL written since the relay's slot's confirmed position when the audit began.

@@ -1,5 +1,6 @@
 //! `[audit]` in `walrelay run`: every `interval`, an audit of the trailing `window` on a thread,
-//! a database connection and a Kafka reader of its own, so the relay loop never waits for it. Its
+//! a database connection and a reader of its own (Kafka's, or the JetStream stream's with the NATS
+//! sink), so the relay loop never waits for it. Its
 //! counts go to `walrelay_audit_events`; a run that cannot finish is logged and counted, and the
 //! next interval tries again. It never stops the relay and repairs nothing.
 //!
@@ -92,7 +93,7 @@ async fn every(
                 let fields = (t.expected, t.missing, t.duplicated, t.out_of_order, t.unexpected);
                 let window = crate::duration::format(window);
                 if report.clean() {
-                    tracing::info!(events = fields.0, expired = t.expired, pending = t.pending, repaired = t.repaired, foreign = t.foreign, seconds = report.seconds, "audit: every settled event of the last {window} is in Kafka once; next in {every}");
+                    tracing::info!(events = fields.0, expired = t.expired, pending = t.pending, repaired = t.repaired, foreign = t.foreign, seconds = report.seconds, "audit: every settled event of the last {window} is in {} once; next in {every}", report.read_from.name());
                 } else {
                     let quiet = [
                         super::ProblemKind::Expired,

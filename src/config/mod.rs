@@ -286,15 +286,12 @@ impl Config {
         }
         if !delivery.sink.is_kafka() {
             let sink = delivery.sink.name();
-            if audit.is_some() {
+            if let (Some(why), true) = (delivery.sink.why_no_audit(), audit.is_some()) {
                 return Err(invalid(
                     "delivery",
                     "sink",
                     sink,
-                    &format!(
-                        "leaves [audit] nothing to read: {}; remove [audit]",
-                        delivery.sink.why_no_audit()
-                    ),
+                    &format!("leaves [audit] nothing to read: {why}; remove [audit]"),
                 ));
             }
             if let Some(converter) = router.registry_key_converter() {

@@ -435,3 +435,16 @@ fn protobuf_and_json_schema_values_take_use_latest_version_and_refuse_record_sub
         assert!(e.contains("key.converter") && e.contains("[schema_registry] url"), "{e}");
     }
 }
+
+#[test]
+fn audit_is_accepted_with_kafka_and_nats_and_refused_with_sinks_that_cannot_be_read_back() {
+    let audit = "\n[audit]\ninterval = \"1h\"\nwindow = \"2h\"\n";
+    let nats = "\n[delivery]\nsink = \"nats\"\n[nats]\nurl = \"nats://127.0.0.1:4222\"\n";
+    let with_nats = Config::parse(&format!("{MINIMAL}{nats}{audit}")).unwrap();
+    assert!(with_nats.audit.is_some() && with_nats.delivery.sink.why_no_audit().is_none());
+    assert!(Config::parse(&format!("{MINIMAL}{audit}")).unwrap().audit.is_some());
+    let http = "\n[delivery]\nsink = \"http\"\n[webhook]\nurl = \"http://127.0.0.1:9/hook\"\n";
+    let e = Config::parse(&format!("{MINIMAL}{http}{audit}")).unwrap_err().to_string();
+    assert!(e.contains("cannot be read back without consuming them"), "{e}");
+    assert!(e.contains("remove [audit]"), "{e}");
+}

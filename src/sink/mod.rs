@@ -147,13 +147,13 @@ impl SinkConfig {
         matches!(self, SinkConfig::Kafka)
     }
 
-    /// Why the audit (which reads records back from Kafka) cannot check this sink.
-    pub fn why_no_audit(&self) -> String {
+    /// Why the audit cannot check this sink, if it cannot: it reads records back without
+    /// consuming them, which Kafka's topics and JetStream's streams allow, and the others not.
+    pub fn why_no_audit(&self) -> Option<String> {
         let sink = self.name();
         match self {
-            SinkConfig::Kafka => String::new(),
-            SinkConfig::Nats(_) => "the audit reads records back from Kafka only: reading a JetStream stream back (which it allows without consuming) is not built into the audit yet".to_string(),
-            _ => format!("the audit reads records back from Kafka, and the {sink} sink's messages cannot be read back without consuming them"),
+            SinkConfig::Kafka | SinkConfig::Nats(_) => None,
+            _ => Some(format!("the audit reads records back from Kafka or a JetStream stream, and the {sink} sink's messages cannot be read back without consuming them")),
         }
     }
 

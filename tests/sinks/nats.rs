@@ -13,6 +13,7 @@ use walrelay::sink::{Publish, Published};
 use crate::support::nats::{nats as shared, private_nats};
 use crate::support::{unique, wait_until};
 
+mod audit;
 mod connections;
 mod relay;
 

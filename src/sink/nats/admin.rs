@@ -1,15 +1,9 @@
-//! What `walrelay setup`, `walrelay check` and the audit ask of JetStream: the stream that
-//! captures the routed subjects, whether the server answers, and what a stream holds.
+//! What `walrelay setup` and `walrelay check` ask of JetStream: the stream that captures the
+//! routed subjects, and whether the server answers. What a stream holds is `read.rs`'s.
 
-use async_nats::jetstream::consumer::pull::OrderedConfig;
-use async_nats::jetstream::consumer::DeliverPolicy;
-use async_nats::jetstream::context::{
-    AccountErrorKind, CreateStreamErrorKind, GetStreamByNameErrorKind, GetStreamErrorKind,
-};
+use async_nats::jetstream::context::{AccountErrorKind, CreateStreamErrorKind, GetStreamErrorKind};
 use async_nats::jetstream::stream::{Config, StorageType};
 use async_nats::jetstream::ErrorCode;
-use bytes::Bytes;
-use futures_util::StreamExt;
 
 use super::{client, context, message, shown_url, NatsConfig};
 use crate::error::Error;
@@ -153,115 +147,8 @@ pub async fn check(config: &NatsConfig) -> Result<String, Error> {
     ))
 }
 
-/// One message as its stream holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stored {
-    /// The stream sequence.
-    pub sequence: u64,
-    pub subject: String,
-    /// `Nats-Msg-Id`: the event id.
-    pub msg_id: Option<String>,
-    /// Every header (`Nats-Msg-Id` included) as (name, value text), sorted by name (values of
-    /// one name in their order): async-nats holds headers in a hash map, so neither the
-    /// publisher nor the reader keeps the order they were written in.
-    pub headers: Vec<(String, String)>,
-    pub payload: Bytes,
-}
-
-/// Up to `limit` messages of `subject`, from stream sequence `from` (1: the first), read
-/// with an ordered consumer: ephemeral and unacknowledged, it consumes nothing, so the stream
-/// is unchanged.
-pub async fn read_back(
-    config: &NatsConfig,
-    subject: &str,
-    from: u64,
-    limit: usize,
-) -> Result<Vec<Stored>, Error> {
-    let js = context(client(config).await?, config.timeout);
-    let stream_name = js.stream_by_subject(subject).await.map_err(|e| match e.kind() {
-        GetStreamByNameErrorKind::NotFound => Error::definite(
-            format!("no JetStream stream captures {subject}"),
-            "run `walrelay setup`, or check [nats] stream_subjects",
-        ),
-        _ => unavailable(config, &format!("finding the stream of {subject}"), e),
-    })?;
-    let stream = js
-        .get_stream(&stream_name)
-        .await
-        .map_err(|e| unavailable(config, &format!("opening stream {stream_name}"), e))?;
-    let deliver_policy = if from <= 1 {
-        DeliverPolicy::All
-    } else {
-        DeliverPolicy::ByStartSequence { start_sequence: from }
-    };
-    let consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: subject.to_string(),
-            deliver_policy,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| unavailable(config, &format!("reading stream {stream_name}"), e))?;
-    let mut out = Vec::new();
-    let pending = consumer.cached_info().num_pending;
-    if pending == 0 || limit == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| unavailable(config, &format!("reading stream {stream_name}"), e))?;
-    while out.len() < limit {
-        let next = tokio::time::timeout(config.timeout, messages.next()).await;
-        let message = match next {
-            Ok(Some(Ok(message))) => message,
-            Ok(Some(Err(e))) => {
-                return Err(unavailable(config, &format!("reading stream {stream_name}"), e))
-            }
-            Ok(None) => break,
-            Err(_) => {
-                let read = out.len();
-                return Err(Error::transient_msg(format!(
-                    "stream {stream_name} stopped delivering {subject}: {read} of {pending} read"
-                )));
-            }
-        };
-        let info = message.info().map_err(|e| {
-            Error::transient_msg(format!("a message of {stream_name} without its metadata: {e}"))
-        })?;
-        let (sequence, left) = (info.stream_sequence, info.pending);
-        out.push(stored(sequence, &message.message));
-        if left == 0 {
-            break;
-        }
-    }
-    // The ephemeral consumer goes away by itself once idle.
-    Ok(out)
-}
-
-fn stored(sequence: u64, message: &async_nats::Message) -> Stored {
-    let mut headers: Vec<(String, String)> = message
-        .headers
-        .iter()
-        .flat_map(|map| map.iter())
-        .flat_map(|(name, values)| {
-            values.iter().map(move |v| (name.to_string(), v.as_str().to_string()))
-        })
-        .collect();
-    headers.sort_by(|a, b| a.0.cmp(&b.0));
-    let msg_id =
-        headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("Nats-Msg-Id")).map(|(_, v)| v.clone());
-    Stored {
-        sequence,
-        subject: message.subject.to_string(),
-        msg_id,
-        headers,
-        payload: message.payload.clone(),
-    }
-}
-
 /// JetStream could not be asked: the server is away (transient), or answers without JetStream.
-fn unavailable(
+pub(super) fn unavailable(
     config: &NatsConfig,
     what: &str,
     e: impl std::error::Error + Send + Sync + 'static,

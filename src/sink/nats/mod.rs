@@ -13,6 +13,7 @@ mod admin;
 /// `pub(crate)` so that `crate::config` can list `[nats]`'s keys (`config::Raw`).
 pub(crate) mod config;
 mod message;
+mod read;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,9 +26,10 @@ use crate::error::Error;
 use crate::router::Record;
 use crate::sink::{Publish, Published};
 
-pub use admin::{check, read_back, setup, Stored};
+pub use admin::{check, setup};
 pub use config::{parse, shown_url, Login, NatsConfig};
 pub use message::KEY_HEADER;
+pub use read::{read_back, Reader, Start, Stored, StreamState};
 
 use message::{retry, Answer};
 
