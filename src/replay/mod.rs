@@ -26,9 +26,7 @@ use crate::metrics::Metrics;
 use crate::registry::FrameError;
 use crate::snapshot::{self, Refused, Selection, Snapshot};
 
-/// The header every replayed record carries: the replay's own id (a UUIDv7). The audit reads it
-/// to tell a replay's copies from the relay's.
-pub const REPLAY_HEADER: &str = "walrelay.replay";
+pub use crate::router::REPLAY_HEADER;
 
 /// What one replay does.
 #[derive(Debug, Clone, Default)]

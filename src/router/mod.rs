@@ -141,6 +141,10 @@ pub enum RawColumn {
     EventId,
 }
 
+/// The header every replayed record carries: the replay's own id (a UUIDv7). The audit reads it
+/// to tell a replay's copies from the relay's, and a sink to tell a replay from a resend.
+pub const REPLAY_HEADER: &str = "walrelay.replay";
+
 /// One Kafka record, ready for the producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {

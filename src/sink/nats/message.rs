@@ -82,9 +82,18 @@ fn put(map: &mut HeaderMap, name: &str, value: &str) -> Result<(), String> {
 
 /// What a PubAck, or the error in its place, means for the record. No responders is left to
 /// the caller, which asks JetStream whether a stream captures the subject at all.
-pub fn answer(subject: &str, result: Result<PublishAck, PublishError>) -> Answer {
+pub fn answer(subject: &str, replayed: bool, result: Result<PublishAck, PublishError>) -> Answer {
     match result {
-        // A duplicate is there already: acknowledged as well.
+        // A replay is asked for so that consumers get the event again: JetStream dropping it
+        // as a repeat of a message stored within the window means they will not, whether or
+        // not that message is still there (a deleted message's id stays in the window).
+        Ok(ack) if ack.duplicate && replayed => Answer::Done(Published::Refused(format!(
+            "JetStream dropped the replayed message for {subject} as a duplicate: a message with \
+             the same Nats-Msg-Id (the event id) was stored on stream {} within its \
+             duplicate_window; replay it again once the window has passed",
+            ack.stream
+        ))),
+        // A resend of the relay's is there already: acknowledged as well.
         Ok(_) => Answer::Done(Published::Acked),
         Err(e) => match e.kind() {
             PublishErrorKind::StreamNotFound => Answer::NoResponders,

@@ -4,6 +4,8 @@
 //! The event id is the `Nats-Msg-Id` header, so JetStream drops what a restart sends again
 //! within the stream's `duplicate_window` (its PubAck then says `duplicate`, and the record is
 //! acknowledged all the same: the message is in the stream). Nothing dedupes past that window.
+//! A replayed record JetStream drops that way is refused instead, with the window as the reason:
+//! its consumers would not get it again.
 //!
 //! async-nats reconnects by itself, for ever (`max_reconnects(None)`): while the server is
 //! away a publish waits for its PubAck until `timeout` and is retried; once the server is
@@ -23,7 +25,7 @@ use async_nats::jetstream::context::GetStreamByNameErrorKind;
 use async_nats::{jetstream, ConnectErrorKind, ConnectOptions, Event};
 
 use crate::error::Error;
-use crate::router::Record;
+use crate::router::{Record, REPLAY_HEADER};
 use crate::sink::{Publish, Published};
 
 pub use admin::{check, setup};
@@ -72,7 +74,8 @@ impl Nats {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
             };
-            match message::answer(subject, acked) {
+            let replayed = record.headers.iter().any(|(name, _)| &**name == REPLAY_HEADER);
+            match message::answer(subject, replayed, acked) {
                 Answer::Done(published) => published,
                 Answer::NoResponders => self.why_no_responders(subject).await,
             }

@@ -366,3 +366,54 @@ async fn nats_audit_reports_two_events_of_one_aggregate_in_the_wrong_stream_orde
     assert_eq!(code, Some(1), "{run}");
     crate::common::release_slot(&s).await;
 }
+
+/// A replay is asked for so that consumers get the events again. Within the stream's duplicate
+/// window JetStream drops a message whose `Nats-Msg-Id` (the event id) it stored, even one
+/// deleted since: the replay is refused, naming the window, and the stream holds no copy. Past
+/// the window the replay stores a copy of each event, with its `walrelay.replay` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_replay_within_the_duplicate_window_is_refused_naming_it_and_past_it_is_stored() {
+    let s = Setup::new("nats_replay_window").await;
+    let server = shared();
+    let within = Stream::new(server, &s, TWO_MINUTES, FOREVER).await;
+    delivered(&s, &within, 3, "").await;
+    // The repair's case: a message deleted from the stream is still in the window.
+    let held = within.held().await;
+    let handle = within.js(server).await.get_stream(&within.name).await.expect("the stream");
+    assert!(handle.delete_message(held[1].0).await.expect("delete"));
+    let config = s.config_with("", "", &within.sections);
+    let run = walrelay_async(&["replay", "--since", "1h", "--yes"], Some(&config)).await;
+    println!("[nats replay] within the window: exit {:?}: {}", run.code, run.stderr.trim());
+    assert_ne!(run.code, Some(0), "{run}");
+    assert!(
+        run.stderr.contains("dropped the replayed message")
+            && run.stderr.contains("duplicate_window"),
+        "{run}"
+    );
+    assert_eq!(within.held().await.len(), 2, "a replayed copy was stored: {run}");
+    crate::common::release_slot(&s).await;
+
+    let s = Setup::new("nats_replay_past").await;
+    let past = Stream::new(server, &s, Duration::from_secs(1), FOREVER).await;
+    let ids = delivered(&s, &past, 3, "").await;
+    let all = nats::read_back(&past.config, &past.subject, 1, usize::MAX).await.expect("read");
+    let last_stored = all.iter().map(|m| m.stored_ms).max().expect("3 messages");
+    let window_passed =
+        wait_until("the 1 s duplicate window passed", Duration::from_secs(10), || async move {
+            walrelay::clock::unix_micros() / 1000 > last_stored + 1_500
+        })
+        .await;
+    assert!(window_passed);
+    let config = s.config_with("", "", &past.sections);
+    let run = walrelay_async(&["replay", "--since", "1h", "--yes"], Some(&config)).await;
+    println!("[nats replay] past the window: exit {:?}", run.code);
+    assert_eq!(run.code, Some(0), "{run}");
+    let all = nats::read_back(&past.config, &past.subject, 1, usize::MAX).await.expect("read");
+    let replayed: Vec<&str> = all
+        .iter()
+        .filter(|m| m.headers.iter().any(|(name, _)| name == "walrelay.replay"))
+        .filter_map(|m| m.msg_id.as_deref())
+        .collect();
+    assert_eq!(replayed, ids.iter().map(String::as_str).collect::<Vec<_>>(), "{all:?}");
+    crate::common::release_slot(&s).await;
+}
