@@ -14,6 +14,7 @@ use crate::support::nats::{nats as shared, private_nats};
 use crate::support::{unique, wait_until};
 
 mod connections;
+mod credentials;
 mod relay;
 
 fn record(topic: &str, event_id: &str, key: Option<&str>, value: Option<&[u8]>) -> Arc<Record> {
