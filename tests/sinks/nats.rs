@@ -15,6 +15,7 @@ use crate::support::{unique, wait_until};
 
 mod audit;
 mod connections;
+mod credentials;
 mod relay;
 
 fn record(topic: &str, event_id: &str, key: Option<&str>, value: Option<&[u8]>) -> Arc<Record> {

@@ -319,3 +319,8 @@ impl Drop for NatsServer {
         let _ = std::fs::remove_file(self.dir.join(PID_FILE));
     }
 }
+
+/// A private server in operator (JWT) mode and its users' `.creds` files. Tests only: it mints
+/// the JWTs with dev-dependencies, which the quickstart binary (that includes this harness) lacks.
+#[cfg(test)]
+pub mod operator;

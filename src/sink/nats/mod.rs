@@ -186,8 +186,7 @@ async fn client(config: &NatsConfig) -> Result<async_nats::Client, Error> {
         ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
             Error::definite_with(
                 format!("the NATS server at {url} refused walrelay's login"),
-                "check [nats] user/password, token or credentials_file \
-                 (WALRELAY_NATS_PASSWORD, WALRELAY_NATS_TOKEN), or the URL's user:password@",
+                refused_login_hint(&config.login),
                 e,
             )
         }
@@ -198,6 +197,24 @@ async fn client(config: &NatsConfig) -> Result<async_nats::Client, Error> {
         ),
         _ => Error::transient(format!("the NATS server at {url} is unreachable"), e),
     })
+}
+
+/// What to look at when the server refuses the login. The server tells the client only
+/// "authorization violation"; with a `.creds` file it means one of three things (its log, at
+/// `debug`, says which: "account missing", "claim is expired", "Signature not verified").
+fn refused_login_hint(login: &Login) -> String {
+    match login {
+        Login::CredentialsFile(path) => format!(
+            "check [nats] credentials_file {}: the server must know the account that signed its \
+             user JWT (resolver_preload, or `nsc push` to the account resolver), the JWT must not \
+             be expired or revoked, and its seed must be that user's (`nsc generate creds` \
+             writes both)",
+            path.display()
+        ),
+        _ => "check [nats] user/password, token or credentials_file \
+              (WALRELAY_NATS_PASSWORD, WALRELAY_NATS_TOKEN), or the URL's user:password@"
+            .to_string(),
+    }
 }
 
 /// The user and password (or the token) a `nats://user:password@host` URL carries, decoded.
