@@ -172,9 +172,9 @@ pub struct Record {
 }
 
 impl Record {
-    /// A record of `topic` with no key, value or header, for tests to fill in.
-    #[cfg(test)]
-    pub(crate) fn bare(topic: &str, event_id: &str) -> Record {
+    /// A record of `topic` with no key, value or header, for tests (and the benchmark) to fill
+    /// in with struct update syntax.
+    pub fn bare(topic: &str, event_id: &str) -> Record {
         Record {
             topic: Arc::from(topic),
             key: None,

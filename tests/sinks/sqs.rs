@@ -16,19 +16,13 @@ use crate::support::{unique, wait_until};
 
 fn record(topic: &str, key: Option<&str>, value: &[u8], event_id: &str) -> Arc<Record> {
     Arc::new(Record {
-        topic: Arc::from(topic),
         key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
         value: Some(Bytes::copy_from_slice(value)),
         headers: vec![
             (Arc::from("id"), Bytes::copy_from_slice(event_id.as_bytes())),
             (Arc::from("type"), Bytes::from_static(b"OrderCreated")),
         ],
-        partition: None,
-        timestamp_ms: None,
-        event_id: event_id.to_string(),
-        trace: None,
-        value_schema: None,
-        key_schema: None,
+        ..Record::bare(topic, event_id)
     })
 }
 

@@ -176,16 +176,9 @@ async fn nats_audit_reports_a_copy_published_past_the_duplicate_window_as_duplic
     let ids = delivered(&s, &stream, 3, "").await;
     let sink = nats::connect(&stream.config).await.expect("connect");
     let again = std::sync::Arc::new(walrelay::router::Record {
-        topic: std::sync::Arc::from(stream.subject.as_str()),
         key: Some(Bytes::from_static(b"o-1")),
         value: Some(Bytes::from_static(b"{}")),
-        headers: Vec::new(),
-        partition: None,
-        timestamp_ms: None,
-        event_id: ids[0].clone(),
-        trace: None,
-        value_schema: None,
-        key_schema: None,
+        ..walrelay::router::Record::bare(&stream.subject, &ids[0])
     });
     // Each publish within the window is dropped (and acknowledged); the first past it stays.
     let first = ids[0].as_str();
@@ -344,16 +337,9 @@ async fn nats_audit_reports_two_events_of_one_aggregate_in_the_wrong_stream_orde
     let sink = nats::connect(&stream.config).await.expect("connect");
     for id in [&second, &first] {
         let record = std::sync::Arc::new(walrelay::router::Record {
-            topic: std::sync::Arc::from(stream.subject.as_str()),
             key: Some(Bytes::from_static(b"o-1")),
             value: Some(Bytes::from_static(b"{}")),
-            headers: Vec::new(),
-            partition: None,
-            timestamp_ms: None,
-            event_id: id.clone(),
-            trace: None,
-            value_schema: None,
-            key_schema: None,
+            ..walrelay::router::Record::bare(&stream.subject, id)
         });
         assert_eq!(sink.publish(&[record]).await, vec![Published::Acked]);
     }
