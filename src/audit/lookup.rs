@@ -1,8 +1,10 @@
 //! One event looked up, with the audit's machinery: its outbox row (read by id in a
 //! [`crate::snapshot`]), where the live configuration's router and envelope put it, and where
-//! Kafka has it — read from the offset for its commit time, less a margin, to the partition's
-//! end, in the partition its key (or its placement) gives, or in each partition when it has
-//! neither.
+//! the sink has it. Kafka: read from the offset for its commit time, less a margin, to the
+//! partition's end, in the partition its key (or its placement) gives, or in each partition
+//! when it has neither. JetStream: its subject, from the message stored at that time to the
+//! stream's last. The other sinks' messages cannot be read without consuming them: not
+//! searched, and said so.
 //! For the console's event lookup, which answers what it knows in every case: an id that cannot
 //! be an event id of these tables, an event no table holds, a row the router refuses (which the
 //! live relay dead-lettered), a routed event found in Kafka or not.
@@ -22,6 +24,8 @@ use crate::encoder::Encoder;
 use crate::error::{Error, Result};
 use crate::registry::FrameError;
 use crate::router::{Record, FRAME_RESERVED};
+use crate::sink::nats::{NatsConfig, Reader, Start, Stored};
+use crate::sink::SinkConfig;
 use crate::snapshot::{Options, Selection, Snapshot};
 use crate::source::{self, catalog};
 
@@ -60,10 +64,13 @@ pub struct Lookup {
     pub key: Option<String>,
     /// The partition its key (or placement) gives; `None` without either.
     pub partition: Option<i32>,
-    /// Where Kafka has it, when it does.
+    /// Where the sink has it, when it does.
     pub found: Option<Found>,
     /// What was read, in words.
     pub searched: String,
+    /// What was read: "Kafka" or "JetStream"; `None`: nothing, the sink's messages cannot be
+    /// read back (`searched` says why), so whether it is there is not known.
+    pub read_from: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,15 +146,70 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
         partition: record.partition,
         found: None,
         searched: String::new(),
+        read_from: None,
     };
-    let (config, key) = (config.clone(), record.key.clone());
     let left = within.saturating_sub(started.elapsed());
+    match &config.delivery.sink {
+        SinkConfig::Kafka => {}
+        SinkConfig::Nats(nats) => {
+            lookup.read_from = Some("JetStream");
+            tokio::time::timeout(left, search_stream(nats, &mut lookup, &record.event_id))
+                .await
+                .map_err(|_| {
+                Error::transient_msg(format!(
+                    "the lookup read {} for {} s without reaching the stream's end",
+                    lookup.topic,
+                    within.as_secs()
+                ))
+            })??;
+            return Ok(Outcome::Routed(lookup));
+        }
+        sink => {
+            lookup.searched = format!(
+                "nothing: the {} sink's messages cannot be read back without consuming them",
+                sink.name()
+            );
+            return Ok(Outcome::Routed(lookup));
+        }
+    }
+    lookup.read_from = Some("Kafka");
+    let (config, key) = (config.clone(), record.key.clone());
     tokio::task::spawn_blocking(move || {
         search(&config, &mut lookup, key.as_deref(), &place, left)?;
         Ok(Outcome::Routed(lookup))
     })
     .await
     .map_err(|e| Error::transient("the lookup's Kafka reader stopped", e))?
+}
+
+/// Reads the event's subject from the message stored at its commit time, less the margin, to
+/// the stream's last, until a message's `Nats-Msg-Id` is `event_id`.
+async fn search_stream(nats: &NatsConfig, lookup: &mut Lookup, event_id: &str) -> Result<()> {
+    let reader = Reader::connect(nats).await?;
+    let subject = lookup.topic.clone();
+    let stream = reader.stream_of(&subject).await?;
+    let from_ms = (lookup.commit_micros / 1000 - MARGIN_MS).max(0);
+    let mut found = None;
+    let mut visit = |m: Stored| {
+        if m.msg_id.as_deref() == Some(event_id) {
+            found = Some(Found {
+                partition: 0,
+                offset: m.sequence as i64,
+                timestamp_ms: Some(m.stored_ms),
+            });
+        }
+        Ok(found.is_none())
+    };
+    reader
+        .read(&stream.name, &subject, Start::Time(from_ms), stream.last_sequence, &mut visit)
+        .await?;
+    lookup.partition = None;
+    lookup.found = found;
+    lookup.searched = format!(
+        "subject {subject} of stream {} from the message stored a minute before the event's commit to sequence {}",
+        stream.name, stream.last_sequence
+    );
+    Ok(())
 }
 
 /// An outbox table whose event id column is a `uuid`, which no other text can match: the

@@ -71,15 +71,25 @@ impl Console {
             _ if found.found.is_some() && caught_up => Value::Bool(true),
             _ => Value::Null,
         };
-        let kafka = match &found.found {
-            Some(f) => json!({
+        // `kafka` is where the sink holds it (`in` names what was read: Kafka or JetStream);
+        // `found` is null when the sink's messages cannot be read back, so nothing is known.
+        let kafka = match (&found.found, found.read_from) {
+            (Some(f), read_from) => json!({
                 "found": true,
+                "in": read_from,
                 "topic": found.topic,
                 "partition": f.partition,
                 "offset": f.offset,
                 "timestamp": f.timestamp_ms.map(|ms| rfc3339(ms * 1000)),
             }),
-            None => json!({ "found": false, "searched": found.searched }),
+            (None, Some(read_from)) => {
+                json!({ "found": false, "in": read_from, "searched": found.searched })
+            }
+            (None, None) => json!({
+                "found": null,
+                "in": self.config.delivery.sink.name(),
+                "searched": found.searched,
+            }),
         };
         let note = (!found.exact && confirmed.is_null()).then_some("the commit time is the row's timestamp column (track_commit_timestamp is off), and the relay has events not yet confirmed: whether this one is, is not known");
         json!({

@@ -199,7 +199,8 @@ async fn webhook_replay_resends_retained_rows_through_the_sink() {
 /// `/metrics`, the console's overview and `walrelay status` name the sink; `walrelay audit`
 /// says it cannot read a webhook back, and `[audit]` is refused with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_console_and_status_name_the_sink_and_the_audit_says_it_cannot_read_it_back() {
+async fn metrics_console_and_status_name_the_sink_and_the_audit_and_lookup_say_they_cannot_read_it_back(
+) {
     use crate::support::process::{http_get, walrelay_async, RelayProcess};
     let s = Setup::new("wh_names").await;
     let hook = Hook::new();
@@ -217,6 +218,18 @@ async fn metrics_console_and_status_name_the_sink_and_the_audit_says_it_cannot_r
     assert_eq!(overview["sink"], "http", "{raw}");
     let status = walrelay_async(&["status", "--json"], Some(&config)).await;
     assert!(status.stdout.contains("\"sink\":\"http\""), "{status}");
+    // The console's lookup cannot read a webhook back: whether the receiver has the event is
+    // not known, and it says so rather than "not found".
+    let ids = s.insert_events("Order", "o-1", 1).await;
+    hook.delivered(&s).await;
+    let (code, looked, raw) =
+        crate::console::get_json(port, &format!("/api/v1/events/{}", ids[0])).await;
+    println!("lookup with sink = http: {looked}");
+    assert_eq!(code, 200, "{raw}");
+    assert_eq!(looked["kafka"]["found"], serde_json::Value::Null, "{raw}");
+    assert_eq!(looked["kafka"]["in"], "http", "{raw}");
+    let searched = looked["kafka"]["searched"].as_str().unwrap_or("");
+    assert!(searched.contains("cannot be read back without consuming them"), "{raw}");
     let audit = walrelay_async(&["audit", "--since", "1h"], Some(&config)).await;
     println!("audit with sink = http: exit {:?}: {}", audit.code, audit.stderr.trim());
     assert_eq!(audit.code, Some(2), "{audit}");

@@ -381,8 +381,12 @@
     if (e.unroutable) { renderUnroutable(e); return; }
     const res = resetResult('done');
     const k = e.kafka || { found: false }, x = e.expected, row = e.row, m = { mono: true };
-    const where = k.found ? k.topic + ' · partition ' + k.partition + ' · offset ' + k.offset : null;
-    res.setAttribute('data-found', String(!!k.found));
+    // Where the sink holds it: Kafka's partition and offset, or JetStream's stream sequence.
+    // found === null: the sink's messages cannot be read back, so it is not known.
+    const place = k.in === 'JetStream' ? ' · stream sequence ' + k.offset
+      : ' · partition ' + k.partition + ' · offset ' + k.offset;
+    const where = k.found ? k.topic + place : null, inWhat = k.in || 'Kafka';
+    res.setAttribute('data-found', k.found === null ? 'unknown' : String(!!k.found));
     if (k.found) {
       res.setAttribute('data-topic', String(k.topic));
       res.setAttribute('data-partition', String(k.partition));
@@ -390,11 +394,14 @@
     }
     if (typeof e.confirmed === 'boolean') res.setAttribute('data-confirmed', String(e.confirmed));
     res.appendChild(h('p', { class: 'lookup-message',
-      text: k.found ? 'Found in Kafka: ' + where : 'Not found in Kafka' + (k.searched ? ' (searched ' + k.searched + ')' : '') }));
+      text: k.found ? 'Found in ' + inWhat + ': ' + where
+        : k.found === null ? 'Not known whether the ' + inWhat + ' sink has it: searched ' + k.searched
+        : 'Not found in ' + inWhat + (k.searched ? ' (searched ' + k.searched + ')' : '') }));
     res.appendChild(group('Event', [['id', e.id, m],
       ['outbox row', row ? row.table + ' · created ' + fmtTime(row.created) : 'not in an outbox table (any more)'],
       ['expected', x ? x.topic + ' · partition ' + dash(x.partition) + ' · key ' + dash(x.key) : null, m],
-      ['in Kafka', k.found ? where : 'not found', m], ['Kafka timestamp', k.found ? fmtTime(k.timestamp) : null],
+      ['in ' + inWhat, k.found ? where : k.found === null ? 'not known' : 'not found', m],
+      [inWhat + ' timestamp', k.found ? fmtTime(k.timestamp) : null],
       ['confirmed', typeof e.confirmed === 'boolean' ? yesNo(e.confirmed) : 'unknown'], ['note', e.note]]));
   }
 

@@ -121,7 +121,7 @@ impl Reader {
         subject: &str,
         start: Start,
         until: u64,
-        visit: &mut dyn FnMut(Stored) -> Result<bool, Error>,
+        visit: &mut (dyn FnMut(Stored) -> Result<bool, Error> + Send),
     ) -> Result<(), Error> {
         let config = &self.config;
         let reading = || format!("reading {subject} of stream {stream}");

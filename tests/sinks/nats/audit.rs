@@ -403,3 +403,39 @@ async fn nats_replay_within_the_duplicate_window_is_refused_naming_it_and_past_i
     assert_eq!(replayed, ids.iter().map(String::as_str).collect::<Vec<_>>(), "{all:?}");
     crate::common::release_slot(&s).await;
 }
+
+/// The console's event lookup reads the event's JetStream subject: an event in the stream is
+/// found at its stream sequence; once deleted from the stream it is "not found in JetStream",
+/// naming what was searched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_console_lookup_finds_an_event_at_its_stream_sequence_and_not_once_deleted() {
+    let s = Setup::new("nats_lookup").await;
+    let server = shared();
+    let stream = Stream::new(server, &s, TWO_MINUTES, FOREVER).await;
+    let port = crate::support::free_port();
+    let http = format!("\n[http]\nlisten = \"127.0.0.1:{port}\"\nconsole = \"read\"\n");
+    let config = s.config_with("", "", &format!("{}{http}", stream.sections));
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let ids = s.insert_events("Order", "o-1", 3).await;
+    stream.wait_for(3, &relay).await;
+    let held = stream.held().await;
+    let (status, found, raw) =
+        crate::console::get_json(port, &format!("/api/v1/events/{}", ids[1])).await;
+    println!("[nats lookup] found: {found}");
+    assert_eq!(status, 200, "{raw}");
+    let k = &found["kafka"];
+    assert_eq!((&k["found"], &k["in"]), (&Value::Bool(true), &Value::from("JetStream")), "{raw}");
+    assert_eq!(k["offset"], held[1].0, "the stream sequence of the event's message: {raw}");
+    assert_eq!(k["topic"], stream.subject.as_str(), "{raw}");
+
+    let handle = stream.js(server).await.get_stream(&stream.name).await.expect("the stream");
+    assert!(handle.delete_message(held[1].0).await.expect("delete"));
+    let (status, gone, raw) =
+        crate::console::get_json(port, &format!("/api/v1/events/{}", ids[1])).await;
+    println!("[nats lookup] deleted: {gone}");
+    assert_eq!(status, 200, "{raw}");
+    assert_eq!(gone["kafka"]["found"], false, "{raw}");
+    assert!(gone["kafka"]["searched"].as_str().unwrap_or("").contains(&stream.name), "{raw}");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+}
