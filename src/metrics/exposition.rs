@@ -242,7 +242,7 @@ fn encode_beside_the_data_path(e: &mut DescriptorEncoder, m: &Metrics) -> std::f
 fn encode_audit(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Result {
     let mut family = e.encode_descriptor(
         "walrelay_audit_events",
-        "The last [audit] of walrelay run: its window's events by result (missing, duplicated, out_of_order, misplaced, unexpected are problems; expired: Kafka deleted what would tell; pending: too young).",
+        "The last [audit] of walrelay run: its window's events by result (missing, duplicated, out_of_order, misplaced, unexpected are problems; expired: the broker's retention (Kafka's retention.ms, a stream's max_age) deleted what would tell; pending: too young).",
         None,
         MetricType::Gauge,
     )?;
