@@ -118,8 +118,9 @@ impl Dispatch {
 }
 
 /// Which records wait on which: records of one key, in order; a keyless record is a key of its
-/// own (its sequence number), so it waits on nothing.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// own (its sequence number), so it waits on nothing. `Ord` only because the backoff heap's
+/// entries need one: their tie counter decides first.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Lane {
     Key(Bytes),
     Alone(u64),
@@ -145,23 +146,6 @@ struct Keyed<P> {
     /// When the relay last heard that the broker fails; `None`: it does not.
     failing_since_note: Option<Instant>,
     ties: u64,
-}
-
-impl PartialOrd for Lane {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Lane {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        match (self, other) {
-            (Lane::Key(a), Lane::Key(b)) => a.cmp(b),
-            (Lane::Alone(a), Lane::Alone(b)) => a.cmp(b),
-            (Lane::Key(_), Lane::Alone(_)) => std::cmp::Ordering::Less,
-            (Lane::Alone(_), Lane::Key(_)) => std::cmp::Ordering::Greater,
-        }
-    }
 }
 
 impl<P: Publish> Keyed<P> {

@@ -1,14 +1,16 @@
-//! One AMQP connection and its confirm-mode channels, each carrying one publish at a time.
+//! One AMQP connection and its confirm-mode channels, each carrying one group of publishes at
+//! a time (one publish call's records: `super::RabbitMq::publish`).
 //!
-//! Why a channel per publish in flight, not one channel for all: a publisher confirm names a
+//! Why not one channel for all: a publisher confirm names a
 //! delivery tag, but a `basic.return` (an unroutable message) names none. lapin hands the
 //! oldest unclaimed return to whichever confirm it resolves next, and when the broker confirms
 //! several tags with one `multiple` ack it resolves them in no fixed order: with two publishes
 //! in flight on one channel, the returned record could read as acked and the routed one as
 //! returned. Measured against RabbitMQ 3.10.8: 2,000 concurrent mandatory publishes on one
 //! channel, half of them unroutable, came back with 230 answers on the wrong record (115
-//! unroutable messages read as plain acks: silent losses). On a channel with one publish in
-//! flight, a return can only be that publish's.
+//! unroutable messages read as plain acks: silent losses). On a channel with one group in
+//! flight, a return can only be one of that group's, and the returned message itself (its
+//! routing key and message_id, distinct within a group) says which.
 //! Channels are cheap (RabbitMQ allows 2,047 per connection); idle ones are kept for reuse.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -38,7 +38,20 @@ pub struct Webhook {
     config: WebhookConfig,
     tls: Option<tokio_rustls::TlsConnector>,
     /// Idle connections per origin (`scheme://host:port`).
-    idle: Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>,
+    idle: Mutex<HashMap<Arc<str>, Vec<Sender>>>,
+    /// Where each routed name's records go, worked out once per name.
+    targets: Mutex<HashMap<Arc<str>, Target>>,
+}
+
+/// One HTTP/1.1 connection's request half.
+type Sender = SendRequest<Full<Bytes>>;
+
+/// The URL a routed name fills in, parsed, and its origin.
+#[derive(Clone)]
+struct Target {
+    url: Arc<str>,
+    uri: Uri,
+    origin: Arc<str>,
 }
 
 /// The client; no connection is made until the first record (`check` makes one).
@@ -54,7 +67,12 @@ pub async fn connect(config: &WebhookConfig) -> Result<Webhook, Error> {
     } else {
         None
     };
-    Ok(Webhook { config: config.clone(), tls, idle: Mutex::new(HashMap::new()) })
+    Ok(Webhook {
+        config: config.clone(),
+        tls,
+        idle: Mutex::new(HashMap::new()),
+        targets: Mutex::new(HashMap::new()),
+    })
 }
 
 /// `walrelay setup`: a webhook has nothing to create.
@@ -99,13 +117,17 @@ impl Publish for Webhook {
 
 impl Webhook {
     async fn post(&self, record: &Record) -> Published {
-        let url = self.config.url_for(&record.topic);
-        let request = match self.request(record, &url) {
+        let target = match self.target(&record.topic) {
+            Ok(target) => target,
+            Err(reason) => return Published::Refused(reason),
+        };
+        let url = &target.url;
+        let request = match self.request(record, &target.uri) {
             Ok(request) => request,
             Err(reason) => return Published::Refused(reason),
         };
-        let uri = request.uri().clone();
-        let answer = tokio::time::timeout(self.config.timeout, self.exchange(&uri, request)).await;
+        let answer =
+            tokio::time::timeout(self.config.timeout, self.exchange(&target, request)).await;
         match answer {
             Err(_) => Published::Retry {
                 reason: format!(
@@ -117,13 +139,26 @@ impl Webhook {
             Ok(Err(why)) => {
                 Published::Retry { reason: format!("the webhook at {url}: {why}"), after: None }
             }
-            Ok(Ok((status, retry_after, body))) => verdict(&url, status, retry_after, &body),
+            Ok(Ok((status, retry_after, body))) => verdict(url, status, retry_after, &body),
         }
     }
 
-    fn request(&self, record: &Record, url: &str) -> Result<Request<Full<Bytes>>, String> {
+    /// Where `topic`'s records go: its URL, parsed, and its origin.
+    fn target(&self, topic: &Arc<str>) -> Result<Target, String> {
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(target) = targets.get(topic) {
+            return Ok(target.clone());
+        }
+        let url = self.config.url_for(topic);
+        let uri: Uri = url.parse().map_err(|e| format!("the URL {url} is not valid: {e}"))?;
+        let target = Target { origin: origin(&uri).into(), uri, url: url.into() };
+        targets.insert(topic.clone(), target.clone());
+        Ok(target)
+    }
+
+    fn request(&self, record: &Record, uri: &Uri) -> Result<Request<Full<Bytes>>, String> {
         let body = record.value.clone().unwrap_or_default();
-        let mut builder = Request::builder().method(Method::POST).uri(url);
+        let mut builder = Request::builder().method(Method::POST).uri(uri.clone());
         let headers = builder.headers_mut().expect("a fresh builder has headers");
         for (name, value) in &record.headers {
             let name = HeaderName::from_bytes(name.as_bytes())
@@ -161,13 +196,12 @@ impl Webhook {
     /// Sends `request` on an idle connection to its origin, or a new one.
     async fn exchange(
         &self,
-        uri: &Uri,
+        target: &Target,
         request: Request<Full<Bytes>>,
     ) -> Result<(StatusCode, Option<Duration>, Bytes), String> {
-        let origin = origin(uri);
-        let mut sender = match self.take_idle(&origin) {
+        let mut sender = match self.take_idle(&target.origin) {
             Some(sender) => sender,
-            None => self.connection(uri).await?,
+            None => self.connection(&target.uri).await?,
         };
         let response = sender.send_request(request).await.map_err(|e| chain(&e))?;
         let status = response.status();
@@ -181,7 +215,7 @@ impl Webhook {
             self.idle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .entry(origin)
+                .entry(target.origin.clone())
                 .or_default()
                 .push(sender);
         }

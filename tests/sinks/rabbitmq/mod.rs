@@ -159,6 +159,72 @@ async fn concurrent_routed_and_unroutable_publishes_are_each_answered_right() {
     assert!(got.iter().all(|d| d.routed_to == "routed"));
 }
 
+/// A call's records go out together on one channel, and the broker may confirm them with one
+/// `multiple` ack, which lapin can pair with the wrong returned message: each record, routed
+/// or not, must still get its own answer (the returned message says whose it is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_of_routed_and_unroutable_records_on_one_channel_answer_each_record_right() {
+    let server = rabbitmq();
+    let (client, exchange) = client_with_exchange(server, "rmq_calls").await;
+    let queue = server.bind_queue("rmq_calls_q", &exchange, "routed").await;
+    let client = Arc::new(client);
+    let calls: Vec<_> = (0..50)
+        .map(|c| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                // The unroutable ones at a different place in each call.
+                let records: Vec<_> = (0..8)
+                    .map(|i| {
+                        let n = c * 8 + i;
+                        let topic = if (i + c) % 3 == 0 { "nowhere" } else { "routed" };
+                        record(topic, &format!("ev-{n}"), Some(&format!("k{n}")), Some(b"v"))
+                    })
+                    .collect();
+                let answers = client.publish(&records).await;
+                (records, answers)
+            })
+        })
+        .collect();
+    let (mut wrong, mut routed) = (Vec::new(), 0);
+    for call in calls {
+        let (records, answers) = call.await.expect("call");
+        assert_eq!(answers.len(), records.len());
+        for (r, answer) in records.iter().zip(answers) {
+            match (&*r.topic, &answer) {
+                ("routed", Published::Acked) => routed += 1,
+                ("nowhere", Published::Refused(_)) => {}
+                _ => wrong.push((r.event_id.clone(), answer)),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "wrong answers: {wrong:?}");
+    let got = server.read_until(&queue, routed, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), routed);
+    assert!(got.iter().all(|d| d.routed_to == "routed"));
+}
+
+/// Two records alike (same routing key, same event id) in one call could not be told apart
+/// by their returned message: they go out one after the other, and each is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_one_event_id_twice_answers_both() {
+    let server = rabbitmq();
+    let (client, exchange) = client_with_exchange(server, "rmq_twice_call").await;
+    let queue = server.bind_queue("rmq_twice_call_q", &exchange, "routed").await;
+    let records = [
+        record("routed", "ev-same", Some("k1"), Some(b"1")),
+        record("nowhere", "ev-lost", Some("k2"), Some(b"2")),
+        record("routed", "ev-same", Some("k3"), Some(b"3")),
+        record("nowhere", "ev-lost", Some("k4"), Some(b"4")),
+    ];
+    let answers = client.publish(&records).await;
+    assert_eq!(answers[0], Published::Acked);
+    assert!(matches!(answers[1], Published::Refused(_)), "{:?}", answers[1]);
+    assert_eq!(answers[2], Published::Acked);
+    assert!(matches!(answers[3], Published::Refused(_)), "{:?}", answers[3]);
+    let got = server.read_until(&queue, 2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2);
+}
+
 /// The default exchange "" routes to the queue named by the routing key, and nowhere else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_exchange_routes_to_the_queue_named_by_the_routed_name() {
