@@ -22,16 +22,10 @@ pub(super) fn record(
     value: Option<&[u8]>,
 ) -> Arc<Record> {
     Arc::new(Record {
-        topic: Arc::from(topic),
         key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
         value: value.map(Bytes::copy_from_slice),
         headers: vec![(Arc::from("id"), Bytes::copy_from_slice(event_id.as_bytes()))],
-        partition: None,
-        timestamp_ms: None,
-        event_id: event_id.to_string(),
-        trace: None,
-        value_schema: None,
-        key_schema: None,
+        ..Record::bare(topic, event_id)
     })
 }
 
