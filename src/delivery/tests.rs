@@ -72,12 +72,11 @@ async fn a_record_refused_while_stopping_is_dead_lettered_and_the_stop_returns_a
     assert_eq!(confirmable, Lsn::from(0x210), "the dead letter was not acknowledged");
 }
 
-/// A record librdkafka reports delivered at an offset of its partition already reported for an
-/// earlier record was not written (a sequence number the broker took for a duplicate, or a log
-/// that started again): it is not confirmed, and the session ends with the error that says so.
-#[tokio::test(flavor = "current_thread")]
-async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_session() {
-    let mock = MockCluster::new(1).expect("mock cluster");
+/// An at-least-once delivery on the mock cluster, with one topic of one partition, resumed at
+/// 0/100.
+fn at_least_once_on(
+    mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+) -> (Delivery, Arc<Metrics>) {
     mock.create_topic("outbox.event.order", 1, 1).expect("topic");
     let config = Config::parse(&format!(
         "[source]\nurl = \"postgres://walrelay@127.0.0.1:5432/app\"\n\
@@ -86,7 +85,17 @@ async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_se
     ))
     .expect("config");
     let metrics = Metrics::new();
-    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
+    let delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
+    (delivery, metrics)
+}
+
+/// A record librdkafka reports delivered at an offset of its partition already reported for an
+/// earlier record was not written (a sequence number the broker took for a duplicate, or a log
+/// that started again): it is not confirmed, and the session ends with the error that says so.
+#[tokio::test(flavor = "current_thread")]
+async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_session() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let (mut delivery, _metrics) = at_least_once_on(&mock);
     read_transaction(&mut delivery, 2, true).await;
     await_acks(&mut delivery, Lsn::from(0x210)).await;
     // The next record's report, as librdkafka gives it when the broker took the record's
@@ -115,15 +124,7 @@ async fn a_report_at_an_offset_already_reported_is_not_confirmed_and_ends_the_se
 #[tokio::test(flavor = "current_thread")]
 async fn at_least_once_holds_no_kafka_transactions_and_nothing_caps_what_is_acknowledged() {
     let mock = MockCluster::new(1).expect("mock cluster");
-    mock.create_topic("outbox.event.order", 1, 1).expect("topic");
-    let config = Config::parse(&format!(
-        "[source]\nurl = \"postgres://walrelay@127.0.0.1:5432/app\"\n\
-         [kafka]\n\"bootstrap.servers\" = \"{}\"\n",
-        mock.bootstrap_servers()
-    ))
-    .expect("config");
-    let metrics = Metrics::new();
-    let mut delivery = Delivery::new(&config, Lsn::from(0x100), &metrics, None).expect("delivery");
+    let (mut delivery, _metrics) = at_least_once_on(&mock);
     assert!(delivery.exactly_once.is_none(), "at-least-once made Kafka transactions");
     match &delivery.side {
         Side::Kafka(publisher) => assert!(publisher.transactional().is_none()),

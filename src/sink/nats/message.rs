@@ -15,7 +15,7 @@ use async_nats::jetstream::publish::PublishAck;
 use async_nats::HeaderMap;
 
 use crate::error::chain;
-use crate::router::Record;
+use crate::router::{Record, REPLAY_HEADER};
 use crate::sink::Published;
 
 /// The header the key (the aggregate id) goes into, as in every sink but SQS FIFO.
@@ -82,12 +82,12 @@ fn put(map: &mut HeaderMap, name: &str, value: &str) -> Result<(), String> {
 
 /// What a PubAck, or the error in its place, means for the record. No responders is left to
 /// the caller, which asks JetStream whether a stream captures the subject at all.
-pub fn answer(subject: &str, replayed: bool, result: Result<PublishAck, PublishError>) -> Answer {
+pub fn answer(subject: &str, record: &Record, result: Result<PublishAck, PublishError>) -> Answer {
     match result {
         // A replay is asked for so that consumers get the event again: JetStream dropping it
         // as a repeat of a message stored within the window means they will not, whether or
         // not that message is still there (a deleted message's id stays in the window).
-        Ok(ack) if ack.duplicate && replayed => Answer::Done(Published::Refused(format!(
+        Ok(ack) if ack.duplicate && replayed(record) => Answer::Done(Published::Refused(format!(
             "JetStream dropped the replayed message for {subject} as a duplicate: a message with \
              the same Nats-Msg-Id (the event id) was stored on stream {} within its \
              duplicate_window; replay it again once the window has passed",
@@ -146,6 +146,11 @@ fn too_large_for_stream(e: &PublishError) -> bool {
         cur = err.source();
     }
     false
+}
+
+/// Whether `record` is a replay's (its `walrelay.replay` header), not the relay's own.
+fn replayed(record: &Record) -> bool {
+    record.headers.iter().any(|(name, _)| &**name == REPLAY_HEADER)
 }
 
 #[cfg(test)]

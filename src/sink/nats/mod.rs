@@ -25,7 +25,7 @@ use async_nats::jetstream::context::GetStreamByNameErrorKind;
 use async_nats::{jetstream, ConnectErrorKind, ConnectOptions, Event};
 
 use crate::error::Error;
-use crate::router::{Record, REPLAY_HEADER};
+use crate::router::Record;
 use crate::sink::{Publish, Published};
 
 pub use admin::{check, setup};
@@ -74,8 +74,7 @@ impl Nats {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
             };
-            let replayed = record.headers.iter().any(|(name, _)| &**name == REPLAY_HEADER);
-            match message::answer(subject, replayed, acked) {
+            match message::answer(subject, record, acked) {
                 Answer::Done(published) => published,
                 Answer::NoResponders => self.why_no_responders(subject).await,
             }
