@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{invalid, ConfigError, Options, SECTIONS};
+use super::{invalid, section_names, ConfigError, Options};
 
 /// Parses `text` and flattens each section; a section a colleague module owns whole (its
 /// table as TOML, e.g. a nested structure) can be taken from the returned document first.
@@ -33,21 +33,22 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigError {
 pub(super) fn sections(
     doc: &mut toml::Table,
 ) -> Result<BTreeMap<&'static str, Options>, ConfigError> {
-    if let Some(key) = doc.keys().find(|k| !SECTIONS.contains(&k.as_str())) {
+    if let Some(key) = doc.keys().find(|k| !section_names().any(|s| s == k.as_str())) {
+        let names: Vec<&str> = section_names().collect();
         return Err(ConfigError::UnknownKey {
             section: "top level",
             key: key.clone(),
-            hint: format!("the sections are [{}]", SECTIONS.join("], [")),
+            hint: format!("the sections are [{}]", names.join("], [")),
         });
     }
     let mut out = BTreeMap::new();
-    for section in SECTIONS {
-        match doc.remove(*section) {
+    for section in section_names() {
+        match doc.remove(section) {
             None => {}
             Some(toml::Value::Table(table)) => {
                 let mut options = Options::new();
                 flatten(section, "", &table, &mut options)?;
-                out.insert(*section, options);
+                out.insert(section, options);
             }
             Some(other) => {
                 return Err(invalid(
@@ -134,9 +135,8 @@ fn takes_list(section: &str, key: &str) -> bool {
     match section {
         "outbox" => key == "tables",
         "http" => key == "hosts",
-        "nats" => key == "stream_subjects",
         "router" | "debezium" | "kafka" | "envelope" => true,
-        _ => false,
+        sink => crate::sink::sections().iter().any(|s| s.section == sink && s.lists.contains(&key)),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 
-use super::{ConfigError, SECTIONS};
+use super::{section_names, ConfigError};
 
 /// Environment variables that override file keys start with this.
 pub const ENV_PREFIX: &str = "WALRELAY_";
@@ -91,7 +91,7 @@ where
 /// (`kafka`, `linger.ms`). Longest section name first, so `DEAD_LETTER` wins over a shorter one.
 pub(super) fn env_key(name: &str) -> Option<(&'static str, String)> {
     let rest = name.strip_prefix(ENV_PREFIX)?;
-    let mut sections: Vec<&'static str> = SECTIONS.to_vec();
+    let mut sections: Vec<&'static str> = section_names().collect();
     sections.sort_by_key(|s| std::cmp::Reverse(s.len()));
     sections.into_iter().find_map(|section| {
         let key = rest.strip_prefix(&section.to_ascii_uppercase())?.strip_prefix('_')?;

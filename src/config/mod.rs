@@ -74,7 +74,7 @@ pub struct Config {
     pub schema_registry: Option<SchemaRegistryConfig>,
 }
 
-/// The sections of the file, in the order they are documented.
+/// walrelay's own sections of the file, in the order they are documented.
 const SECTIONS: &[&str] = &[
     "source",
     "outbox",
@@ -91,12 +91,13 @@ const SECTIONS: &[&str] = &[
     "audit",
     "tracing",
     "debezium_offsets",
-    // The sinks beyond Kafka (`crate::sink::sections`), read when `[delivery] sink` names them.
-    "nats",
-    "rabbitmq",
-    "sqs",
-    "webhook",
 ];
+
+/// Every section a file may hold: walrelay's own, then those of the sinks beyond Kafka
+/// (`crate::sink::sections`), read when `[delivery] sink` names them.
+fn section_names() -> impl Iterator<Item = &'static str> {
+    SECTIONS.iter().copied().chain(crate::sink::sections().into_iter().map(|s| s.section))
+}
 
 impl Config {
     /// Reads the file, applies `WALRELAY_*` overrides from the process environment, and has
@@ -172,7 +173,7 @@ impl Config {
         let delivery = delivery.unwrap_or_default();
         let sink = delivery::sink_name(&delivery).to_string();
         let mut sink_section = None;
-        for (section, serves, _) in crate::sink::sections() {
+        for crate::sink::SinkSection { section, sink: serves, .. } in crate::sink::sections() {
             match sections.remove(section) {
                 Some(options) if serves == sink => sink_section = Some(options),
                 Some(_) => {
@@ -341,7 +342,7 @@ pub fn owned_section_keys() -> Vec<(&'static str, &'static [&'static str])> {
         ("tracing", section::keys_of::<tracing::Raw>()),
         ("schema_registry", section::keys_of::<schema_registry::Raw>()),
     ];
-    keys.extend(crate::sink::sections().into_iter().map(|(section, _, keys)| (section, keys)));
+    keys.extend(crate::sink::sections().into_iter().map(|s| (s.section, s.keys)));
     keys
 }
 

@@ -448,3 +448,20 @@ fn audit_is_accepted_with_kafka_and_nats_and_refused_with_sinks_that_cannot_be_r
     assert!(e.contains("cannot be read back without consuming them"), "{e}");
     assert!(e.contains("remove [audit]"), "{e}");
 }
+
+#[test]
+fn a_sinks_list_key_takes_a_list_and_its_other_keys_and_unknown_sections_are_refused_naming_them() {
+    let nats = "\n[delivery]\nsink = \"nats\"\n[nats]\nurl = \"nats://127.0.0.1:4222\"\n";
+    let listed = format!("{MINIMAL}{nats}stream_subjects = [\"orders.>\", \"invoices.>\"]\n");
+    let config = Config::parse(&listed).unwrap();
+    let crate::sink::SinkConfig::Nats(nats_config) = &config.delivery.sink else {
+        panic!("not the nats sink: {:?}", config.delivery.sink)
+    };
+    assert_eq!(nats_config.stream_subjects, ["orders.>", "invoices.>"]);
+    let one = format!("{MINIMAL}{nats}stream = [\"walrelay\"]\n");
+    let e = Config::parse(&one).unwrap_err().to_string();
+    assert!(e.contains("stream") && e.contains("takes one value, not a list"), "{e}");
+    // Every sink's section is a section of the file; a misspelt one is named with the list.
+    let e = Config::parse(&format!("{MINIMAL}\n[natss]\nurl = \"x\"\n")).unwrap_err().to_string();
+    assert!(e.contains("natss") && e.contains("[nats], [rabbitmq], [sqs], [webhook]"), "{e}");
+}

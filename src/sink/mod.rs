@@ -86,14 +86,42 @@ pub enum SinkConfig {
 /// What `[delivery] sink` accepts.
 pub const NAMES: &[&str] = &["kafka", "nats", "rabbitmq", "sqs", "http"];
 
-/// The sections of the sinks beyond Kafka: `(section, the sink it configures, its keys)`.
-pub fn sections() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
+/// A sink's section of the file: everything the configuration reader needs to know of it, so
+/// that a new sink is its folder and its lines in this file, and nothing in `config`.
+pub struct SinkSection {
+    /// The section's name: `[nats]`.
+    pub section: &'static str,
+    /// The `[delivery] sink` it configures.
+    pub sink: &'static str,
+    /// Its keys, for the unknown-key check.
+    pub keys: &'static [&'static str],
+    /// The keys that take a list (`stream_subjects = ["a.>", "b.>"]`); every other one value.
+    pub lists: &'static [&'static str],
+}
+
+/// The sections of the sinks beyond Kafka.
+pub fn sections() -> [SinkSection; 4] {
     use crate::options::section::keys_of;
-    vec![
-        ("nats", "nats", keys_of::<nats::config::Raw>()),
-        ("rabbitmq", "rabbitmq", keys_of::<rabbitmq::config::Raw>()),
-        ("sqs", "sqs", sqs::keys()),
-        ("webhook", "http", keys_of::<webhook::Raw>()),
+    [
+        SinkSection {
+            section: "nats",
+            sink: "nats",
+            keys: keys_of::<nats::config::Raw>(),
+            lists: &["stream_subjects"],
+        },
+        SinkSection {
+            section: "rabbitmq",
+            sink: "rabbitmq",
+            keys: keys_of::<rabbitmq::config::Raw>(),
+            lists: &[],
+        },
+        SinkSection { section: "sqs", sink: "sqs", keys: sqs::keys(), lists: &[] },
+        SinkSection {
+            section: "webhook",
+            sink: "http",
+            keys: keys_of::<webhook::Raw>(),
+            lists: &[],
+        },
     ]
 }
 
@@ -127,9 +155,7 @@ impl SinkConfig {
     pub fn section(name: &str) -> Option<&'static str> {
         match name {
             "kafka" => Some("kafka"),
-            sink => {
-                sections().into_iter().find(|(_, s, _)| *s == sink).map(|(section, _, _)| section)
-            }
+            sink => sections().into_iter().find(|s| s.sink == sink).map(|s| s.section),
         }
     }
 

@@ -28,6 +28,9 @@ pub const REGISTRY_HEAP: &str = "-Xmx256m";
 pub const REGISTRY_START: Duration = Duration::from_secs(180);
 /// One HTTP request's deadline: the registry answers in milliseconds once up.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How many times [`Registry::expect_answer`] sends a request the registry did not answer: once
+/// in the whole suite on a loaded CI machine, a connection to the shared registry was lost.
+const TRANSPORT_TRIES: usize = 3;
 
 /// What scripts/install-test-deps.sh installed: `$WALRELAY_APICURIO_HOME/launch`.
 #[derive(Debug, Clone)]
@@ -378,8 +381,27 @@ impl Registry {
             .map_err(|e| format!("{method} {}{path}: {e}", self.base_url()))
     }
 
+    /// [`Registry::request`] for the tests' own reads and registrations, which must not fail a
+    /// test over one lost connection: a request the registry never answered (connect, send or
+    /// receive failed, or [`REQUEST_TIMEOUT`] passed) is sent again, up to [`TRANSPORT_TRIES`]
+    /// times, each retry noted. Every call here is idempotent (a GET; a PUT of a level; a POST of
+    /// a schema the subject already holds answers its id). Any HTTP answer is returned as is.
     fn expect_answer(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-        self.request(method, path, body).unwrap_or_else(|e| panic!("{e}; {}", self.log_tail(20)))
+        let mut failures = Vec::new();
+        while failures.len() < TRANSPORT_TRIES {
+            match self.request(method, path, body) {
+                Ok(answer) => return answer,
+                Err(e) => {
+                    note(&format!("schema registry: {e}; sending it again"));
+                    failures.push(e);
+                }
+            }
+        }
+        panic!(
+            "the registry answered none of {TRANSPORT_TRIES} tries: {}; {}",
+            failures.join("; "),
+            self.log_tail(20)
+        )
     }
 
     /// True when `GET /subjects` answers 200 within `timeout`.
