@@ -1,6 +1,6 @@
 //! `[nats] credentials_file` against a nats-server in operator (JWT) mode: the `.creds` file
 //! of a user the server trusts logs in and publishes; one it does not trust (another account,
-//! an expired JWT, a seed that is not the user's) is refused for good; a file that is missing
+//! an expired JWT, a revoked user, a seed that is not the user's) is refused for good; a file that is missing
 //! or is no `.creds` file is a definite error naming the file and how to make one.
 
 use std::path::Path;
@@ -45,6 +45,7 @@ async fn a_credentials_file_logs_in_and_publishes_and_a_wrong_one_is_definite() 
         (&creds.stranger, "a user of an account the server does not know", "account missing"),
         (&creds.expired, "a user whose JWT has expired", "claim is expired"),
         (&creds.wrong_seed, "the user's JWT with another user's seed", "Signature not verified"),
+        (&creds.revoked, "a user the account revoked", "User authentication revoked"),
     ] {
         match nats::connect(&with_creds(config.clone(), file)).await {
             Err(e) => {

@@ -32,6 +32,9 @@ pub struct OperatorCreds {
     pub expired: PathBuf,
     /// The known user's JWT with another user's seed, which cannot sign for it: refused.
     pub wrong_seed: PathBuf,
+    /// A user of the known account whose JWT the account revoked (its `revocations`, as
+    /// `nsc revocations add-user` writes them): refused.
+    pub revoked: PathBuf,
 }
 
 /// A private nats-server with JetStream in operator mode, on a free port, and the `.creds`
@@ -53,18 +56,30 @@ pub fn private_nats_with_operator() -> (NatsServer, OperatorCreds) {
         jwt(&operator, &operator.public_key(), "walrelay-test", now, None, operator_claims);
     // A system account, as `nsc generate config --mem-resolver` names one: the server's own
     // events and requests live there. No JetStream in it, as nsc makes it.
-    let system_jwt = jwt(&operator, &system.public_key(), "SYS", now, None, account_claims(false));
-    let account_jwt =
-        jwt(&operator, &account.public_key(), "walrelay", now, None, account_claims(true));
+    let system_jwt =
+        jwt(&operator, &system.public_key(), "SYS", now, None, account_claims(false, None));
 
-    let (relay_jwt, relay_seed) = user(&account, "relay", now, None);
-    let (stranger_jwt, stranger_seed) = user(&stranger, "stranger", now, None);
-    let (expired_jwt, expired_seed) = user(&account, "expired", now - 3600, Some(now - 60));
+    let (relay_jwt, relay_seed, _) = user(&account, "relay", now, None);
+    let (stranger_jwt, stranger_seed, _) = user(&stranger, "stranger", now, None);
+    let (expired_jwt, expired_seed, _) = user(&account, "expired", now - 3600, Some(now - 60));
+    // Issued a minute ago and revoked now: the server refuses a user JWT issued at or before
+    // the time its account's `revocations` give for the user's key.
+    let (revoked_jwt, revoked_seed, revoked_key) = user(&account, "revoked", now - 60, None);
+    let revocations = json!({ revoked_key: now });
+    let account_jwt = jwt(
+        &operator,
+        &account.public_key(),
+        "walrelay",
+        now,
+        None,
+        account_claims(true, Some(revocations)),
+    );
     let creds = OperatorCreds {
         user: write_creds(&dir.join("relay.creds"), &relay_jwt, &relay_seed),
         stranger: write_creds(&dir.join("stranger.creds"), &stranger_jwt, &stranger_seed),
         expired: write_creds(&dir.join("expired.creds"), &expired_jwt, &expired_seed),
         wrong_seed: write_creds(&dir.join("wrong-seed.creds"), &relay_jwt, &stranger_seed),
+        revoked: write_creds(&dir.join("revoked.creds"), &revoked_jwt, &revoked_seed),
     };
 
     let operator_path = dir.join("operator.jwt");
@@ -89,10 +104,11 @@ pub fn private_nats_with_operator() -> (NatsServer, OperatorCreds) {
 }
 
 /// An account's `nats` claims as `nsc add account` writes them, every limit unlimited (-1);
-/// JetStream is on only when its storage limits are not 0.
-fn account_claims(jetstream: bool) -> Value {
+/// JetStream is on only when its storage limits are not 0. `revocations`: user key → the time
+/// before which (inclusive) its JWTs are revoked.
+fn account_claims(jetstream: bool, revocations: Option<Value>) -> Value {
     let js = if jetstream { -1 } else { 0 };
-    json!({
+    let mut claims = json!({
         "limits": {
             "subs": -1, "data": -1, "payload": -1,
             "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1,
@@ -101,12 +117,21 @@ fn account_claims(jetstream: bool) -> Value {
         "default_permissions": { "pub": {}, "sub": {} },
         "type": "account",
         "version": 2,
-    })
+    });
+    if let Some(revocations) = revocations {
+        claims["revocations"] = revocations;
+    }
+    claims
 }
 
-/// A user JWT that `account` signs (valid from `issued_at`, until `expires` when given), and
-/// the user's seed.
-fn user(account: &KeyPair, name: &str, issued_at: i64, expires: Option<i64>) -> (String, String) {
+/// A user JWT that `account` signs (valid from `issued_at`, until `expires` when given), the
+/// user's seed and its public key.
+fn user(
+    account: &KeyPair,
+    name: &str,
+    issued_at: i64,
+    expires: Option<i64>,
+) -> (String, String, String) {
     let user = KeyPair::new_user();
     let claims = json!({
         "pub": {}, "sub": {},
@@ -116,7 +141,7 @@ fn user(account: &KeyPair, name: &str, issued_at: i64, expires: Option<i64>) -> 
     });
     let token = jwt(account, &user.public_key(), name, issued_at, expires, claims);
     let seed = user.seed().unwrap_or_else(|e| panic!("the seed of a new user key: {e}"));
-    (token, seed)
+    (token, seed, user.public_key())
 }
 
 /// Writes [`creds_file`] to `path`, readable by its owner only (as nsc does).
