@@ -8,7 +8,8 @@
 //! view, its stream sequence the offset, so per-key order is the stream's order and nothing
 //! is misplaced. What a stream removed is told from its state: messages before its first
 //! sequence are gone (`max_age`, `max_msgs`, `max_bytes`, a purge), and an event that
-//! committed before the first message left may have been among them.
+//! committed before the first message left may have been among them. With
+//! `max_msgs_per_subject`, so may one that committed before its subject's first message left.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,7 +46,19 @@ pub(crate) async fn read(
         // first one left may have been among them.
         if stream.first_sequence > 1 {
             let first_left_ms = stream.first_ms.unwrap_or(i64::MAX);
-            let trimmed = Trimmed { log_start: stream.first_sequence as i64, first_left_ms };
+            let trimmed = Trimmed {
+                log_start: stream.first_sequence as i64,
+                first_left_ms,
+                of_subject: false,
+            };
+            shape.trimmed.insert((index, 0), trimmed);
+        }
+        // `max_msgs_per_subject` removes a subject's oldest messages from the middle of a
+        // stream that captures other subjects too, past its first sequence: the subject's own
+        // first message left says from when its events may be gone.
+        if stream.max_messages_per_subject > 0 && (stream.deleted > 0 || stream.first_sequence > 1)
+        {
+            let trimmed = subject_trimmed(&reader, &stream, subject).await?;
             shape.trimmed.insert((index, 0), trimmed);
         }
         let mut visit = |m: crate::sink::nats::Stored| {
@@ -82,6 +95,20 @@ pub(crate) async fn read(
         ));
     }
     Ok((shape, copies))
+}
+
+/// Where `subject`'s messages left in `stream` begin: its first message's sequence and store
+/// time (none left: past the last sequence, and `i64::MAX`).
+async fn subject_trimmed(reader: &Reader, stream: &StreamState, subject: &str) -> Result<Trimmed> {
+    let mut first = None;
+    let mut take_first = |m: crate::sink::nats::Stored| {
+        first = Some((m.sequence as i64, m.stored_ms));
+        Ok(false)
+    };
+    let until = stream.last_sequence;
+    reader.read(&stream.name, subject, Start::Sequence(1), until, &mut take_first).await?;
+    let (log_start, first_left_ms) = first.unwrap_or((stream.last_sequence as i64 + 1, i64::MAX));
+    Ok(Trimmed { log_start, first_left_ms, of_subject: true })
 }
 
 /// What the stream's limits say about messages that are gone, as a topic's configuration.

@@ -167,14 +167,20 @@ fn read_blocking(
         // The first record left is of the window: deleted records may have been too.
         let trimmed = low > 0 && start <= low;
         if trimmed {
-            shape.trimmed.insert((index, p), Trimmed { log_start: low, first_left_ms: i64::MAX });
+            shape.trimmed.insert(
+                (index, p),
+                Trimmed { log_start: low, first_left_ms: i64::MAX, of_subject: false },
+            );
         }
         let mut first = true;
         let mut wait = |idle: Duration| idle_too_long(idle, topic, p, end, read_committed);
         let mut visit = |r: &partition_read::Raw<'_>| {
             if first && trimmed {
                 let first_left_ms = r.timestamp_ms.unwrap_or(i64::MAX);
-                shape.trimmed.insert((index, p), Trimmed { log_start: low, first_left_ms });
+                shape.trimmed.insert(
+                    (index, p),
+                    Trimmed { log_start: low, first_left_ms, of_subject: false },
+                );
             }
             first = false;
             shape.records += 1;

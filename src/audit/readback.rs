@@ -100,9 +100,15 @@ impl ReadFrom {
             (ReadFrom::Kafka, _) => format!(
                 "Kafka deleted its partition's records before offset {start}, from before it committed"
             ),
+            (ReadFrom::JetStream, i64::MAX) if trimmed.of_subject => {
+                "the stream holds no message of its subject any more".to_string()
+            }
             (ReadFrom::JetStream, i64::MAX) => {
                 format!("the stream holds no message any more (first sequence {start})")
             }
+            (ReadFrom::JetStream, _) if trimmed.of_subject => format!(
+                "the stream removed its subject's messages before sequence {start}, from before it committed"
+            ),
             (ReadFrom::JetStream, _) => format!(
                 "the stream removed its messages before sequence {start}, from before it committed"
             ),
@@ -191,6 +197,9 @@ pub(crate) struct Trimmed {
     pub log_start: i64,
     /// The timestamp of the first record left (Unix ms); `i64::MAX` when none is left.
     pub first_left_ms: i64,
+    /// JetStream: the first message left of the subject, not of the stream
+    /// (`max_msgs_per_subject`).
+    pub of_subject: bool,
 }
 
 /// What a topic's configuration says about records that are gone.

@@ -160,7 +160,7 @@ fn deleted_before(retention_ms: i64) -> Case {
     c.want("kept", "k1", 10_000);
     c.held("kept", "k1", 12, false);
     let p = key_partition(b"k1", 4);
-    c.shape.trimmed.insert((0, p), Trimmed { log_start: 12, first_left_ms: 8 });
+    c.shape.trimmed.insert((0, p), Trimmed { log_start: 12, first_left_ms: 8, of_subject: false });
     c.shape.configs[0].retention_ms = Some(retention_ms);
     c
 }
@@ -200,7 +200,9 @@ fn an_event_of_the_last_hour_absent_from_an_idle_partition_retention_emptied_is_
     let mut c = Case::new();
     c.want("lost", "k1", 5_000);
     let p = key_partition(b"k1", 4);
-    c.shape.trimmed.insert((0, p), Trimmed { log_start: 40, first_left_ms: i64::MAX });
+    c.shape
+        .trimmed
+        .insert((0, p), Trimmed { log_start: 40, first_left_ms: i64::MAX, of_subject: false });
     let r = c.compare(1 << 20, false);
     assert!(!r.clean(), "{:?}", r.problems);
     assert_eq!((r.total.unverifiable, r.total.expired), (1, 0));
@@ -208,7 +210,9 @@ fn an_event_of_the_last_hour_absent_from_an_idle_partition_retention_emptied_is_
     // Unknown retention (no DescribeConfigs ACL) is no proof either.
     let mut c = Case::new();
     c.want("lost", "k1", 5_000);
-    c.shape.trimmed.insert((0, p), Trimmed { log_start: 40, first_left_ms: i64::MAX });
+    c.shape
+        .trimmed
+        .insert((0, p), Trimmed { log_start: 40, first_left_ms: i64::MAX, of_subject: false });
     c.shape.configs[0] = TopicConfig::default();
     let r = c.compare(1 << 20, false);
     assert_eq!(r.total.unverifiable, 1);

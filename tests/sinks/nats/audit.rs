@@ -2,7 +2,8 @@
 //! consuming it, and each verdict the Kafka audit gives shows here too: a clean window; messages
 //! deleted from the stream (missing); a copy past the duplicate window (duplicated); a message
 //! of no row (unexpected) and one without `Nats-Msg-Id` (foreign); messages `max_age` removed
-//! (expired, clean); and `[audit]` inside `walrelay run`.
+//! (expired, clean); messages `max_msgs_per_subject` removed (unverifiable, not missing); and
+//! `[audit]` inside `walrelay run`.
 
 use std::time::Duration;
 
@@ -260,6 +261,92 @@ async fn nats_audit_reports_messages_max_age_removed_as_expired_not_missing() {
     let table = walrelay_async(&["audit", "--since", "1h", "--settle", "0s"], Some(&config)).await;
     assert!(table.stdout.contains("max_age=3000"), "{table}");
     assert!(table.stdout.contains("time retention deleted the stream's messages"), "{table}");
+    crate::common::release_slot(&s).await;
+}
+
+/// A stream of two subjects whose `max_msgs_per_subject` (4) removed nine of thirteen `Order`
+/// messages from its middle (the `Invoice` message before them keeps the stream's first
+/// sequence at 1): those nine are unverifiable, naming the limit, not missing. One of the four
+/// left, deleted, committed after its subject's first message left was stored: that one is
+/// missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_audit_tells_messages_max_msgs_per_subject_removed_from_a_deleted_one() {
+    let s = Setup::new("nats_audit_per_subject").await;
+    let server = shared();
+    let name = s.topic_prefix.replace('.', "_");
+    let (order, invoice) = (s.topic("Order"), s.topic("Invoice"));
+    let js = jetstream::new(async_nats::connect(server.url()).await.expect("connect"));
+    js.create_stream(stream::Config {
+        name: name.clone(),
+        subjects: vec![order.clone(), invoice.clone()],
+        storage: stream::StorageType::File,
+        duplicate_window: TWO_MINUTES,
+        max_messages_per_subject: 4,
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("create stream {name}: {e}"));
+    let sections = format!(
+        "[delivery]\nsink = \"nats\"\n\n{}",
+        server.config_section(&name, &[&order, &invoice])
+    );
+    let config = s.config_with("", "", &sections);
+    let nats_config = server.config(&name, &[&order, &invoice]);
+    let ids_of = |subject: String| {
+        let nats_config = nats_config.clone();
+        async move {
+            let held = nats::read_back(&nats_config, &subject, 1, usize::MAX).await;
+            let held = held.expect("read the stream back");
+            held.into_iter().map(|m| (m.sequence, m.msg_id.unwrap_or_default())).collect::<Vec<_>>()
+        }
+    };
+    let holds = |subject: &str, id: &str| {
+        let (subject, id) = (subject.to_string(), id.to_string());
+        let ids_of = &ids_of;
+        async move { ids_of(subject).await.iter().any(|(_, held)| *held == id) }
+    };
+
+    let mut relay = RelayProcess::start(&config);
+    s.wait_streaming(&mut relay).await;
+    let invoices = s.insert_events("Invoice", "i-1", 1).await;
+    let first = s.insert_events("Order", "o-1", 10).await;
+    let stored =
+        wait_until("the first ten orders", Duration::from_secs(60), || holds(&order, &first[9]))
+            .await;
+    assert!(stored, "{}", relay.log());
+    // Committed after the tenth order was stored: the limit keeps orders 10 to 13.
+    let later = s.insert_events("Order", "o-1", 3).await;
+    let stored =
+        wait_until("the last three orders", Duration::from_secs(60), || holds(&order, &later[2]))
+            .await;
+    assert!(stored, "{}", relay.log());
+    assert!(holds(&invoice, &invoices[0]).await, "the invoice is in the stream");
+    assert_eq!(relay.terminate(), Some(0), "{}", relay.log());
+
+    let held = ids_of(order.clone()).await;
+    let kept: Vec<&str> = held.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(kept, [&first[9], &later[0], &later[1], &later[2]], "max_msgs_per_subject = 4");
+    let handle = js.get_stream(&name).await.expect("the test's stream");
+    assert!(handle.delete_message(held[2].0).await.expect("delete"), "{}", held[2].0);
+
+    let (code, report, run) = audit(&config, &[]).await;
+    let mut removed: Vec<String> = first[..9].to_vec();
+    removed.sort();
+    println!(
+        "[nats audit] max_msgs_per_subject removed 9, one deleted: {} unverifiable {:?} missing {:?}",
+        report["total"],
+        problems(&report, "unverifiable"),
+        problems(&report, "missing")
+    );
+    let mut unverifiable = problems(&report, "unverifiable");
+    unverifiable.sort();
+    assert_eq!(unverifiable, removed, "{run}");
+    assert_eq!(problems(&report, "missing"), [held[2].1.clone()], "{run}");
+    assert_eq!(report["total"]["delivered_once"], 4, "{run}");
+    assert_eq!((code, &report["clean"]), (Some(1), &Value::Bool(false)), "{run}");
+    let details = report["problems"].to_string();
+    assert!(details.contains("max_msgs_per_subject=4"), "{run}");
+    assert!(details.contains("removed its subject's messages before sequence"), "{run}");
     crate::common::release_slot(&s).await;
 }
 
