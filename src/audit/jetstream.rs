@@ -43,22 +43,21 @@ pub(crate) async fn read(
         shape.foreign_counts.push(0);
         shape.configs.push(limits(&stream));
         // Messages before the first sequence are gone: the events that committed before the
-        // first one left may have been among them.
-        if stream.first_sequence > 1 {
-            let first_left_ms = stream.first_ms.unwrap_or(i64::MAX);
-            let trimmed = Trimmed {
+        // first one left may have been among them. `max_msgs_per_subject` also removes a
+        // subject's oldest messages from the middle of a stream that captures other subjects
+        // too: then the subject's own first message left says from when its events may be gone.
+        let per_subject = stream.max_messages_per_subject > 0
+            && (stream.deleted > 0 || stream.first_sequence > 1);
+        let trimmed = if per_subject {
+            Some(subject_trimmed(&reader, &stream, subject).await?)
+        } else {
+            (stream.first_sequence > 1).then(|| Trimmed {
                 log_start: stream.first_sequence as i64,
-                first_left_ms,
+                first_left_ms: stream.first_ms.unwrap_or(i64::MAX),
                 of_subject: false,
-            };
-            shape.trimmed.insert((index, 0), trimmed);
-        }
-        // `max_msgs_per_subject` removes a subject's oldest messages from the middle of a
-        // stream that captures other subjects too, past its first sequence: the subject's own
-        // first message left says from when its events may be gone.
-        if stream.max_messages_per_subject > 0 && (stream.deleted > 0 || stream.first_sequence > 1)
-        {
-            let trimmed = subject_trimmed(&reader, &stream, subject).await?;
+            })
+        };
+        if let Some(trimmed) = trimmed {
             shape.trimmed.insert((index, 0), trimmed);
         }
         let mut visit = |m: crate::sink::nats::Stored| {

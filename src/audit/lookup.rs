@@ -17,6 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::id::IdPlace;
+use super::ReadFrom;
 use crate::config::Config;
 use crate::delivery::partition_read::{self, Stop};
 use crate::delivery::partitioner::key_partition;
@@ -68,9 +69,9 @@ pub struct Lookup {
     pub found: Option<Found>,
     /// What was read, in words.
     pub searched: String,
-    /// What was read: "Kafka" or "JetStream"; `None`: nothing, the sink's messages cannot be
-    /// read back (`searched` says why), so whether it is there is not known.
-    pub read_from: Option<&'static str>,
+    /// What was read: Kafka or JetStream; `None`: nothing, the sink's messages cannot be read
+    /// back (`searched` says why), so whether it is there is not known.
+    pub read_from: Option<ReadFrom>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +153,7 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
     match &config.delivery.sink {
         SinkConfig::Kafka => {}
         SinkConfig::Nats(nats) => {
-            lookup.read_from = Some("JetStream");
+            lookup.read_from = Some(ReadFrom::JetStream);
             tokio::time::timeout(left, search_stream(nats, &mut lookup, &record.event_id))
                 .await
                 .map_err(|_| {
@@ -172,7 +173,7 @@ pub async fn lookup(config: &Config, id: &str, within: Duration) -> Result<Outco
             return Ok(Outcome::Routed(lookup));
         }
     }
-    lookup.read_from = Some("Kafka");
+    lookup.read_from = Some(ReadFrom::Kafka);
     let (config, key) = (config.clone(), record.key.clone());
     tokio::task::spawn_blocking(move || {
         search(&config, &mut lookup, key.as_deref(), &place, left)?;

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::{error, ok, percent_decode, Console};
 use crate::audit::lookup::{Lookup, Outcome};
+use crate::audit::ReadFrom;
 use crate::duration::rfc3339;
 use crate::http::Reply;
 
@@ -73,7 +74,7 @@ impl Console {
         };
         // `kafka` is where the sink holds it (`in` names what was read: Kafka or JetStream);
         // `found` is null when the sink's messages cannot be read back, so nothing is known.
-        let kafka = match (&found.found, found.read_from) {
+        let kafka = match (&found.found, found.read_from.map(ReadFrom::name)) {
             (Some(f), read_from) => json!({
                 "found": true,
                 "in": read_from,
